@@ -1,0 +1,705 @@
+//! The CUDA backend: the CUDA runtime API, loaded at run time.
+//!
+//! Types and constants come from `cudarc::runtime::sys` (generated from the
+//! CUDA headers of the selected version). The functions are loaded here from
+//! `libcudart` with one difference from cudarc's own wrappers: every function
+//! is declared to return a plain `i32`. cudarc declares `cudaError_t` as a
+//! Rust enum, and a code that a newer runtime adds would then be an invalid
+//! enum value, which is undefined behaviour. As an `i32` it is just data
+//! ([`VendorCode`]). Loading ourselves also turns a missing library or symbol
+//! into [`Error::RuntimeNotFound`] instead of a panic.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::mem::MaybeUninit;
+use std::sync::OnceLock;
+
+use cudarc::runtime::sys as rt;
+
+use crate::backend::{Backend, DevicePtr, PoolAttr, RawPoolProps};
+use crate::error::{Error, Result, VendorCode};
+
+/// CUDA major version of the bindings this crate was built with. The runtime
+/// that is loaded must have the same major version: struct layouts differ
+/// between majors.
+const BUILT_MAJOR: i32 = if cfg!(any(
+    feature = "cuda-12060",
+    feature = "cuda-12080",
+    feature = "cuda-12090"
+)) {
+    12
+} else {
+    13
+};
+
+/// In CUDA 12 headers `cudaGetDeviceProperties` is a macro for the `_v2`
+/// symbol; CUDA 13 exports the current layout under the plain name.
+const GET_PROPS_SYMBOL: &str = if BUILT_MAJOR >= 13 {
+    "cudaGetDeviceProperties\0"
+} else {
+    "cudaGetDeviceProperties_v2\0"
+};
+
+const SUCCESS: i32 = 0;
+const ERROR_MEMORY_ALLOCATION: i32 = 2;
+const ERROR_INSUFFICIENT_DRIVER: i32 = 35;
+const ERROR_NO_DEVICE: i32 = 100;
+const ERROR_NOT_SUPPORTED: i32 = 801;
+
+macro_rules! runtime_api {
+    ($( fn $name:ident = $sym:expr; ($($ty:ty),* $(,)?) -> $ret:ty; )*) => {
+        #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
+        struct Api {
+            $( $name: unsafe extern "C" fn($($ty),*) -> $ret, )*
+            /// Keeps the library mapped for as long as the pointers above live.
+            _lib: libloading::Library,
+        }
+
+        impl Api {
+            /// # Safety
+            /// `lib` is a CUDA runtime of major version `BUILT_MAJOR`, so each
+            /// symbol has the signature declared for it here.
+            unsafe fn load(lib: libloading::Library) -> std::result::Result<Api, String> {
+                $(
+                    // SAFETY: the signature matches the CUDA runtime's
+                    // declaration of this symbol (see the caller's contract).
+                    let $name = *unsafe { lib.get::<unsafe extern "C" fn($($ty),*) -> $ret>($sym.as_bytes()) }
+                        .map_err(|e| format!("symbol {} is missing: {e}", $sym.trim_end_matches('\0')))?;
+                )*
+                Ok(Api { $($name,)* _lib: lib })
+            }
+        }
+    };
+}
+
+runtime_api! {
+    fn get_error_name = "cudaGetErrorName\0"; (i32) -> *const c_char;
+    fn get_error_string = "cudaGetErrorString\0"; (i32) -> *const c_char;
+    fn get_last_error = "cudaGetLastError\0"; () -> i32;
+    fn runtime_get_version = "cudaRuntimeGetVersion\0"; (*mut c_int) -> i32;
+    fn get_device_count = "cudaGetDeviceCount\0"; (*mut c_int) -> i32;
+    fn set_device = "cudaSetDevice\0"; (c_int) -> i32;
+    fn get_device_properties = GET_PROPS_SYMBOL; (*mut rt::cudaDeviceProp, c_int) -> i32;
+    fn device_get_attribute = "cudaDeviceGetAttribute\0"; (*mut c_int, rt::cudaDeviceAttr, c_int) -> i32;
+    fn mem_get_info = "cudaMemGetInfo\0"; (*mut usize, *mut usize) -> i32;
+    fn stream_create_with_flags = "cudaStreamCreateWithFlags\0"; (*mut rt::cudaStream_t, c_uint) -> i32;
+    fn stream_destroy = "cudaStreamDestroy\0"; (rt::cudaStream_t) -> i32;
+    fn stream_synchronize = "cudaStreamSynchronize\0"; (rt::cudaStream_t) -> i32;
+    fn stream_wait_event = "cudaStreamWaitEvent\0"; (rt::cudaStream_t, rt::cudaEvent_t, c_uint) -> i32;
+    fn event_create_with_flags = "cudaEventCreateWithFlags\0"; (*mut rt::cudaEvent_t, c_uint) -> i32;
+    fn event_destroy = "cudaEventDestroy\0"; (rt::cudaEvent_t) -> i32;
+    fn event_record = "cudaEventRecord\0"; (rt::cudaEvent_t, rt::cudaStream_t) -> i32;
+    fn event_synchronize = "cudaEventSynchronize\0"; (rt::cudaEvent_t) -> i32;
+    fn event_elapsed_time = "cudaEventElapsedTime\0"; (*mut f32, rt::cudaEvent_t, rt::cudaEvent_t) -> i32;
+    fn device_get_default_mem_pool = "cudaDeviceGetDefaultMemPool\0"; (*mut rt::cudaMemPool_t, c_int) -> i32;
+    fn device_get_mem_pool = "cudaDeviceGetMemPool\0"; (*mut rt::cudaMemPool_t, c_int) -> i32;
+    fn device_set_mem_pool = "cudaDeviceSetMemPool\0"; (c_int, rt::cudaMemPool_t) -> i32;
+    fn mem_pool_create = "cudaMemPoolCreate\0"; (*mut rt::cudaMemPool_t, *const rt::cudaMemPoolProps) -> i32;
+    fn mem_pool_destroy = "cudaMemPoolDestroy\0"; (rt::cudaMemPool_t) -> i32;
+    fn mem_pool_set_attribute = "cudaMemPoolSetAttribute\0"; (rt::cudaMemPool_t, rt::cudaMemPoolAttr, *mut c_void) -> i32;
+    fn mem_pool_get_attribute = "cudaMemPoolGetAttribute\0"; (rt::cudaMemPool_t, rt::cudaMemPoolAttr, *mut c_void) -> i32;
+    fn mem_pool_trim_to = "cudaMemPoolTrimTo\0"; (rt::cudaMemPool_t, usize) -> i32;
+    fn malloc_async = "cudaMallocAsync\0"; (*mut *mut c_void, usize, rt::cudaStream_t) -> i32;
+    fn malloc_from_pool_async = "cudaMallocFromPoolAsync\0"; (*mut *mut c_void, usize, rt::cudaMemPool_t, rt::cudaStream_t) -> i32;
+    fn free_async = "cudaFreeAsync\0"; (*mut c_void, rt::cudaStream_t) -> i32;
+    fn memcpy_async = "cudaMemcpyAsync\0"; (*mut c_void, *const c_void, usize, rt::cudaMemcpyKind, rt::cudaStream_t) -> i32;
+    fn memset_async = "cudaMemsetAsync\0"; (*mut c_void, c_int, usize, rt::cudaStream_t) -> i32;
+    fn library_load_data = "cudaLibraryLoadData\0"; (
+        *mut rt::cudaLibrary_t, *const c_void,
+        *mut rt::cudaJitOption, *mut *mut c_void, c_uint,
+        *mut rt::cudaLibraryOption, *mut *mut c_void, c_uint,
+    ) -> i32;
+    fn library_unload = "cudaLibraryUnload\0"; (rt::cudaLibrary_t) -> i32;
+    fn library_get_kernel = "cudaLibraryGetKernel\0"; (*mut rt::cudaKernel_t, rt::cudaLibrary_t, *const c_char) -> i32;
+    fn launch_kernel = "cudaLaunchKernel\0"; (*const c_void, rt::dim3, rt::dim3, *mut *mut c_void, usize, rt::cudaStream_t) -> i32;
+}
+
+fn library_candidates() -> Vec<String> {
+    let mut names = Vec::new();
+    if let Ok(explicit) = std::env::var("SOMALLOC_CUDART") {
+        names.push(explicit);
+    }
+    names.push(format!("libcudart.so.{BUILT_MAJOR}"));
+    names.push("libcudart.so".to_string());
+    names
+}
+
+fn load_api() -> Result<Api> {
+    let searched = library_candidates();
+    let not_found = |reason: String| Error::RuntimeNotFound {
+        library: "libcudart",
+        searched: searched.clone(),
+        reason,
+    };
+    let mut last_error = String::from("no candidate");
+    for name in &searched {
+        // SAFETY: loading libcudart runs its initialisers, which have no
+        // preconditions on the caller.
+        match unsafe { libloading::Library::new(name) } {
+            Ok(lib) => {
+                // SAFETY: the major version is checked right below, before any
+                // other symbol is used; cudaRuntimeGetVersion has had the same
+                // signature in every CUDA version.
+                let api = unsafe { Api::load(lib) }.map_err(|e| not_found(format!("{name}: {e}")))?;
+                let mut version = 0;
+                // SAFETY: valid out-pointer.
+                let code = unsafe { (api.runtime_get_version)(&mut version) };
+                if code != SUCCESS {
+                    return Err(not_found(format!(
+                        "{name}: cudaRuntimeGetVersion returned {code}"
+                    )));
+                }
+                if version / 1000 != BUILT_MAJOR {
+                    return Err(not_found(format!(
+                        "{name} is CUDA {}.{}, but somalloc was built with CUDA {BUILT_MAJOR}.x bindings",
+                        version / 1000,
+                        (version % 1000) / 10
+                    )));
+                }
+                return Ok(api);
+            }
+            Err(e) => last_error = e.to_string(),
+        }
+    }
+    Err(not_found(last_error))
+}
+
+fn api() -> Result<&'static Api> {
+    static API: OnceLock<std::result::Result<Api, Error>> = OnceLock::new();
+    API.get_or_init(load_api).as_ref().map_err(Clone::clone)
+}
+
+fn c_str(p: *const c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: the runtime returns static NUL-terminated strings.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+fn vendor(call: &'static str, code: i32) -> Error {
+    let (name, message) = match api() {
+        Ok(a) => {
+            // SAFETY: both functions accept any code and return a static
+            // string (or an "unrecognized error code" string).
+            let name = c_str(unsafe { (a.get_error_name)(code) });
+            let message = c_str(unsafe { (a.get_error_string)(code) });
+            // SAFETY: no arguments. Clears the per-thread "last error" the
+            // failed call left behind, so it does not resurface elsewhere.
+            unsafe { (a.get_last_error)() };
+            (name, message)
+        }
+        Err(_) => (String::new(), String::new()),
+    };
+    match code {
+        ERROR_NO_DEVICE | ERROR_INSUFFICIENT_DRIVER => Error::NoDevice {
+            backend: "cuda",
+            detail: format!("{call}: {name}: {message}"),
+        },
+        ERROR_NOT_SUPPORTED => Error::Unsupported {
+            backend: "cuda",
+            what: format!("{call}: {message}"),
+        },
+        _ => Error::Vendor {
+            call,
+            code: VendorCode(code),
+            name,
+            message,
+        },
+    }
+}
+
+#[inline]
+fn check(call: &'static str, code: i32) -> Result<()> {
+    if code == SUCCESS {
+        Ok(())
+    } else {
+        Err(vendor(call, code))
+    }
+}
+
+#[inline]
+fn check_alloc(call: &'static str, code: i32, bytes: usize) -> Result<()> {
+    match code {
+        SUCCESS => Ok(()),
+        ERROR_MEMORY_ALLOCATION => {
+            // Clear the per-thread last error, as `vendor` does.
+            if let Ok(a) = api() {
+                // SAFETY: no arguments.
+                unsafe { (a.get_last_error)() };
+            }
+            Err(Error::OutOfMemory {
+                requested: bytes,
+                stats: None,
+            })
+        }
+        _ => Err(vendor(call, code)),
+    }
+}
+
+fn ordinal(device: usize) -> Result<c_int> {
+    c_int::try_from(device)
+        .map_err(|_| Error::invalid(format!("device ordinal {device} does not fit in a C int")))
+}
+
+macro_rules! handle {
+    ($(#[$m:meta])* $name:ident, $raw:ty) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) struct $name(pub(crate) $raw);
+        // SAFETY: CUDA runtime handles are opaque pointers that the runtime
+        // accepts from any host thread; it synchronises access internally.
+        // Ownership (who destroys the handle) is tracked by the safe types.
+        unsafe impl Send for $name {}
+        // SAFETY: as above; no method mutates through a shared handle on the
+        // host side.
+        unsafe impl Sync for $name {}
+    };
+}
+
+handle!(
+    /// `cudaStream_t`.
+    CudaStream,
+    rt::cudaStream_t
+);
+handle!(
+    /// `cudaEvent_t`.
+    CudaEvent,
+    rt::cudaEvent_t
+);
+handle!(
+    /// `cudaMemPool_t`.
+    CudaPool,
+    rt::cudaMemPool_t
+);
+handle!(
+    /// `cudaLibrary_t`.
+    CudaModule,
+    rt::cudaLibrary_t
+);
+handle!(
+    /// `cudaKernel_t`.
+    CudaFunction,
+    rt::cudaKernel_t
+);
+
+fn attr(a: PoolAttr) -> rt::cudaMemPoolAttr {
+    use rt::cudaMemPoolAttr as A;
+    match a {
+        PoolAttr::ReuseFollowEventDependencies => A::cudaMemPoolReuseFollowEventDependencies,
+        PoolAttr::ReuseAllowOpportunistic => A::cudaMemPoolReuseAllowOpportunistic,
+        PoolAttr::ReuseAllowInternalDependencies => A::cudaMemPoolReuseAllowInternalDependencies,
+        PoolAttr::ReleaseThreshold => A::cudaMemPoolAttrReleaseThreshold,
+        PoolAttr::ReservedMemCurrent => A::cudaMemPoolAttrReservedMemCurrent,
+        PoolAttr::ReservedMemHigh => A::cudaMemPoolAttrReservedMemHigh,
+        PoolAttr::UsedMemCurrent => A::cudaMemPoolAttrUsedMemCurrent,
+        PoolAttr::UsedMemHigh => A::cudaMemPoolAttrUsedMemHigh,
+    }
+}
+
+/// The CUDA backend.
+#[derive(Debug)]
+pub(crate) struct Cuda;
+
+impl Backend for Cuda {
+    type Stream = CudaStream;
+    type Event = CudaEvent;
+    type Pool = CudaPool;
+    type Module = CudaModule;
+    type Function = CudaFunction;
+
+    const NAME: &'static str = "cuda";
+
+    fn init() -> Result<()> {
+        api().map(|_| ())
+    }
+
+    fn runtime_version() -> Result<i32> {
+        let mut v = 0;
+        // SAFETY: valid out-pointer.
+        check("cudaRuntimeGetVersion", unsafe {
+            (api()?.runtime_get_version)(&mut v)
+        })?;
+        Ok(v)
+    }
+
+    fn device_count() -> Result<usize> {
+        let mut n: c_int = 0;
+        // SAFETY: valid out-pointer.
+        check("cudaGetDeviceCount", unsafe { (api()?.get_device_count)(&mut n) })?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    fn set_device(device: usize) -> Result<()> {
+        // SAFETY: plain value argument.
+        check("cudaSetDevice", unsafe { (api()?.set_device)(ordinal(device)?) })
+    }
+
+    fn device_name(device: usize) -> Result<String> {
+        let mut props = MaybeUninit::<rt::cudaDeviceProp>::zeroed();
+        // SAFETY: the out-pointer covers a whole cudaDeviceProp of the
+        // runtime's major version (checked at load).
+        check("cudaGetDeviceProperties", unsafe {
+            (api()?.get_device_properties)(props.as_mut_ptr(), ordinal(device)?)
+        })?;
+        // SAFETY: the call succeeded and filled the struct; an all-zero
+        // cudaDeviceProp is valid too (it is plain integers and arrays).
+        let props = unsafe { props.assume_init() };
+        let bytes: Vec<u8> = props
+            .name
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    fn mem_info(device: usize) -> Result<(usize, usize)> {
+        Self::set_device(device)?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        check("cudaMemGetInfo", unsafe {
+            (api()?.mem_get_info)(&mut free, &mut total)
+        })?;
+        Ok((free, total))
+    }
+
+    fn pools_supported(device: usize) -> Result<bool> {
+        let mut v: c_int = 0;
+        // SAFETY: valid out-pointer; the attribute is a constant of the enum.
+        check("cudaDeviceGetAttribute", unsafe {
+            (api()?.device_get_attribute)(
+                &mut v,
+                rt::cudaDeviceAttr::cudaDevAttrMemoryPoolsSupported,
+                ordinal(device)?,
+            )
+        })?;
+        Ok(v != 0)
+    }
+
+    fn stream_create(device: usize) -> Result<CudaStream> {
+        Self::set_device(device)?;
+        let mut s: rt::cudaStream_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the flag is a documented constant.
+        check("cudaStreamCreateWithFlags", unsafe {
+            (api()?.stream_create_with_flags)(&mut s, rt::cudaStreamNonBlocking)
+        })?;
+        Ok(CudaStream(s))
+    }
+
+    fn stream_destroy(stream: CudaStream) -> Result<()> {
+        // SAFETY: the caller owns the stream and destroys it once.
+        check("cudaStreamDestroy", unsafe { (api()?.stream_destroy)(stream.0) })
+    }
+
+    fn stream_synchronize(stream: CudaStream) -> Result<()> {
+        // SAFETY: the runtime validates the handle.
+        check("cudaStreamSynchronize", unsafe {
+            (api()?.stream_synchronize)(stream.0)
+        })
+    }
+
+    fn stream_wait_event(stream: CudaStream, event: CudaEvent) -> Result<()> {
+        // SAFETY: handles made by this backend; flags 0.
+        check("cudaStreamWaitEvent", unsafe {
+            (api()?.stream_wait_event)(stream.0, event.0, 0)
+        })
+    }
+
+    fn stream_from_raw(raw: *mut c_void) -> CudaStream {
+        CudaStream(raw.cast())
+    }
+
+    fn stream_as_raw(stream: CudaStream) -> *mut c_void {
+        stream.0.cast()
+    }
+
+    fn event_create(device: usize, timing: bool) -> Result<CudaEvent> {
+        Self::set_device(device)?;
+        let flags = if timing { 0 } else { rt::cudaEventDisableTiming };
+        let mut e: rt::cudaEvent_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; documented flags.
+        check("cudaEventCreateWithFlags", unsafe {
+            (api()?.event_create_with_flags)(&mut e, flags)
+        })?;
+        Ok(CudaEvent(e))
+    }
+
+    fn event_destroy(event: CudaEvent) -> Result<()> {
+        // SAFETY: the caller owns the event and destroys it once.
+        check("cudaEventDestroy", unsafe { (api()?.event_destroy)(event.0) })
+    }
+
+    fn event_record(event: CudaEvent, stream: CudaStream) -> Result<()> {
+        // SAFETY: handles made by this backend.
+        check("cudaEventRecord", unsafe {
+            (api()?.event_record)(event.0, stream.0)
+        })
+    }
+
+    fn event_synchronize(event: CudaEvent) -> Result<()> {
+        // SAFETY: handle made by this backend.
+        check("cudaEventSynchronize", unsafe {
+            (api()?.event_synchronize)(event.0)
+        })
+    }
+
+    fn event_elapsed_ms(start: CudaEvent, end: CudaEvent) -> Result<f32> {
+        let mut ms = 0f32;
+        // SAFETY: valid out-pointer; handles made by this backend.
+        check("cudaEventElapsedTime", unsafe {
+            (api()?.event_elapsed_time)(&mut ms, start.0, end.0)
+        })?;
+        Ok(ms)
+    }
+
+    fn event_as_raw(event: CudaEvent) -> *mut c_void {
+        event.0.cast()
+    }
+
+    fn default_pool(device: usize) -> Result<CudaPool> {
+        let mut p: rt::cudaMemPool_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        check("cudaDeviceGetDefaultMemPool", unsafe {
+            (api()?.device_get_default_mem_pool)(&mut p, ordinal(device)?)
+        })?;
+        Ok(CudaPool(p))
+    }
+
+    fn current_pool(device: usize) -> Result<CudaPool> {
+        let mut p: rt::cudaMemPool_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        check("cudaDeviceGetMemPool", unsafe {
+            (api()?.device_get_mem_pool)(&mut p, ordinal(device)?)
+        })?;
+        Ok(CudaPool(p))
+    }
+
+    fn set_current_pool(device: usize, pool: CudaPool) -> Result<()> {
+        // SAFETY: pool handle made by this backend.
+        check("cudaDeviceSetMemPool", unsafe {
+            (api()?.device_set_mem_pool)(ordinal(device)?, pool.0)
+        })
+    }
+
+    fn pool_create(props: &RawPoolProps) -> Result<CudaPool> {
+        use rt::cudaMemAllocationHandleType as H;
+        let handle_types = match props.handle_types {
+            0 => H::cudaMemHandleTypeNone,
+            1 => H::cudaMemHandleTypePosixFileDescriptor,
+            other => {
+                return Err(Error::Unsupported {
+                    backend: "cuda",
+                    what: format!("export handle type mask {other:#x}"),
+                })
+            }
+        };
+        // SAFETY: cudaMemPoolProps is plain data (integers, C enums whose
+        // zero value exists, a pointer and bytes); all-zero is a valid value
+        // and is what the runtime expects for unused fields.
+        let mut p: rt::cudaMemPoolProps = unsafe { std::mem::zeroed() };
+        p.allocType = rt::cudaMemAllocationType::cudaMemAllocationTypePinned;
+        p.handleTypes = handle_types;
+        p.location.type_ = rt::cudaMemLocationType::cudaMemLocationTypeDevice;
+        p.location.id = props.device;
+        p.maxSize = props.max_size;
+        let mut pool: rt::cudaMemPool_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and a fully initialised props struct.
+        check("cudaMemPoolCreate", unsafe {
+            (api()?.mem_pool_create)(&mut pool, &p)
+        })?;
+        Ok(CudaPool(pool))
+    }
+
+    fn pool_destroy(pool: CudaPool) -> Result<()> {
+        // SAFETY: the caller owns the pool and destroys it once; allocations
+        // still outstanding keep the pool's memory alive inside the driver.
+        check("cudaMemPoolDestroy", unsafe { (api()?.mem_pool_destroy)(pool.0) })
+    }
+
+    fn pool_get(pool: CudaPool, a: PoolAttr) -> Result<u64> {
+        let api = api()?;
+        if a.is_flag() {
+            let mut v: c_int = 0;
+            // SAFETY: flag attributes are `int`.
+            check("cudaMemPoolGetAttribute", unsafe {
+                (api.mem_pool_get_attribute)(pool.0, attr(a), (&mut v as *mut c_int).cast())
+            })?;
+            Ok(u64::from(v != 0))
+        } else {
+            let mut v: u64 = 0;
+            // SAFETY: the other attributes are `cuuint64_t`.
+            check("cudaMemPoolGetAttribute", unsafe {
+                (api.mem_pool_get_attribute)(pool.0, attr(a), (&mut v as *mut u64).cast())
+            })?;
+            Ok(v)
+        }
+    }
+
+    fn pool_set(pool: CudaPool, a: PoolAttr, value: u64) -> Result<()> {
+        let api = api()?;
+        if a.is_flag() {
+            let mut v: c_int = c_int::from(value != 0);
+            // SAFETY: flag attributes are `int`.
+            check("cudaMemPoolSetAttribute", unsafe {
+                (api.mem_pool_set_attribute)(pool.0, attr(a), (&mut v as *mut c_int).cast())
+            })
+        } else {
+            let mut v: u64 = value;
+            // SAFETY: the other attributes are `cuuint64_t`.
+            check("cudaMemPoolSetAttribute", unsafe {
+                (api.mem_pool_set_attribute)(pool.0, attr(a), (&mut v as *mut u64).cast())
+            })
+        }
+    }
+
+    fn pool_trim_to(pool: CudaPool, keep_bytes: usize) -> Result<()> {
+        // SAFETY: pool handle made by this backend.
+        check("cudaMemPoolTrimTo", unsafe {
+            (api()?.mem_pool_trim_to)(pool.0, keep_bytes)
+        })
+    }
+
+    fn pool_as_raw(pool: CudaPool) -> *mut c_void {
+        pool.0.cast()
+    }
+
+    #[inline]
+    fn malloc_async(bytes: usize, stream: CudaStream) -> Result<DevicePtr> {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the runtime validates the stream.
+        let code = unsafe { (api()?.malloc_async)(&mut p, bytes, stream.0) };
+        check_alloc("cudaMallocAsync", code, bytes)?;
+        Ok(DevicePtr(p as usize))
+    }
+
+    #[inline]
+    fn malloc_from_pool_async(bytes: usize, pool: CudaPool, stream: CudaStream) -> Result<DevicePtr> {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the runtime validates pool and stream.
+        let code = unsafe { (api()?.malloc_from_pool_async)(&mut p, bytes, pool.0, stream.0) };
+        check_alloc("cudaMallocFromPoolAsync", code, bytes)?;
+        Ok(DevicePtr(p as usize))
+    }
+
+    #[inline]
+    unsafe fn free_async(ptr: DevicePtr, stream: CudaStream) -> Result<()> {
+        // SAFETY: the caller guarantees `ptr` is a live stream-ordered
+        // allocation that nothing uses after this point in stream order.
+        check("cudaFreeAsync", unsafe {
+            (api()?.free_async)(ptr.as_mut_ptr(), stream.0)
+        })
+    }
+
+    unsafe fn copy_htod_async(
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+        stream: CudaStream,
+    ) -> Result<()> {
+        // SAFETY: the caller guarantees both ranges (see the trait).
+        check("cudaMemcpyAsync", unsafe {
+            (api()?.memcpy_async)(
+                dst.as_mut_ptr(),
+                src.cast(),
+                bytes,
+                rt::cudaMemcpyKind::cudaMemcpyHostToDevice,
+                stream.0,
+            )
+        })
+    }
+
+    unsafe fn copy_dtoh_async(dst: *mut u8, src: DevicePtr, bytes: usize, stream: CudaStream) -> Result<()> {
+        // SAFETY: the caller guarantees both ranges (see the trait).
+        check("cudaMemcpyAsync", unsafe {
+            (api()?.memcpy_async)(
+                dst.cast(),
+                src.as_mut_ptr(),
+                bytes,
+                rt::cudaMemcpyKind::cudaMemcpyDeviceToHost,
+                stream.0,
+            )
+        })
+    }
+
+    unsafe fn copy_dtod_async(
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        stream: CudaStream,
+    ) -> Result<()> {
+        // SAFETY: the caller guarantees both ranges (see the trait).
+        check("cudaMemcpyAsync", unsafe {
+            (api()?.memcpy_async)(
+                dst.as_mut_ptr(),
+                src.as_mut_ptr(),
+                bytes,
+                rt::cudaMemcpyKind::cudaMemcpyDeviceToDevice,
+                stream.0,
+            )
+        })
+    }
+
+    unsafe fn memset_async(dst: DevicePtr, value: u8, bytes: usize, stream: CudaStream) -> Result<()> {
+        // SAFETY: the caller guarantees the range (see the trait).
+        check("cudaMemsetAsync", unsafe {
+            (api()?.memset_async)(dst.as_mut_ptr(), c_int::from(value), bytes, stream.0)
+        })
+    }
+
+    fn module_load(image: &[u8]) -> Result<CudaModule> {
+        let mut lib: rt::cudaLibrary_t = std::ptr::null_mut();
+        // SAFETY: `image` is a complete fatbin/cubin/PTX image that outlives
+        // the call (the runtime copies what it keeps); no JIT or library
+        // options are passed.
+        check("cudaLibraryLoadData", unsafe {
+            (api()?.library_load_data)(
+                &mut lib,
+                image.as_ptr().cast(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        })?;
+        Ok(CudaModule(lib))
+    }
+
+    fn module_unload(module: CudaModule) -> Result<()> {
+        // SAFETY: the caller owns the module and unloads it once.
+        check("cudaLibraryUnload", unsafe { (api()?.library_unload)(module.0) })
+    }
+
+    fn module_function(module: CudaModule, name: &CStr) -> Result<CudaFunction> {
+        let mut k: rt::cudaKernel_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and NUL-terminated name.
+        check("cudaLibraryGetKernel", unsafe {
+            (api()?.library_get_kernel)(&mut k, module.0, name.as_ptr())
+        })?;
+        Ok(CudaFunction(k))
+    }
+
+    unsafe fn launch(
+        function: CudaFunction,
+        grid: u32,
+        block: u32,
+        stream: CudaStream,
+        args: &mut [*mut c_void],
+    ) -> Result<()> {
+        let grid = rt::dim3 { x: grid, y: 1, z: 1 };
+        let block = rt::dim3 { x: block, y: 1, z: 1 };
+        // SAFETY: a cudaKernel_t may stand in for the function symbol; the
+        // caller guarantees the argument list matches the kernel.
+        check("cudaLaunchKernel", unsafe {
+            (api()?.launch_kernel)(
+                function.0 as *const c_void,
+                grid,
+                block,
+                args.as_mut_ptr(),
+                0,
+                stream.0,
+            )
+        })
+    }
+}

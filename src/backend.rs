@@ -1,0 +1,182 @@
+//! The backend contract.
+//!
+//! Every vendor backend (backends/cuda, backends/rocm) implements [`Backend`].
+//! The rest of the crate talks to the vendor only through this trait, so the
+//! compiler checks the whole contract for whichever backend is built. All
+//! FFI, symbol loading and raw-handle `unsafe` lives in the backends.
+//!
+//! Handles are plain `Copy` newtypes around the vendor's pointers. Ownership
+//! (who destroys what, and when) is decided by the safe types in `src/`, not
+//! here.
+
+use std::ffi::{c_void, CStr};
+use std::fmt::Debug;
+
+use crate::error::Result;
+
+/// A device address. It is never dereferenced on the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DevicePtr(pub(crate) usize);
+
+impl DevicePtr {
+    pub(crate) const NULL: DevicePtr = DevicePtr(0);
+
+    pub(crate) fn as_mut_ptr(self) -> *mut c_void {
+        self.0 as *mut c_void
+    }
+}
+
+/// Pool attributes, in the order both vendors number them (1..=8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PoolAttr {
+    ReuseFollowEventDependencies,
+    ReuseAllowOpportunistic,
+    ReuseAllowInternalDependencies,
+    ReleaseThreshold,
+    ReservedMemCurrent,
+    ReservedMemHigh,
+    UsedMemCurrent,
+    UsedMemHigh,
+}
+
+impl PoolAttr {
+    /// The three reuse-policy attributes are `int` in both runtimes, the rest
+    /// are 64-bit.
+    pub(crate) fn is_flag(self) -> bool {
+        matches!(
+            self,
+            PoolAttr::ReuseFollowEventDependencies
+                | PoolAttr::ReuseAllowOpportunistic
+                | PoolAttr::ReuseAllowInternalDependencies
+        )
+    }
+}
+
+/// What a created pool is made with (the vendor-blind part of
+/// `cudaMemPoolProps` / `hipMemPoolProps`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RawPoolProps {
+    pub device: i32,
+    /// 0: no limit beyond the device.
+    pub max_size: usize,
+    /// Export handle types as the vendor's bit mask (POSIX fd = 1 on both).
+    pub handle_types: u32,
+}
+
+/// The contract each vendor backend implements.
+///
+/// Safe functions here may be called with any handle the backend itself
+/// produced and has not destroyed; the runtime reports misuse as an error.
+/// Functions that touch device memory through a [`DevicePtr`] are `unsafe`:
+/// the caller guarantees the range belongs to a live allocation.
+pub(crate) trait Backend: Sized + 'static {
+    /// A stream handle (`cudaStream_t`, `hipStream_t`).
+    type Stream: Copy + Debug + PartialEq + Send + Sync;
+    /// An event handle.
+    type Event: Copy + Debug + Send + Sync;
+    /// A memory-pool handle.
+    type Pool: Copy + Debug + PartialEq + Send + Sync;
+    /// A loaded code object (module / library).
+    type Module: Copy + Debug + Send + Sync;
+    /// A kernel inside a module.
+    type Function: Copy + Debug + Send + Sync;
+
+    /// `cuda` or `rocm`.
+    const NAME: &'static str;
+
+    /// Loads the runtime (once per process). Missing library: `RuntimeNotFound`.
+    fn init() -> Result<()>;
+    /// The runtime's version, e.g. 13000 for CUDA 13.0.
+    fn runtime_version() -> Result<i32>;
+
+    // Devices
+    fn device_count() -> Result<usize>;
+    fn set_device(ordinal: usize) -> Result<()>;
+    fn device_name(ordinal: usize) -> Result<String>;
+    /// (free, total) bytes.
+    fn mem_info(ordinal: usize) -> Result<(usize, usize)>;
+    fn pools_supported(ordinal: usize) -> Result<bool>;
+
+    // Streams and events
+    fn stream_create(device: usize) -> Result<Self::Stream>;
+    fn stream_destroy(stream: Self::Stream) -> Result<()>;
+    fn stream_synchronize(stream: Self::Stream) -> Result<()>;
+    fn stream_wait_event(stream: Self::Stream, event: Self::Event) -> Result<()>;
+    fn stream_from_raw(raw: *mut c_void) -> Self::Stream;
+    fn stream_as_raw(stream: Self::Stream) -> *mut c_void;
+    fn event_create(device: usize, timing: bool) -> Result<Self::Event>;
+    fn event_destroy(event: Self::Event) -> Result<()>;
+    fn event_record(event: Self::Event, stream: Self::Stream) -> Result<()>;
+    fn event_synchronize(event: Self::Event) -> Result<()>;
+    /// Milliseconds between two recorded timing events.
+    fn event_elapsed_ms(start: Self::Event, end: Self::Event) -> Result<f32>;
+    fn event_as_raw(event: Self::Event) -> *mut c_void;
+
+    // Pools
+    fn default_pool(device: usize) -> Result<Self::Pool>;
+    fn current_pool(device: usize) -> Result<Self::Pool>;
+    fn set_current_pool(device: usize, pool: Self::Pool) -> Result<()>;
+    fn pool_create(props: &RawPoolProps) -> Result<Self::Pool>;
+    fn pool_destroy(pool: Self::Pool) -> Result<()>;
+    fn pool_get(pool: Self::Pool, attr: PoolAttr) -> Result<u64>;
+    fn pool_set(pool: Self::Pool, attr: PoolAttr, value: u64) -> Result<()>;
+    fn pool_trim_to(pool: Self::Pool, keep_bytes: usize) -> Result<()>;
+    fn pool_as_raw(pool: Self::Pool) -> *mut c_void;
+
+    // Stream-ordered allocation. `bytes` is never 0 here: the safe layer
+    // handles 0 itself so that every vendor behaves the same.
+    fn malloc_async(bytes: usize, stream: Self::Stream) -> Result<DevicePtr>;
+    fn malloc_from_pool_async(bytes: usize, pool: Self::Pool, stream: Self::Stream) -> Result<DevicePtr>;
+    /// # Safety
+    /// `ptr` came from `malloc_async`/`malloc_from_pool_async`, is not freed
+    /// yet, and no work that uses it is enqueued after this free unless it is
+    /// ordered before it.
+    unsafe fn free_async(ptr: DevicePtr, stream: Self::Stream) -> Result<()>;
+
+    // Copies and fills (stream-ordered)
+    /// # Safety
+    /// `dst..dst+bytes` is a live device allocation; `src..src+bytes` is host
+    /// memory that stays valid and unchanged until the copy completes.
+    unsafe fn copy_htod_async(
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+        stream: Self::Stream,
+    ) -> Result<()>;
+    /// # Safety
+    /// `src..src+bytes` is a live device allocation; `dst..dst+bytes` is host
+    /// memory that stays valid and is not accessed until the copy completes.
+    unsafe fn copy_dtoh_async(dst: *mut u8, src: DevicePtr, bytes: usize, stream: Self::Stream)
+        -> Result<()>;
+    /// # Safety
+    /// Both ranges are live device allocations.
+    unsafe fn copy_dtod_async(
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        stream: Self::Stream,
+    ) -> Result<()>;
+    /// # Safety
+    /// `dst..dst+bytes` is a live device allocation.
+    unsafe fn memset_async(dst: DevicePtr, value: u8, bytes: usize, stream: Self::Stream) -> Result<()>;
+
+    // Code objects and launches (tests, benchmarks; feature `kernels`)
+    #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
+    fn module_load(image: &[u8]) -> Result<Self::Module>;
+    #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
+    fn module_unload(module: Self::Module) -> Result<()>;
+    #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
+    fn module_function(module: Self::Module, name: &CStr) -> Result<Self::Function>;
+    /// # Safety
+    /// `args` point to values whose types and count match the kernel's
+    /// parameters, and every device address they carry stays valid until the
+    /// kernel completes.
+    #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
+    unsafe fn launch(
+        function: Self::Function,
+        grid: u32,
+        block: u32,
+        stream: Self::Stream,
+        args: &mut [*mut c_void],
+    ) -> Result<()>;
+}

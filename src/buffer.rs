@@ -1,0 +1,339 @@
+//! Device buffers allocated in stream order.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::marker::PhantomData;
+use std::mem::size_of;
+
+use bytemuck::Pod;
+
+use crate::backend::{Backend, DevicePtr};
+use crate::error::{record_drop_error, Error, Result};
+use crate::pool::MemPool;
+use crate::stream::{Event, Stream};
+use crate::Active;
+
+/// `len` elements of `T` in bytes, or `InvalidArgument` on overflow.
+pub(crate) fn bytes_for<T>(len: usize) -> Result<usize> {
+    len.checked_mul(size_of::<T>()).ok_or_else(|| {
+        Error::invalid(format!(
+            "{len} elements of {} bytes overflow usize",
+            size_of::<T>()
+        ))
+    })
+}
+
+/// A typed allocation of device memory, owned by one stream.
+///
+/// * Allocation and free are stream-ordered: [`DeviceBuffer::new`] enqueues
+///   the allocation on the stream and `Drop` enqueues the free on the same
+///   stream, without blocking the host.
+/// * Work on other streams goes through [`DeviceBuffer::use_on`], which orders
+///   the other stream after the allocation and makes the eventual free wait
+///   for the other stream's work.
+/// * A buffer of 0 bytes (0 elements, or a zero-sized `T`) never calls the
+///   vendor runtime on any backend: it has a null address, and copies and
+///   fills of it do nothing.
+///
+/// ```no_run
+/// use somalloc::{Device, DeviceBuffer, Stream};
+/// # fn main() -> somalloc::Result<()> {
+/// let dev = Device::get(0)?;
+/// let stream = Stream::new(&dev)?;
+/// let mut buf = DeviceBuffer::<f32>::new(1024, &stream)?;
+/// buf.copy_from_host(&vec![1.0; 1024])?;
+/// assert_eq!(buf.to_vec()?[0], 1.0);
+/// # Ok(()) }
+/// ```
+pub struct DeviceBuffer<T: Pod> {
+    ptr: DevicePtr,
+    len: usize,
+    stream: Stream,
+    /// Keeps a created pool alive for as long as this allocation is.
+    _pool: Option<MemPool>,
+    /// Other streams this buffer was used on (see `use_on`).
+    users: Vec<Stream>,
+    _marker: PhantomData<T>,
+}
+
+impl<T: Pod> fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("ptr", &format_args!("{:#x}", self.ptr.0))
+            .field("len", &self.len)
+            .field("stream", &self.stream.as_raw())
+            .field("users", &self.users.len())
+            .finish()
+    }
+}
+
+impl<T: Pod> DeviceBuffer<T> {
+    /// Allocates `len` elements on `stream` from the current pool of the
+    /// stream's device. The contents are uninitialised device memory.
+    pub fn new(len: usize, stream: &Stream) -> Result<Self> {
+        let bytes = bytes_for::<T>(len)?;
+        if bytes == 0 {
+            return Ok(Self::empty(len, stream, None));
+        }
+        match Active::malloc_async(bytes, stream.raw()) {
+            Ok(ptr) => Ok(Self::wrap(ptr, len, stream, None)),
+            Err(e) => Err(with_stats(e, MemPool::current(&stream.device()).ok())),
+        }
+    }
+
+    /// Allocates `len` elements on `stream` from `pool`, which must belong to
+    /// the stream's device.
+    pub fn new_in(len: usize, pool: &MemPool, stream: &Stream) -> Result<Self> {
+        if pool.device() != stream.device() {
+            return Err(Error::invalid(format!(
+                "pool of device {} used with a stream of device {}",
+                pool.device().ordinal(),
+                stream.device().ordinal()
+            )));
+        }
+        let bytes = bytes_for::<T>(len)?;
+        let keep = pool.is_owned().then(|| pool.clone());
+        if bytes == 0 {
+            return Ok(Self::empty(len, stream, keep));
+        }
+        match Active::malloc_from_pool_async(bytes, pool.raw(), stream.raw()) {
+            Ok(ptr) => Ok(Self::wrap(ptr, len, stream, keep)),
+            Err(e) => Err(with_stats(e, Some(pool.clone()))),
+        }
+    }
+
+    /// Allocates and fills with zero bytes (stream-ordered).
+    pub fn zeroed(len: usize, stream: &Stream) -> Result<Self> {
+        let mut buf = Self::new(len, stream)?;
+        buf.memset(0)?;
+        Ok(buf)
+    }
+
+    /// Allocates on `stream` and copies `data` in; returns once the copy is done.
+    pub fn from_slice(data: &[T], stream: &Stream) -> Result<Self> {
+        let mut buf = Self::new(data.len(), stream)?;
+        buf.copy_from_host(data)?;
+        Ok(buf)
+    }
+
+    fn empty(len: usize, stream: &Stream, pool: Option<MemPool>) -> Self {
+        Self::wrap(DevicePtr::NULL, len, stream, pool)
+    }
+
+    fn wrap(ptr: DevicePtr, len: usize, stream: &Stream, pool: Option<MemPool>) -> Self {
+        DeviceBuffer {
+            ptr,
+            len,
+            stream: stream.clone(),
+            _pool: pool,
+            users: Vec::new(),
+            _marker: PhantomData,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Size in bytes.
+    pub fn size_in_bytes(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// The device address (null for a 0-byte buffer). Valid for work ordered
+    /// after the allocation on the owning stream, or on streams given to
+    /// [`DeviceBuffer::use_on`], until the buffer is dropped.
+    pub fn as_raw(&self) -> *mut c_void {
+        self.ptr.as_mut_ptr()
+    }
+
+    /// The stream that owns the allocation (and will free it).
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// Whether work on `stream` may use this buffer: it is the owning stream
+    /// or was given to [`DeviceBuffer::use_on`].
+    pub fn is_usable_on(&self, stream: &Stream) -> bool {
+        self.stream.same_as(stream) || self.users.iter().any(|u| u.same_as(stream))
+    }
+
+    /// Makes the buffer usable on `other`:
+    ///
+    /// 1. `other` waits for everything queued on the owning stream so far (the
+    ///    allocation included), through an event;
+    /// 2. when the buffer is dropped, the owning stream first waits for all
+    ///    work queued on `other` up to that moment, then frees.
+    ///
+    /// Calling it again for the same stream only repeats step 1.
+    pub fn use_on(&mut self, other: &Stream) -> Result<()> {
+        if self.stream.same_as(other) {
+            return Ok(());
+        }
+        order_after(other, &self.stream)?;
+        if !self.users.iter().any(|u| u.same_as(other)) {
+            self.users.push(other.clone());
+        }
+        Ok(())
+    }
+
+    /// Copies `src` into the buffer and waits for the copy to finish.
+    pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
+        self.check_len(src.len())?;
+        // SAFETY: `src` is borrowed until the stream is synchronised below.
+        unsafe { self.copy_from_host_async(src)? };
+        self.stream.synchronize()
+    }
+
+    /// Copies the buffer into `dst` and waits for the copy to finish.
+    pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
+        self.check_len(dst.len())?;
+        // SAFETY: `dst` is borrowed until the stream is synchronised below.
+        unsafe { self.copy_to_host_async(dst)? };
+        self.stream.synchronize()
+    }
+
+    /// Copies the buffer into a new `Vec` (waits for the copy).
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut v = vec![T::zeroed(); self.len];
+        self.copy_to_host(&mut v)?;
+        Ok(v)
+    }
+
+    /// Enqueues a copy of `src` into the buffer on the owning stream.
+    ///
+    /// # Safety
+    /// `src` must stay alive and unchanged until the copy has completed
+    /// (for example until the stream is synchronised).
+    pub unsafe fn copy_from_host_async(&mut self, src: &[T]) -> Result<()> {
+        self.check_len(src.len())?;
+        if self.size_in_bytes() == 0 {
+            return Ok(());
+        }
+        // SAFETY: the device range is this live allocation; the host range
+        // is `src`, whose lifetime the caller guarantees.
+        unsafe {
+            Active::copy_htod_async(
+                self.ptr,
+                src.as_ptr().cast(),
+                self.size_in_bytes(),
+                self.stream.raw(),
+            )
+        }
+    }
+
+    /// Enqueues a copy of the buffer into `dst` on the owning stream.
+    ///
+    /// # Safety
+    /// `dst` must stay alive and must not be read or written until the copy
+    /// has completed (for example until the stream is synchronised).
+    pub unsafe fn copy_to_host_async(&self, dst: &mut [T]) -> Result<()> {
+        self.check_len(dst.len())?;
+        if self.size_in_bytes() == 0 {
+            return Ok(());
+        }
+        // SAFETY: as above, for the opposite direction.
+        unsafe {
+            Active::copy_dtoh_async(
+                dst.as_mut_ptr().cast(),
+                self.ptr,
+                self.size_in_bytes(),
+                self.stream.raw(),
+            )
+        }
+    }
+
+    /// Enqueues a device-to-device copy of `src` into this buffer on this
+    /// buffer's stream. `src` must be usable on that stream (its owner, or
+    /// given to `src.use_on`).
+    pub fn copy_from_device(&mut self, src: &DeviceBuffer<T>) -> Result<()> {
+        self.check_len(src.len())?;
+        if !src.is_usable_on(&self.stream) {
+            return Err(Error::invalid(
+                "source buffer is not usable on the destination's stream; call use_on first",
+            ));
+        }
+        if self.size_in_bytes() == 0 {
+            return Ok(());
+        }
+        // SAFETY: both are live allocations of the same size, and `src` is
+        // ordered on this stream (checked above); its free waits for this
+        // stream if it is not the owner.
+        unsafe { Active::copy_dtod_async(self.ptr, src.ptr, self.size_in_bytes(), self.stream.raw()) }
+    }
+
+    /// Enqueues a fill of every byte with `value` on the owning stream.
+    pub fn memset(&mut self, value: u8) -> Result<()> {
+        if self.size_in_bytes() == 0 {
+            return Ok(());
+        }
+        // SAFETY: the range is exactly this live allocation.
+        unsafe { Active::memset_async(self.ptr, value, self.size_in_bytes(), self.stream.raw()) }
+    }
+
+    /// Frees now (stream-ordered) and reports an error instead of recording
+    /// it, as `Drop` would.
+    pub fn release(mut self) -> Result<()> {
+        self.free()
+    }
+
+    fn check_len(&self, other: usize) -> Result<()> {
+        if other != self.len {
+            return Err(Error::invalid(format!(
+                "length mismatch: buffer has {} elements, the other side {other}",
+                self.len
+            )));
+        }
+        Ok(())
+    }
+
+    fn free(&mut self) -> Result<()> {
+        if self.ptr == DevicePtr::NULL {
+            return Ok(());
+        }
+        let ptr = std::mem::replace(&mut self.ptr, DevicePtr::NULL);
+        // Order the free after every other stream's use. If that fails the
+        // block is leaked rather than freed under running work.
+        for user in std::mem::take(&mut self.users) {
+            order_after(&self.stream, &user)?;
+        }
+        // SAFETY: `ptr` is this buffer's live allocation (now forgotten by
+        // it), and every stream that used it is ordered before this point of
+        // the owning stream.
+        unsafe { Active::free_async(ptr, self.stream.raw()) }
+    }
+}
+
+/// `waiter` waits for everything queued so far on `target`.
+fn order_after(waiter: &Stream, target: &Stream) -> Result<()> {
+    let event = Event::new(&target.device())?;
+    event.record(target)?;
+    waiter.wait_event(&event)
+    // Destroying a recorded event is fine: the runtime keeps it until the
+    // wait is satisfied.
+}
+
+fn with_stats(e: Error, pool: Option<MemPool>) -> Error {
+    match e {
+        Error::OutOfMemory {
+            requested,
+            stats: None,
+        } => Error::OutOfMemory {
+            requested,
+            stats: pool.and_then(|p| p.stats().ok()),
+        },
+        other => other,
+    }
+}
+
+impl<T: Pod> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        record_drop_error(self.free());
+    }
+}

@@ -1,0 +1,61 @@
+//! # somalloc
+//!
+//! One stream-ordered GPU memory allocator for NVIDIA (CUDA) and AMD
+//! (ROCm/HIP). The vendor is picked when the crate is built, with exactly one
+//! of the features `cuda` or `rocm`; the API is the same on both.
+//!
+//! * [`Device`], [`Stream`], [`Event`]: the minimum needed to order work.
+//! * [`MemPool`]: the vendor's stream-ordered memory pool (default, current,
+//!   or created), with its release threshold, reuse policy, statistics and
+//!   trimming.
+//! * [`DeviceBuffer`]: a typed allocation whose allocation and free are
+//!   enqueued on a stream; use on another stream goes through
+//!   [`DeviceBuffer::use_on`].
+//!
+//! Errors are [`Error`] values, never panics: no runtime library
+//! ([`Error::RuntimeNotFound`]), no device ([`Error::NoDevice`]), out of
+//! memory ([`Error::OutOfMemory`], with the pool's statistics), bad input
+//! ([`Error::InvalidArgument`]), or any other vendor code ([`Error::Vendor`]).
+//!
+//! ```no_run
+//! use somalloc::{Device, DeviceBuffer, MemPool, Stream};
+//!
+//! # fn main() -> somalloc::Result<()> {
+//! let dev = Device::get(0)?;
+//! let stream = Stream::new(&dev)?;
+//! let pool = MemPool::default_for(&dev)?;
+//! pool.set_release_threshold(u64::MAX)?; // keep freed memory for reuse
+//!
+//! let mut a = DeviceBuffer::<u32>::new(1 << 20, &stream)?; // enqueued, no sync
+//! a.memset(0)?;
+//! let other = Stream::new(&dev)?;
+//! a.use_on(&other)?; // `other` may now use `a`; the free will wait for it
+//! drop(a); // the free is enqueued on `stream` after `other`'s work
+//! stream.synchronize()?;
+//! println!("{}", pool.stats()?);
+//! # Ok(()) }
+//! ```
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+mod backend;
+mod buffer;
+mod device;
+mod error;
+mod pool;
+mod stream;
+#[cfg(somalloc_kernels)]
+pub mod testkit;
+
+#[cfg(somalloc_cuda)]
+#[path = "../backends/cuda/mod.rs"]
+mod cuda;
+#[cfg(somalloc_cuda)]
+pub(crate) type Active = cuda::Cuda;
+
+pub use buffer::DeviceBuffer;
+pub use bytemuck::Pod;
+pub use device::Device;
+pub use error::{drop_errors, DropErrors, Error, Result, VendorCode};
+pub use pool::{ExportHandle, MemPool, PoolProperties, PoolStats, ReusePolicy};
+pub use stream::{Event, Stream};

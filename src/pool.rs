@@ -1,0 +1,293 @@
+//! Vendor memory pools (`cudaMemPool_t` / `hipMemPool_t`).
+
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::backend::{Backend, PoolAttr, RawPoolProps};
+use crate::device::Device;
+use crate::error::{record_drop_error, Error, Result};
+use crate::Active;
+
+type RawPool = <Active as Backend>::Pool;
+
+/// Byte counts of a pool, as the runtime reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Bytes the pool holds from the device now.
+    pub reserved_current: u64,
+    /// Highest `reserved_current` since creation or the last reset.
+    pub reserved_high: u64,
+    /// Bytes handed out to allocations now.
+    pub used_current: u64,
+    /// Highest `used_current` since creation or the last reset.
+    pub used_high: u64,
+}
+
+impl fmt::Display for PoolStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "used {} (high {}), reserved {} (high {})",
+            self.used_current, self.used_high, self.reserved_current, self.reserved_high
+        )
+    }
+}
+
+/// The three reuse-policy switches of a pool. All are on by default on both
+/// vendors.
+///
+/// What the runtimes promise when a block freed on stream A is wanted by an
+/// allocation on stream B:
+///
+/// | flag | on: the pool may hand the block to B … | off |
+/// |---|---|---|
+/// | `follow_event_dependencies` | … when B already waits (through events) on the work that preceded the free on A | no reuse through event edges |
+/// | `allow_opportunistic` | … when the free has already completed on the device at the time of the allocation | no reuse based on observed completion |
+/// | `allow_internal_dependencies` | … after inserting a wait on A into B, so B's later work is ordered after A's free | B is never made to wait on A |
+///
+/// With all three off, a block freed on A is reused only by later allocations
+/// on A itself (or after it has been released and re-reserved). Both CUDA
+/// and HIP document the same three attributes with the same numbering; the
+/// conformance suite checks the "all off" guarantee on each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReusePolicy {
+    /// `cudaMemPoolReuseFollowEventDependencies` / `hipMemPoolReuseFollowEventDependencies`.
+    pub follow_event_dependencies: bool,
+    /// `cudaMemPoolReuseAllowOpportunistic` / `hipMemPoolReuseAllowOpportunistic`.
+    pub allow_opportunistic: bool,
+    /// `cudaMemPoolReuseAllowInternalDependencies` / `hipMemPoolReuseAllowInternalDependencies`.
+    pub allow_internal_dependencies: bool,
+}
+
+impl ReusePolicy {
+    /// All three on (the runtimes' default).
+    pub const ALL: ReusePolicy = ReusePolicy {
+        follow_event_dependencies: true,
+        allow_opportunistic: true,
+        allow_internal_dependencies: true,
+    };
+    /// All three off: a freed block is reused only on its own stream.
+    pub const NONE: ReusePolicy = ReusePolicy {
+        follow_event_dependencies: false,
+        allow_opportunistic: false,
+        allow_internal_dependencies: false,
+    };
+}
+
+/// Export handle types a created pool supports (for IPC).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExportHandle {
+    /// Not exportable.
+    #[default]
+    None,
+    /// A POSIX file descriptor (Linux).
+    PosixFd,
+}
+
+impl ExportHandle {
+    fn mask(self) -> u32 {
+        match self {
+            ExportHandle::None => 0,
+            ExportHandle::PosixFd => 1,
+        }
+    }
+}
+
+/// How to create a pool; see [`MemPool::create`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolProperties {
+    /// Most bytes the pool may reserve from the device; `None`: no limit
+    /// beyond the device.
+    pub max_size: Option<usize>,
+    /// Export handle types.
+    pub export: ExportHandle,
+}
+
+impl Default for PoolProperties {
+    fn default() -> Self {
+        PoolProperties {
+            max_size: None,
+            export: ExportHandle::None,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct PoolInner {
+    raw: RawPool,
+    device: Device,
+    owned: bool,
+}
+
+impl Drop for PoolInner {
+    fn drop(&mut self) {
+        if self.owned {
+            // Buffers hold a clone of their pool, so none is outstanding on
+            // the host side. Frees still queued on streams are fine: the
+            // runtime releases the pool's memory once they have run.
+            record_drop_error(Active::pool_destroy(self.raw));
+        }
+    }
+}
+
+/// A stream-ordered memory pool of one device.
+///
+/// Cheap to clone. A pool made by [`MemPool::create`] is destroyed when the
+/// last clone and the last buffer allocated from it are gone; the device's
+/// default pool is never destroyed.
+///
+/// ```no_run
+/// use somalloc::{Device, MemPool, PoolProperties};
+/// # fn main() -> somalloc::Result<()> {
+/// let dev = Device::get(0)?;
+/// let pool = MemPool::create(&dev, PoolProperties { max_size: Some(1 << 30), ..Default::default() })?;
+/// pool.set_release_threshold(u64::MAX)?; // keep freed memory for reuse
+/// println!("{}", pool.stats()?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct MemPool {
+    inner: Arc<PoolInner>,
+}
+
+impl MemPool {
+    fn borrowed(device: &Device, raw: RawPool) -> MemPool {
+        MemPool {
+            inner: Arc::new(PoolInner {
+                raw,
+                device: *device,
+                owned: false,
+            }),
+        }
+    }
+
+    /// The device's default pool (never destroyed by somalloc).
+    pub fn default_for(device: &Device) -> Result<MemPool> {
+        Ok(Self::borrowed(device, Active::default_pool(device.ordinal())?))
+    }
+
+    /// The pool that allocations without an explicit pool use on `device`.
+    ///
+    /// The returned handle does not own the pool. If it is a pool created by
+    /// somalloc, keep that `MemPool` alive while you use this one.
+    pub fn current(device: &Device) -> Result<MemPool> {
+        Ok(Self::borrowed(device, Active::current_pool(device.ordinal())?))
+    }
+
+    /// Makes `pool` the one allocations without an explicit pool use on its
+    /// device. When a created pool that is current is destroyed, the
+    /// runtime makes the default pool current again.
+    pub fn set_current(pool: &MemPool) -> Result<()> {
+        Active::set_current_pool(pool.inner.device.ordinal(), pool.inner.raw)
+    }
+
+    /// Creates a pool on `device`. Its release threshold starts at 0 (freed
+    /// memory goes back to the device at the next synchronisation) as on
+    /// both runtimes; set it with [`MemPool::set_release_threshold`].
+    pub fn create(device: &Device, props: PoolProperties) -> Result<MemPool> {
+        let max_size = match props.max_size {
+            None => 0,
+            Some(0) => return Err(Error::invalid("max_size of 0: use None for no limit")),
+            Some(n) => n,
+        };
+        let device_id = i32::try_from(device.ordinal())
+            .map_err(|_| Error::invalid("device ordinal does not fit in a C int"))?;
+        let raw = Active::pool_create(&RawPoolProps {
+            device: device_id,
+            max_size,
+            handle_types: props.export.mask(),
+        })?;
+        Ok(MemPool {
+            inner: Arc::new(PoolInner {
+                raw,
+                device: *device,
+                owned: true,
+            }),
+        })
+    }
+
+    /// The device the pool belongs to.
+    pub fn device(&self) -> Device {
+        self.inner.device
+    }
+
+    /// Whether somalloc created this pool (and will destroy it).
+    pub fn is_owned(&self) -> bool {
+        self.inner.owned
+    }
+
+    /// Whether two handles name the same pool.
+    pub fn same_as(&self, other: &MemPool) -> bool {
+        self.inner.raw == other.inner.raw
+    }
+
+    /// Bytes of unused memory the pool keeps when a stream, event or device
+    /// is synchronised; above it, memory goes back to the device.
+    pub fn release_threshold(&self) -> Result<u64> {
+        Active::pool_get(self.inner.raw, PoolAttr::ReleaseThreshold)
+    }
+
+    /// Sets the release threshold; `u64::MAX` keeps everything.
+    pub fn set_release_threshold(&self, bytes: u64) -> Result<()> {
+        Active::pool_set(self.inner.raw, PoolAttr::ReleaseThreshold, bytes)
+    }
+
+    /// The three reuse-policy flags.
+    pub fn reuse_policy(&self) -> Result<ReusePolicy> {
+        let get = |a| Active::pool_get(self.inner.raw, a).map(|v| v != 0);
+        Ok(ReusePolicy {
+            follow_event_dependencies: get(PoolAttr::ReuseFollowEventDependencies)?,
+            allow_opportunistic: get(PoolAttr::ReuseAllowOpportunistic)?,
+            allow_internal_dependencies: get(PoolAttr::ReuseAllowInternalDependencies)?,
+        })
+    }
+
+    /// Sets the three reuse-policy flags.
+    pub fn set_reuse_policy(&self, policy: ReusePolicy) -> Result<()> {
+        let set = |a, on: bool| Active::pool_set(self.inner.raw, a, u64::from(on));
+        set(
+            PoolAttr::ReuseFollowEventDependencies,
+            policy.follow_event_dependencies,
+        )?;
+        set(PoolAttr::ReuseAllowOpportunistic, policy.allow_opportunistic)?;
+        set(
+            PoolAttr::ReuseAllowInternalDependencies,
+            policy.allow_internal_dependencies,
+        )
+    }
+
+    /// Releases unused memory until at most `keep_bytes` stay reserved
+    /// (memory backing live allocations is never released).
+    pub fn trim_to(&self, keep_bytes: usize) -> Result<()> {
+        Active::pool_trim_to(self.inner.raw, keep_bytes)
+    }
+
+    /// Reserved and used bytes, current and high-water.
+    pub fn stats(&self) -> Result<PoolStats> {
+        let get = |a| Active::pool_get(self.inner.raw, a);
+        Ok(PoolStats {
+            reserved_current: get(PoolAttr::ReservedMemCurrent)?,
+            reserved_high: get(PoolAttr::ReservedMemHigh)?,
+            used_current: get(PoolAttr::UsedMemCurrent)?,
+            used_high: get(PoolAttr::UsedMemHigh)?,
+        })
+    }
+
+    /// Resets both high-water marks to the current values.
+    pub fn reset_high_water(&self) -> Result<()> {
+        // Both runtimes accept only 0 here, meaning "reset to current".
+        Active::pool_set(self.inner.raw, PoolAttr::ReservedMemHigh, 0)?;
+        Active::pool_set(self.inner.raw, PoolAttr::UsedMemHigh, 0)
+    }
+
+    /// The vendor handle, still owned by this `MemPool` when created by it.
+    pub fn as_raw(&self) -> *mut c_void {
+        Active::pool_as_raw(self.inner.raw)
+    }
+
+    pub(crate) fn raw(&self) -> RawPool {
+        self.inner.raw
+    }
+}

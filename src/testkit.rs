@@ -1,0 +1,231 @@
+//! Test kernels (feature `kernels`): fill, verify, spin and the seeds'
+//! `processKernel`, compiled from `kernels/` by nvcc or hipcc at build time,
+//! embedded, and loaded at run time.
+//!
+//! This is the launch path of somalloc's own tests, benchmarks and examples;
+//! it is not the library's main API.
+
+use std::ffi::{c_void, CStr};
+
+use bytemuck::Pod;
+
+use crate::backend::Backend;
+use crate::buffer::DeviceBuffer;
+use crate::device::Device;
+use crate::error::{record_drop_error, Error, Result};
+use crate::pool::MemPool;
+use crate::stream::Stream;
+use crate::Active;
+
+static IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/somalloc_kernels.bin"));
+
+const BLOCK: u32 = 256;
+const MAX_GRID: u64 = 4096;
+
+/// The byte the fill kernel writes at `index` for `seed` (host copy of the
+/// device function, for checks on the host).
+pub fn pattern_byte(index: u64, seed: u32) -> u8 {
+    let mut x = index
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(u64::from(seed).wrapping_mul(0xBF58_476D_1CE4_E5B9))
+        .wrapping_add(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    x = x.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    x ^= x >> 29;
+    (x & 0xFF) as u8
+}
+
+/// The loaded test kernels.
+#[derive(Debug)]
+pub struct TestKernels {
+    module: <Active as Backend>::Module,
+    fill: <Active as Backend>::Function,
+    verify: <Active as Backend>::Function,
+    spin: <Active as Backend>::Function,
+    process: <Active as Backend>::Function,
+    device: Device,
+}
+
+fn grid_for(n: u64) -> u32 {
+    // n > 0 here; at most MAX_GRID blocks, each thread loops over the rest.
+    n.div_ceil(u64::from(BLOCK)).clamp(1, MAX_GRID) as u32
+}
+
+impl TestKernels {
+    /// Loads the embedded code object for `device`.
+    pub fn load(device: &Device) -> Result<TestKernels> {
+        Active::set_device(device.ordinal())?;
+        // Code objects want 8-byte alignment; `include_bytes!` gives 1.
+        let mut aligned = vec![0u64; IMAGE.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..IMAGE.len()].copy_from_slice(IMAGE);
+        let module = Active::module_load(bytemuck::cast_slice(&aligned))?;
+        let get = |name: &CStr| Active::module_function(module, name);
+        let loaded = (|| {
+            Ok::<_, Error>((
+                get(c"somalloc_fill")?,
+                get(c"somalloc_verify")?,
+                get(c"somalloc_spin")?,
+                get(c"somalloc_process")?,
+            ))
+        })();
+        match loaded {
+            Ok((fill, verify, spin, process)) => Ok(TestKernels {
+                module,
+                fill,
+                verify,
+                spin,
+                process,
+                device: *device,
+            }),
+            Err(e) => {
+                record_drop_error(Active::module_unload(module));
+                Err(e)
+            }
+        }
+    }
+
+    fn check<T: Pod>(buf: &DeviceBuffer<T>, stream: &Stream) -> Result<()> {
+        if !buf.is_usable_on(stream) {
+            return Err(Error::invalid(
+                "the buffer is not usable on this stream; call use_on first",
+            ));
+        }
+        Ok(())
+    }
+
+    fn launch(
+        &self,
+        f: <Active as Backend>::Function,
+        n: u64,
+        stream: &Stream,
+        args: &mut [*mut c_void],
+    ) -> Result<()> {
+        Active::set_device(stream.device().ordinal())?;
+        // SAFETY: every caller passes arguments matching the kernel's
+        // signature in kernels/somalloc_kernels.cu, and device addresses of
+        // buffers usable on `stream`, whose frees are ordered after this
+        // launch (same stream, or through use_on's event).
+        unsafe { Active::launch(f, grid_for(n), BLOCK, stream.raw(), args) }
+    }
+
+    /// Enqueues on `stream` a fill of every byte of `buf` with the pattern
+    /// for `seed` (see [`pattern_byte`]).
+    pub fn fill<T: Pod>(&self, buf: &DeviceBuffer<T>, seed: u32, stream: &Stream) -> Result<()> {
+        Self::check(buf, stream)?;
+        let mut n = buf.size_in_bytes() as u64;
+        if n == 0 {
+            return Ok(());
+        }
+        let mut ptr = buf.as_raw();
+        let mut seed = seed;
+        self.launch(
+            self.fill,
+            n,
+            stream,
+            &mut [
+                (&mut ptr as *mut *mut c_void).cast(),
+                (&mut n as *mut u64).cast(),
+                (&mut seed as *mut u32).cast(),
+            ],
+        )
+    }
+
+    /// Counts, on `stream`, the bytes of `buf` that differ from the pattern
+    /// for `seed`; waits for the answer.
+    pub fn verify<T: Pod>(&self, buf: &DeviceBuffer<T>, seed: u32, stream: &Stream) -> Result<u64> {
+        Self::check(buf, stream)?;
+        let mut n = buf.size_in_bytes() as u64;
+        if n == 0 {
+            return Ok(0);
+        }
+        let pool = MemPool::default_for(&stream.device())?;
+        let mut counter = DeviceBuffer::<u64>::new_in(1, &pool, stream)?;
+        counter.memset(0)?;
+        let mut ptr = buf.as_raw();
+        let mut seed = seed;
+        let mut out = counter.as_raw();
+        self.launch(
+            self.verify,
+            n,
+            stream,
+            &mut [
+                (&mut ptr as *mut *mut c_void).cast(),
+                (&mut n as *mut u64).cast(),
+                (&mut seed as *mut u32).cast(),
+                (&mut out as *mut *mut c_void).cast(),
+            ],
+        )?;
+        // `counter` lives on `stream`; copy_to_host synchronises it.
+        let mut host = [0u64];
+        counter.copy_to_host(&mut host)?;
+        Ok(host[0])
+    }
+
+    /// Enqueues on `stream` a kernel that busy-waits `cycles` GPU clock
+    /// cycles (about `cycles / clock rate` seconds).
+    pub fn spin(&self, cycles: u64, stream: &Stream) -> Result<()> {
+        let mut cycles = cycles;
+        self.launch(self.spin, 1, stream, &mut [(&mut cycles as *mut u64).cast()])
+    }
+
+    /// The seeds' `processKernel`: `data[i] = sqrt(i)` for every element.
+    pub fn process(&self, buf: &DeviceBuffer<f32>, stream: &Stream) -> Result<()> {
+        Self::check(buf, stream)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let mut n = i32::try_from(buf.len())
+            .map_err(|_| Error::invalid("process kernel takes at most i32::MAX elements"))?;
+        let mut ptr = buf.as_raw();
+        let grid = buf.len().div_ceil(BLOCK as usize);
+        let grid = u32::try_from(grid).map_err(|_| Error::invalid("grid too large"))?;
+        Active::set_device(stream.device().ordinal())?;
+        // SAFETY: (float*, int) matches somalloc_process; the buffer is
+        // usable on `stream` (checked above) and one thread per element stays
+        // in bounds.
+        unsafe {
+            Active::launch(
+                self.process,
+                grid,
+                BLOCK,
+                stream.raw(),
+                &mut [(&mut ptr as *mut *mut c_void).cast(), (&mut n as *mut i32).cast()],
+            )
+        }
+    }
+
+    /// The device the kernels were loaded for.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+}
+
+impl Drop for TestKernels {
+    fn drop(&mut self) {
+        record_drop_error(Active::module_unload(self.module));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_differs_by_seed_and_index() {
+        let a: Vec<u8> = (0..256).map(|i| pattern_byte(i, 1)).collect();
+        let b: Vec<u8> = (0..256).map(|i| pattern_byte(i, 2)).collect();
+        let same = a.iter().zip(&b).filter(|(x, y)| x == y).count();
+        // Unrelated bytes agree about 1 time in 256.
+        assert!(same < 8, "{same} equal bytes between seeds 1 and 2");
+        let distinct = a.iter().collect::<std::collections::HashSet<_>>().len();
+        assert!(distinct > 100, "only {distinct} distinct bytes");
+    }
+
+    #[test]
+    fn grid_is_bounded() {
+        assert_eq!(grid_for(1), 1);
+        assert_eq!(grid_for(256), 1);
+        assert_eq!(grid_for(257), 2);
+        assert_eq!(grid_for(u64::MAX), MAX_GRID as u32);
+    }
+}
