@@ -1,0 +1,172 @@
+//! The few HIP runtime types and constants the ROCm backend uses, written by
+//! hand (see the module doc of `backends/rocm/mod.rs` for why).
+//!
+//! Every value and layout here was checked against the HIP headers of ROCm
+//! 5.2.3 (`/usr/include/hip/hip_runtime_api.h`, `driver_types.h`) and of the
+//! current ROCm development tree (ROCm 6.x/7.x `hip_runtime_api.h`); where the
+//! two differ, the comment says so. The `const` assertions at the bottom make
+//! the compiler re-check the struct layouts on every build.
+
+#![allow(non_camel_case_types, non_snake_case)]
+
+use std::ffi::{c_int, c_uint, c_void};
+use std::mem::{align_of, offset_of, size_of};
+
+// ---------------------------------------------------------------------------
+// Opaque handles. HIP declares each as a pointer to an incomplete struct.
+
+/// `struct ihipStream_t` (never dereferenced).
+#[repr(C)]
+pub(crate) struct ihipStream_t {
+    _opaque: [u8; 0],
+}
+/// `struct ihipEvent_t` (never dereferenced).
+#[repr(C)]
+pub(crate) struct ihipEvent_t {
+    _opaque: [u8; 0],
+}
+/// `struct ihipMemPoolHandle_t` (never dereferenced).
+#[repr(C)]
+pub(crate) struct ihipMemPoolHandle_t {
+    _opaque: [u8; 0],
+}
+/// `struct ihipModule_t` (never dereferenced).
+#[repr(C)]
+pub(crate) struct ihipModule_t {
+    _opaque: [u8; 0],
+}
+/// `struct ihipModuleSymbol_t` (never dereferenced).
+#[repr(C)]
+pub(crate) struct ihipModuleSymbol_t {
+    _opaque: [u8; 0],
+}
+
+pub(crate) type hipStream_t = *mut ihipStream_t;
+pub(crate) type hipEvent_t = *mut ihipEvent_t;
+pub(crate) type hipMemPool_t = *mut ihipMemPoolHandle_t;
+pub(crate) type hipModule_t = *mut ihipModule_t;
+pub(crate) type hipFunction_t = *mut ihipModuleSymbol_t;
+/// `hipDevice_t` is a plain `int`.
+pub(crate) type hipDevice_t = c_int;
+
+/// C enums are passed as `int`-sized values (all of HIP's fit in 32 bits).
+pub(crate) type hipDeviceAttribute_t = c_int;
+pub(crate) type hipMemPoolAttr = c_int;
+pub(crate) type hipMemcpyKind = c_int;
+
+// ---------------------------------------------------------------------------
+// hipError_t: kept as a plain i32 (see mod.rs). Same values in 5.x, 6.x, 7.x.
+
+pub(crate) const hipSuccess: i32 = 0;
+pub(crate) const hipErrorOutOfMemory: i32 = 2;
+pub(crate) const hipErrorInsufficientDriver: i32 = 35;
+pub(crate) const hipErrorNoDevice: i32 = 100;
+pub(crate) const hipErrorNotSupported: i32 = 801;
+
+// ---------------------------------------------------------------------------
+// Flags and enum values.
+
+/// `hipStreamNonBlocking` (`#define`, 0x01; same as CUDA).
+pub(crate) const hipStreamNonBlocking: c_uint = 0x01;
+/// `hipEventDisableTiming` (`#define`, 0x2; same as CUDA).
+pub(crate) const hipEventDisableTiming: c_uint = 0x2;
+
+/// `hipDeviceAttributeMemoryPoolsSupported`: 88 in ROCm 5.2.3 and in the
+/// ROCm 6.x/7.x headers. Entries of the CUDA-compatible block were renamed
+/// (`Name` -> `Unused1`, `Uuid` -> `Unused2`) and a `PciDomainID` alias was
+/// added, but nothing was inserted before it, so no run-time choice is needed.
+pub(crate) const hipDeviceAttributeMemoryPoolsSupported: hipDeviceAttribute_t = 88;
+
+pub(crate) const hipMemcpyHostToDevice: hipMemcpyKind = 1;
+pub(crate) const hipMemcpyDeviceToHost: hipMemcpyKind = 2;
+pub(crate) const hipMemcpyDeviceToDevice: hipMemcpyKind = 3;
+
+// hipMemPoolAttr: 1..=8, the same numbering as cudaMemPoolAttr. The three
+// reuse flags take an `int`, the rest a `uint64_t`.
+pub(crate) const hipMemPoolReuseFollowEventDependencies: hipMemPoolAttr = 0x1;
+pub(crate) const hipMemPoolReuseAllowOpportunistic: hipMemPoolAttr = 0x2;
+pub(crate) const hipMemPoolReuseAllowInternalDependencies: hipMemPoolAttr = 0x3;
+pub(crate) const hipMemPoolAttrReleaseThreshold: hipMemPoolAttr = 0x4;
+pub(crate) const hipMemPoolAttrReservedMemCurrent: hipMemPoolAttr = 0x5;
+pub(crate) const hipMemPoolAttrReservedMemHigh: hipMemPoolAttr = 0x6;
+pub(crate) const hipMemPoolAttrUsedMemCurrent: hipMemPoolAttr = 0x7;
+pub(crate) const hipMemPoolAttrUsedMemHigh: hipMemPoolAttr = 0x8;
+
+/// `hipMemAllocationTypePinned`.
+pub(crate) const hipMemAllocationTypePinned: u32 = 0x1;
+/// `hipMemHandleTypeNone`.
+pub(crate) const hipMemHandleTypeNone: u32 = 0x0;
+/// `hipMemHandleTypePosixFileDescriptor`.
+pub(crate) const hipMemHandleTypePosixFileDescriptor: u32 = 0x1;
+/// `hipMemLocationTypeDevice` (5.x has only Invalid = 0 and Device = 1).
+pub(crate) const hipMemLocationTypeDevice: u32 = 1;
+
+// ---------------------------------------------------------------------------
+// Versions.
+
+/// `HIP_VERSION` = major * 10_000_000 + minor * 100_000 + patch; this is what
+/// `hipRuntimeGetVersion` reports on AMD (e.g. 50_221_153 for ROCm 5.2.3).
+pub(crate) const HIP_VERSION_MAJOR_SCALE: i32 = 10_000_000;
+/// ROCm 6.2: the first runtime that reads `hipMemPoolProps::maxSize`.
+pub(crate) const HIP_VERSION_POOL_MAX_SIZE: i32 = 60_200_000;
+/// HIP on NVIDIA forwards `hipRuntimeGetVersion` to `cudaRuntimeGetVersion`
+/// (e.g. 12_080), and `hipMemPoolProps` is `cudaMemPoolProps`, whose `maxSize`
+/// (same offset) exists from CUDA 12.2.
+pub(crate) const CUDA_VERSION_POOL_MAX_SIZE: i32 = 12_020;
+
+// ---------------------------------------------------------------------------
+// Structs.
+
+/// `hipMemLocation`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct hipMemLocation {
+    /// `hipMemLocationType`.
+    pub type_: u32,
+    pub id: c_int,
+}
+
+/// `hipMemPoolProps`, in its ROCm >= 6.2 shape. In ROCm < 6.2 the eight bytes
+/// of `maxSize` are the start of `unsigned char reserved[64]`, which must be
+/// zero: the backend writes `maxSize` only when the runtime reads it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct hipMemPoolProps {
+    /// `hipMemAllocationType`.
+    pub allocType: u32,
+    /// `hipMemAllocationHandleType` (a bit mask).
+    pub handleTypes: u32,
+    pub location: hipMemLocation,
+    pub win32SecurityAttributes: *mut c_void,
+    pub maxSize: usize,
+    pub reserved: [u8; 56],
+}
+
+impl hipMemPoolProps {
+    /// All fields zero / null, as the runtime expects for unused fields.
+    pub(crate) const fn zeroed() -> Self {
+        hipMemPoolProps {
+            allocType: 0,
+            handleTypes: 0,
+            location: hipMemLocation { type_: 0, id: 0 },
+            win32SecurityAttributes: std::ptr::null_mut(),
+            maxSize: 0,
+            reserved: [0; 56],
+        }
+    }
+}
+
+// Layouts as in the headers (checked with offsetof/sizeof against ROCm 5.2.3:
+// sizeof(hipMemPoolProps) == 88, location at 8, win32SecurityAttributes at 16,
+// reserved[64] at 24; and against the ROCm >= 6.2 declaration with maxSize).
+// ROCm is 64-bit only.
+const _: () = assert!(size_of::<hipMemLocation>() == 8);
+const _: () = assert!(size_of::<hipMemPoolProps>() == 88, "hipMemPoolProps must be 88 bytes");
+const _: () = assert!(align_of::<hipMemPoolProps>() == 8);
+const _: () = assert!(offset_of!(hipMemPoolProps, allocType) == 0);
+const _: () = assert!(offset_of!(hipMemPoolProps, handleTypes) == 4);
+const _: () = assert!(offset_of!(hipMemPoolProps, location) == 8);
+const _: () = assert!(offset_of!(hipMemPoolProps, win32SecurityAttributes) == 16);
+const _: () = assert!(offset_of!(hipMemPoolProps, maxSize) == 24);
+const _: () = assert!(offset_of!(hipMemPoolProps, reserved) == 32);
+const _: () = assert!(size_of::<hipStream_t>() == size_of::<*mut c_void>());

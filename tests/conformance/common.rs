@@ -1,0 +1,87 @@
+//! Shared set-up for the conformance tests.
+
+use std::io::Write;
+use std::sync::{Mutex, MutexGuard};
+
+use somalloc::testkit::TestKernels;
+use somalloc::{Device, Error, MemPool, PoolProperties, Stream};
+
+/// Everything a GPU test needs: a device, the test kernels, a pool of its own
+/// (release threshold u64::MAX) and a stream.
+pub struct Ctx {
+    pub dev: Device,
+    pub k: TestKernels,
+    pub pool: MemPool,
+    pub stream: Stream,
+    used_at_start: u64,
+}
+
+/// Prints one line that bypasses the test harness's output capture, so skips
+/// show in every log.
+pub fn say(line: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
+}
+
+/// The device, or `None` after printing one skip line when there is none.
+pub fn device(test: &str) -> Option<Device> {
+    match Device::get(0) {
+        Ok(dev) => Some(dev),
+        Err(e @ (Error::RuntimeNotFound { .. } | Error::NoDevice { .. })) => {
+            say(&format!("SKIP {test}: no GPU ({e})"));
+            None
+        }
+        Err(e) => panic!("{test}: unexpected error opening device 0: {e}"),
+    }
+}
+
+pub fn setup(test: &str) -> Option<Ctx> {
+    setup_with(test, PoolProperties::default())
+}
+
+pub fn setup_with(test: &str, props: PoolProperties) -> Option<Ctx> {
+    let dev = device(test)?;
+    let k = TestKernels::load(&dev).expect("load test kernels");
+    let pool = MemPool::create(&dev, props).expect("create pool");
+    pool.set_release_threshold(u64::MAX).expect("set threshold");
+    let stream = Stream::new(&dev).expect("create stream");
+    let used_at_start = pool.stats().expect("stats").used_current;
+    Some(Ctx {
+        dev,
+        k,
+        pool,
+        stream,
+        used_at_start,
+    })
+}
+
+impl Ctx {
+    pub fn new_stream(&self) -> Stream {
+        Stream::new(&self.dev).expect("create stream")
+    }
+
+    /// Waits for `streams` (and the context's stream) and asserts the pool's
+    /// used bytes are back where they began.
+    pub fn finish(&self, streams: &[&Stream]) {
+        self.stream.synchronize().expect("sync");
+        for s in streams {
+            s.synchronize().expect("sync");
+        }
+        let used = self.pool.stats().expect("stats").used_current;
+        assert_eq!(used, self.used_at_start, "pool used bytes did not return to their start");
+        assert_eq!(somalloc::drop_errors().last.map(|e| e.to_string()), None, "an error was recorded in Drop");
+    }
+}
+
+/// About `ms` milliseconds of spinning on a GPU clocked near 2 GHz (the exact
+/// time does not matter: it only has to be long compared to host calls).
+pub fn spin_cycles(ms: u64) -> u64 {
+    ms * 2_000_000
+}
+
+/// Tests that allocate from, or change, the device's current pool hold this
+/// lock, so no other test's allocation lands in a pool that is briefly current.
+pub fn current_pool_lock() -> MutexGuard<'static, ()> {
+    static CURRENT_POOL: Mutex<()> = Mutex::new(());
+    CURRENT_POOL.lock().unwrap_or_else(|p| p.into_inner())
+}
