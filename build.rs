@@ -135,7 +135,8 @@ fn build_cuda(out: &Path) {
         "SOMALLOC_NVCC",
         &["CUDA_HOME", "CUDA_PATH"],
         &["/usr/local/cuda/bin/nvcc"],
-    ) else {
+    )
+    .or_else(setup_nvcc) else {
         fail(&[
             "somalloc: the `kernels` feature needs nvcc, and none was found",
             "somalloc: (looked at $SOMALLOC_NVCC, PATH, $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin).",
@@ -143,7 +144,7 @@ fn build_cuda(out: &Path) {
             "somalloc:   python3 -m venv .venv-cuda && .venv-cuda/bin/pip install \"nvidia-cuda-nvcc==13.0.*\" \"nvidia-nvvm==13.0.*\" \\",
             "somalloc:     \"nvidia-cuda-crt==13.0.*\" \"nvidia-cuda-runtime==13.0.*\" \"nvidia-cuda-cccl==13.0.*\"",
             "somalloc: then set SOMALLOC_NVCC=.venv-cuda/lib/python3.*/site-packages/nvidia/cu13/bin/nvcc",
-            "somalloc: (or run `bash ci/setup.sh cuda`, which does this and prints the path).",
+            "somalloc: (or `source ci/setup.sh cuda`, which installs it where this build looks by itself).",
         ]);
     };
     let mut cmd = Command::new(&nvcc);
@@ -162,6 +163,20 @@ fn build_cuda(out: &Path) {
     run(cmd, "nvcc");
 }
 
+/// The nvcc that `ci/setup.sh cuda` installs from PyPI, if it is there.
+fn setup_nvcc() -> Option<PathBuf> {
+    println!("cargo::rerun-if-env-changed=SOMALLOC_TOOLS");
+    let tools = env::var_os("SOMALLOC_TOOLS")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| Path::new(&h).join(".cache/somalloc")))?;
+    let lib = tools.join("venv-cuda13/lib");
+    std::fs::read_dir(&lib)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("site-packages/nvidia/cu13/bin/nvcc"))
+        .find(|p| p.is_file())
+}
+
 fn build_hip(out: &Path) {
     let Some(hipcc) = find_tool(
         "hipcc",
@@ -173,7 +188,7 @@ fn build_hip(out: &Path) {
             "somalloc: the `kernels` feature with `rocm` needs hipcc, and none was found",
             "somalloc: (looked at $SOMALLOC_HIPCC, PATH, $ROCM_PATH/bin, $HIP_PATH/bin, /opt/rocm/bin).",
             "somalloc: on Debian or Ubuntu: `apt-get install hipcc libamdhip64-dev`",
-            "somalloc: (or run `bash ci/setup.sh rocm`).",
+            "somalloc: (or `source ci/setup.sh rocm`).",
         ]);
     };
     let mut cmd = Command::new(&hipcc);

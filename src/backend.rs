@@ -133,6 +133,15 @@ pub(crate) trait Backend: Sized + 'static {
     /// ordered before it.
     unsafe fn free_async(ptr: DevicePtr, stream: Self::Stream) -> Result<()>;
 
+    /// Synchronous allocation (`cudaMalloc` / `hipMalloc`), for baselines.
+    #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
+    fn malloc_sync(device: usize, bytes: usize) -> Result<DevicePtr>;
+    /// # Safety
+    /// `ptr` came from `malloc_sync` and is not freed yet; the device may
+    /// still be using it (the call synchronises).
+    #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
+    unsafe fn free_sync(device: usize, ptr: DevicePtr) -> Result<()>;
+
     // Copies and fills (stream-ordered)
     /// # Safety
     /// `dst..dst+bytes` is a live device allocation; `src..src+bytes` is host

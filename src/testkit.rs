@@ -9,7 +9,7 @@ use std::ffi::{c_void, CStr};
 
 use bytemuck::Pod;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, DevicePtr};
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::error::{record_drop_error, Error, Result};
@@ -33,6 +33,72 @@ pub fn pattern_byte(index: u64, seed: u32) -> u8 {
     x = x.wrapping_mul(0xD6E8_FEB8_6659_FD93);
     x ^= x >> 29;
     (x & 0xFF) as u8
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Device memory the test kernels can work on: a [`DeviceBuffer`] or a
+/// [`SyncBuffer`].
+pub trait KernelTarget: sealed::Sealed {
+    /// Device address and size in bytes.
+    fn range(&self) -> (*mut c_void, usize);
+    /// Whether work on `stream` may touch this memory.
+    fn usable_on(&self, stream: &Stream) -> bool;
+}
+
+impl<T: Pod> sealed::Sealed for DeviceBuffer<T> {}
+impl<T: Pod> KernelTarget for DeviceBuffer<T> {
+    fn range(&self) -> (*mut c_void, usize) {
+        (self.as_raw(), self.size_in_bytes())
+    }
+    fn usable_on(&self, stream: &Stream) -> bool {
+        self.is_usable_on(stream)
+    }
+}
+
+/// Memory from the synchronous `cudaMalloc` / `hipMalloc`, freed with the
+/// synchronous `cudaFree` / `hipFree` on drop: the baseline the seeds compare
+/// stream-ordered allocation against. Usable on every stream of its device,
+/// since the synchronous free waits for the whole device.
+#[derive(Debug)]
+pub struct SyncBuffer {
+    ptr: DevicePtr,
+    bytes: usize,
+    device: Device,
+}
+
+impl SyncBuffer {
+    /// Allocates `bytes` (at least 1) synchronously on `device`.
+    pub fn new(device: &Device, bytes: usize) -> Result<SyncBuffer> {
+        if bytes == 0 {
+            return Err(Error::invalid("SyncBuffer of 0 bytes"));
+        }
+        Ok(SyncBuffer {
+            ptr: Active::malloc_sync(device.ordinal(), bytes)?,
+            bytes,
+            device: *device,
+        })
+    }
+}
+
+impl Drop for SyncBuffer {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from malloc_sync and is freed exactly once; the
+        // synchronous free waits for any kernel still using it.
+        record_drop_error(unsafe { Active::free_sync(self.device.ordinal(), self.ptr) });
+    }
+}
+
+impl sealed::Sealed for SyncBuffer {}
+impl KernelTarget for SyncBuffer {
+    fn range(&self) -> (*mut c_void, usize) {
+        (self.ptr.as_mut_ptr(), self.bytes)
+    }
+    fn usable_on(&self, stream: &Stream) -> bool {
+        stream.device() == self.device
+    }
 }
 
 /// The loaded test kernels.
@@ -84,8 +150,8 @@ impl TestKernels {
         }
     }
 
-    fn check<T: Pod>(buf: &DeviceBuffer<T>, stream: &Stream) -> Result<()> {
-        if !buf.is_usable_on(stream) {
+    fn check(buf: &impl KernelTarget, stream: &Stream) -> Result<()> {
+        if !buf.usable_on(stream) {
             return Err(Error::invalid(
                 "the buffer is not usable on this stream; call use_on first",
             ));
@@ -110,13 +176,13 @@ impl TestKernels {
 
     /// Enqueues on `stream` a fill of every byte of `buf` with the pattern
     /// for `seed` (see [`pattern_byte`]).
-    pub fn fill<T: Pod>(&self, buf: &DeviceBuffer<T>, seed: u32, stream: &Stream) -> Result<()> {
+    pub fn fill(&self, buf: &impl KernelTarget, seed: u32, stream: &Stream) -> Result<()> {
         Self::check(buf, stream)?;
-        let mut n = buf.size_in_bytes() as u64;
+        let (mut ptr, n) = buf.range();
+        let mut n = n as u64;
         if n == 0 {
             return Ok(());
         }
-        let mut ptr = buf.as_raw();
         let mut seed = seed;
         self.launch(
             self.fill,
@@ -132,16 +198,16 @@ impl TestKernels {
 
     /// Counts, on `stream`, the bytes of `buf` that differ from the pattern
     /// for `seed`; waits for the answer.
-    pub fn verify<T: Pod>(&self, buf: &DeviceBuffer<T>, seed: u32, stream: &Stream) -> Result<u64> {
+    pub fn verify(&self, buf: &impl KernelTarget, seed: u32, stream: &Stream) -> Result<u64> {
         Self::check(buf, stream)?;
-        let mut n = buf.size_in_bytes() as u64;
+        let (mut ptr, n) = buf.range();
+        let mut n = n as u64;
         if n == 0 {
             return Ok(0);
         }
         let pool = MemPool::default_for(&stream.device())?;
         let mut counter = DeviceBuffer::<u64>::new_in(1, &pool, stream)?;
         counter.memset(0)?;
-        let mut ptr = buf.as_raw();
         let mut seed = seed;
         let mut out = counter.as_raw();
         self.launch(
@@ -168,16 +234,18 @@ impl TestKernels {
         self.launch(self.spin, 1, stream, &mut [(&mut cycles as *mut u64).cast()])
     }
 
-    /// The seeds' `processKernel`: `data[i] = sqrt(i)` for every element.
-    pub fn process(&self, buf: &DeviceBuffer<f32>, stream: &Stream) -> Result<()> {
+    /// The seeds' `processKernel`: `data[i] = sqrt(i)` for every `f32` in
+    /// `buf`.
+    pub fn process(&self, buf: &impl KernelTarget, stream: &Stream) -> Result<()> {
         Self::check(buf, stream)?;
-        if buf.is_empty() {
+        let (mut ptr, bytes) = buf.range();
+        let len = bytes / std::mem::size_of::<f32>();
+        if len == 0 {
             return Ok(());
         }
-        let mut n = i32::try_from(buf.len())
+        let mut n = i32::try_from(len)
             .map_err(|_| Error::invalid("process kernel takes at most i32::MAX elements"))?;
-        let mut ptr = buf.as_raw();
-        let grid = buf.len().div_ceil(BLOCK as usize);
+        let grid = len.div_ceil(BLOCK as usize);
         let grid = u32::try_from(grid).map_err(|_| Error::invalid("grid too large"))?;
         Active::set_device(stream.device().ordinal())?;
         // SAFETY: (float*, int) matches somalloc_process; the buffer is

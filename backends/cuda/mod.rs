@@ -101,6 +101,8 @@ runtime_api! {
     fn malloc_async = "cudaMallocAsync\0"; (*mut *mut c_void, usize, rt::cudaStream_t) -> i32;
     fn malloc_from_pool_async = "cudaMallocFromPoolAsync\0"; (*mut *mut c_void, usize, rt::cudaMemPool_t, rt::cudaStream_t) -> i32;
     fn free_async = "cudaFreeAsync\0"; (*mut c_void, rt::cudaStream_t) -> i32;
+    fn malloc = "cudaMalloc\0"; (*mut *mut c_void, usize) -> i32;
+    fn free = "cudaFree\0"; (*mut c_void) -> i32;
     fn memcpy_async = "cudaMemcpyAsync\0"; (*mut c_void, *const c_void, usize, rt::cudaMemcpyKind, rt::cudaStream_t) -> i32;
     fn memset_async = "cudaMemsetAsync\0"; (*mut c_void, c_int, usize, rt::cudaStream_t) -> i32;
     fn library_load_data = "cudaLibraryLoadData\0"; (
@@ -588,6 +590,22 @@ impl Backend for Cuda {
         check("cudaFreeAsync", unsafe {
             (api()?.free_async)(ptr.as_mut_ptr(), stream.0)
         })
+    }
+
+    fn malloc_sync(device: usize, bytes: usize) -> Result<DevicePtr> {
+        Self::set_device(device)?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        let code = unsafe { (api()?.malloc)(&mut p, bytes) };
+        check_alloc("cudaMalloc", code, bytes)?;
+        Ok(DevicePtr(p as usize))
+    }
+
+    unsafe fn free_sync(device: usize, ptr: DevicePtr) -> Result<()> {
+        Self::set_device(device)?;
+        // SAFETY: the caller guarantees `ptr` came from cudaMalloc and is
+        // live; cudaFree waits for the device before releasing it.
+        check("cudaFree", unsafe { (api()?.free)(ptr.as_mut_ptr()) })
     }
 
     unsafe fn copy_htod_async(

@@ -68,8 +68,15 @@ impl Ctx {
             s.synchronize().expect("sync");
         }
         let used = self.pool.stats().expect("stats").used_current;
-        assert_eq!(used, self.used_at_start, "pool used bytes did not return to their start");
-        assert_eq!(somalloc::drop_errors().last.map(|e| e.to_string()), None, "an error was recorded in Drop");
+        assert_eq!(
+            used, self.used_at_start,
+            "pool used bytes did not return to their start"
+        );
+        assert_eq!(
+            somalloc::drop_errors().last.map(|e| e.to_string()),
+            None,
+            "an error was recorded in Drop"
+        );
     }
 }
 

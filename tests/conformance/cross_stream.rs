@@ -7,7 +7,9 @@ use crate::common::{setup, spin_cycles};
 /// (a new allocation on A that reuses the block is not overwritten by B).
 #[test]
 fn allocate_on_a_use_on_b_free_on_a() {
-    let Some(ctx) = setup("cross_stream::allocate_on_a_use_on_b_free_on_a") else { return };
+    let Some(ctx) = setup("cross_stream::allocate_on_a_use_on_b_free_on_a") else {
+        return;
+    };
     let a = &ctx.stream;
     let b = ctx.new_stream();
     let bytes = 16 << 20;
@@ -25,7 +27,11 @@ fn allocate_on_a_use_on_b_free_on_a() {
     drop(buf);
     let c = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, a).unwrap();
     ctx.k.fill(&c, 11, a).unwrap();
-    assert_eq!(ctx.k.verify(&c, 11, a).unwrap(), 0, "B's late write landed in A's next allocation");
+    assert_eq!(
+        ctx.k.verify(&c, 11, a).unwrap(),
+        0,
+        "B's late write landed in A's next allocation"
+    );
     crate::common::say(&format!(
         "cross_stream::allocate_on_a_use_on_b_free_on_a: block reused on A: {}",
         c.as_raw() as usize == addr
@@ -36,13 +42,21 @@ fn allocate_on_a_use_on_b_free_on_a() {
 
 #[test]
 fn other_streams_need_use_on() {
-    let Some(ctx) = setup("cross_stream::other_streams_need_use_on") else { return };
+    let Some(ctx) = setup("cross_stream::other_streams_need_use_on") else {
+        return;
+    };
     let b = ctx.new_stream();
     let mut buf = DeviceBuffer::<u8>::new_in(4096, &ctx.pool, &ctx.stream).unwrap();
     assert!(!buf.is_usable_on(&b));
-    assert!(matches!(ctx.k.fill(&buf, 1, &b), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        ctx.k.fill(&buf, 1, &b),
+        Err(Error::InvalidArgument { .. })
+    ));
     let mut other = DeviceBuffer::<u8>::new_in(4096, &ctx.pool, &b).unwrap();
-    assert!(matches!(other.copy_from_device(&buf), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        other.copy_from_device(&buf),
+        Err(Error::InvalidArgument { .. })
+    ));
     buf.use_on(&b).unwrap();
     buf.use_on(&b).unwrap(); // again: harmless
     assert!(buf.is_usable_on(&b));

@@ -21,7 +21,9 @@ fn environment_problems_are_typed_errors() {
 
 #[test]
 fn device_properties() {
-    let Some(dev) = device("device::device_properties") else { return };
+    let Some(dev) = device("device::device_properties") else {
+        return;
+    };
     let count = Device::count().unwrap();
     assert!(count >= 1);
     assert!(!dev.name().unwrap().is_empty());
@@ -29,13 +31,17 @@ fn device_properties() {
     let free = dev.free_memory().unwrap();
     assert!(total > 0 && free <= total, "free {free} total {total}");
     assert!(dev.supports_memory_pools().unwrap());
-    assert!(matches!(Device::get(count), Err(Error::InvalidDevice { ordinal, count: c }) if ordinal == count && c == count));
+    assert!(
+        matches!(Device::get(count), Err(Error::InvalidDevice { ordinal, count: c }) if ordinal == count && c == count)
+    );
     assert!(Device::runtime_version().unwrap() > 0);
 }
 
 #[test]
 fn borrowed_streams_are_not_destroyed() {
-    let Some(dev) = device("device::borrowed_streams_are_not_destroyed") else { return };
+    let Some(dev) = device("device::borrowed_streams_are_not_destroyed") else {
+        return;
+    };
     let owned = Stream::new(&dev).unwrap();
     assert!(owned.is_owned());
     // SAFETY: `owned` outlives `borrowed`.
@@ -53,7 +59,9 @@ fn borrowed_streams_are_not_destroyed() {
 
 #[test]
 fn events_order_streams_and_time_work() {
-    let Some(ctx) = setup("device::events_order_streams_and_time_work") else { return };
+    let Some(ctx) = setup("device::events_order_streams_and_time_work") else {
+        return;
+    };
     let start = Event::with_timing(&ctx.dev).unwrap();
     let end = Event::with_timing(&ctx.dev).unwrap();
     start.record(&ctx.stream).unwrap();

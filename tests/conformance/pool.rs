@@ -6,7 +6,9 @@ const MIB: usize = 1 << 20;
 
 #[test]
 fn release_threshold_and_trim() {
-    let Some(ctx) = setup("pool::release_threshold_and_trim") else { return };
+    let Some(ctx) = setup("pool::release_threshold_and_trim") else {
+        return;
+    };
     let bytes = 64 * MIB;
 
     ctx.pool.set_release_threshold(0).unwrap();
@@ -14,7 +16,10 @@ fn release_threshold_and_trim() {
     drop(DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &ctx.stream).unwrap());
     ctx.stream.synchronize().unwrap();
     let s = ctx.pool.stats().unwrap();
-    assert_eq!(s.reserved_current, 0, "threshold 0 keeps memory after a sync: {s}");
+    assert_eq!(
+        s.reserved_current, 0,
+        "threshold 0 keeps memory after a sync: {s}"
+    );
     assert!(s.reserved_high >= bytes as u64, "{s}");
 
     ctx.pool.set_release_threshold(u64::MAX).unwrap();
@@ -22,7 +27,10 @@ fn release_threshold_and_trim() {
     drop(DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &ctx.stream).unwrap());
     ctx.stream.synchronize().unwrap();
     let s = ctx.pool.stats().unwrap();
-    assert!(s.reserved_current >= bytes as u64, "threshold MAX released memory: {s}");
+    assert!(
+        s.reserved_current >= bytes as u64,
+        "threshold MAX released memory: {s}"
+    );
 
     ctx.pool.trim_to(0).unwrap();
     let s = ctx.pool.stats().unwrap();
@@ -32,8 +40,14 @@ fn release_threshold_and_trim() {
 
 #[test]
 fn reuse_policy_round_trips() {
-    let Some(ctx) = setup("pool::reuse_policy_round_trips") else { return };
-    assert_eq!(ctx.pool.reuse_policy().unwrap(), ReusePolicy::ALL, "both runtimes default to all on");
+    let Some(ctx) = setup("pool::reuse_policy_round_trips") else {
+        return;
+    };
+    assert_eq!(
+        ctx.pool.reuse_policy().unwrap(),
+        ReusePolicy::ALL,
+        "both runtimes default to all on"
+    );
     for bits in 0..8u8 {
         let p = ReusePolicy {
             follow_event_dependencies: bits & 1 != 0,
@@ -50,7 +64,9 @@ fn reuse_policy_round_trips() {
 /// not handed to an allocation on an unrelated stream B.
 #[test]
 fn reuse_flags_off_keep_streams_apart() {
-    let Some(ctx) = setup("pool::reuse_flags_off_keep_streams_apart") else { return };
+    let Some(ctx) = setup("pool::reuse_flags_off_keep_streams_apart") else {
+        return;
+    };
     ctx.pool.set_reuse_policy(ReusePolicy::NONE).unwrap();
     let a = &ctx.stream;
     let b = ctx.new_stream();
@@ -71,7 +87,12 @@ fn reuse_flags_off_keep_streams_apart() {
     }
     // With following event dependencies on, B may take A's block once it
     // waits on an event recorded after the free; content stays right.
-    ctx.pool.set_reuse_policy(ReusePolicy { follow_event_dependencies: true, ..ReusePolicy::NONE }).unwrap();
+    ctx.pool
+        .set_reuse_policy(ReusePolicy {
+            follow_event_dependencies: true,
+            ..ReusePolicy::NONE
+        })
+        .unwrap();
     let x = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, a).unwrap();
     ctx.k.spin(spin_cycles(20), a).unwrap();
     ctx.k.fill(&x, 1, a).unwrap();
@@ -88,12 +109,17 @@ fn reuse_flags_off_keep_streams_apart() {
 
 #[test]
 fn stats_follow_allocations() {
-    let Some(ctx) = setup("pool::stats_follow_allocations") else { return };
+    let Some(ctx) = setup("pool::stats_follow_allocations") else {
+        return;
+    };
     let bytes = 8 * MIB;
     let start = ctx.pool.stats().unwrap();
     let buf = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &ctx.stream).unwrap();
     let during = ctx.pool.stats().unwrap();
-    assert!(during.used_current >= start.used_current + bytes as u64, "{during}");
+    assert!(
+        during.used_current >= start.used_current + bytes as u64,
+        "{during}"
+    );
     assert!(during.reserved_current >= during.used_current, "{during}");
     drop(buf);
     ctx.stream.synchronize().unwrap();
@@ -109,20 +135,37 @@ fn stats_follow_allocations() {
 
 #[test]
 fn max_size_caps_a_created_pool() {
-    let props = PoolProperties { max_size: Some(32 * MIB), ..Default::default() };
-    let Some(ctx) = setup_with("pool::max_size_caps_a_created_pool", props) else { return };
+    let props = PoolProperties {
+        max_size: Some(32 * MIB),
+        ..Default::default()
+    };
+    let Some(ctx) = setup_with("pool::max_size_caps_a_created_pool", props) else {
+        return;
+    };
     let a = DeviceBuffer::<u8>::new_in(16 * MIB, &ctx.pool, &ctx.stream).unwrap();
     let r = DeviceBuffer::<u8>::new_in(64 * MIB, &ctx.pool, &ctx.stream);
-    assert!(matches!(r, Err(Error::OutOfMemory { requested, .. }) if requested == 64 * MIB), "{r:?}");
+    assert!(
+        matches!(r, Err(Error::OutOfMemory { requested, .. }) if requested == 64 * MIB),
+        "{r:?}"
+    );
     let r = DeviceBuffer::<u8>::new_in(24 * MIB, &ctx.pool, &ctx.stream);
-    assert!(matches!(r, Err(Error::OutOfMemory { .. })), "16 + 24 MiB fit in a 32 MiB pool: {r:?}");
+    assert!(
+        matches!(r, Err(Error::OutOfMemory { .. })),
+        "16 + 24 MiB fit in a 32 MiB pool: {r:?}"
+    );
     // Still usable within the cap.
     let b = DeviceBuffer::<u8>::new_in(8 * MIB, &ctx.pool, &ctx.stream).unwrap();
     ctx.k.fill(&b, 3, &ctx.stream).unwrap();
     assert_eq!(ctx.k.verify(&b, 3, &ctx.stream).unwrap(), 0);
     drop((a, b));
     assert!(matches!(
-        MemPool::create(&ctx.dev, PoolProperties { max_size: Some(0), ..Default::default() }),
+        MemPool::create(
+            &ctx.dev,
+            PoolProperties {
+                max_size: Some(0),
+                ..Default::default()
+            }
+        ),
         Err(Error::InvalidArgument { .. })
     ));
     ctx.finish(&[]);
@@ -130,7 +173,9 @@ fn max_size_caps_a_created_pool() {
 
 #[test]
 fn chosen_and_current_pools() {
-    let Some(ctx) = setup("pool::chosen_and_current_pools") else { return };
+    let Some(ctx) = setup("pool::chosen_and_current_pools") else {
+        return;
+    };
     let _guard = current_pool_lock();
     let default = MemPool::default_for(&ctx.dev).unwrap();
     assert!(!default.is_owned());
@@ -163,7 +208,9 @@ fn chosen_and_current_pools() {
 /// A created pool whose handle is dropped lives on while buffers from it do.
 #[test]
 fn buffers_keep_their_pool_alive() {
-    let Some(ctx) = setup("pool::buffers_keep_their_pool_alive") else { return };
+    let Some(ctx) = setup("pool::buffers_keep_their_pool_alive") else {
+        return;
+    };
     let pool = MemPool::create(&ctx.dev, PoolProperties::default()).unwrap();
     let buf = DeviceBuffer::<u8>::new_in(MIB, &pool, &ctx.stream).unwrap();
     drop(pool);

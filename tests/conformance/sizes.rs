@@ -5,7 +5,9 @@ use crate::common::setup;
 
 #[test]
 fn sizes_from_zero_to_one_gib() {
-    let Some(ctx) = setup("sizes::sizes_from_zero_to_one_gib") else { return };
+    let Some(ctx) = setup("sizes::sizes_from_zero_to_one_gib") else {
+        return;
+    };
     for (i, &bytes) in [0usize, 1, 4, 1 << 10, 1 << 20, 1 << 30].iter().enumerate() {
         let buf = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &ctx.stream).unwrap();
         assert_eq!(buf.len(), bytes);
@@ -19,7 +21,10 @@ fn sizes_from_zero_to_one_gib() {
         }
         if bytes <= 1 << 20 {
             let host = buf.to_vec().unwrap();
-            assert!(host.iter().enumerate().all(|(j, &b)| b == pattern_byte(j as u64, seed)));
+            assert!(host
+                .iter()
+                .enumerate()
+                .all(|(j, &b)| b == pattern_byte(j as u64, seed)));
         }
     }
     ctx.finish(&[]);
@@ -27,7 +32,9 @@ fn sizes_from_zero_to_one_gib() {
 
 #[test]
 fn zero_bytes_never_reach_the_vendor() {
-    let Some(ctx) = setup("sizes::zero_bytes_never_reach_the_vendor") else { return };
+    let Some(ctx) = setup("sizes::zero_bytes_never_reach_the_vendor") else {
+        return;
+    };
     let before = ctx.pool.stats().unwrap();
     let mut empty = DeviceBuffer::<u32>::new_in(0, &ctx.pool, &ctx.stream).unwrap();
     assert!(empty.is_empty() && empty.as_raw().is_null());
@@ -43,7 +50,9 @@ fn zero_bytes_never_reach_the_vendor() {
 
 #[test]
 fn one_pebibyte_is_out_of_memory() {
-    let Some(ctx) = setup("sizes::one_pebibyte_is_out_of_memory") else { return };
+    let Some(ctx) = setup("sizes::one_pebibyte_is_out_of_memory") else {
+        return;
+    };
     let _guard = crate::common::current_pool_lock();
     let pib = 1usize << 50;
     match DeviceBuffer::<u8>::new_in(pib, &ctx.pool, &ctx.stream) {
@@ -67,7 +76,9 @@ fn one_pebibyte_is_out_of_memory() {
 
 #[test]
 fn element_count_overflow_is_invalid_argument() {
-    let Some(ctx) = setup("sizes::element_count_overflow_is_invalid_argument") else { return };
+    let Some(ctx) = setup("sizes::element_count_overflow_is_invalid_argument") else {
+        return;
+    };
     let r = DeviceBuffer::<u64>::new_in(usize::MAX / 4, &ctx.pool, &ctx.stream);
     assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
     let r = DeviceBuffer::<[u8; 3]>::new(usize::MAX / 2, &ctx.stream);

@@ -5,13 +5,19 @@ use crate::common::{setup, spin_cycles};
 
 #[test]
 fn allocate_fill_copy_back_verify() {
-    let Some(ctx) = setup("stream_order::allocate_fill_copy_back_verify") else { return };
+    let Some(ctx) = setup("stream_order::allocate_fill_copy_back_verify") else {
+        return;
+    };
     let _guard = crate::common::current_pool_lock();
     let n = 3 * (1 << 20) + 5;
     let buf = DeviceBuffer::<u8>::new_in(n, &ctx.pool, &ctx.stream).unwrap();
     ctx.k.fill(&buf, 42, &ctx.stream).unwrap();
     let host = buf.to_vec().unwrap();
-    let bad = host.iter().enumerate().filter(|(i, &b)| b != pattern_byte(*i as u64, 42)).count();
+    let bad = host
+        .iter()
+        .enumerate()
+        .filter(|(i, &b)| b != pattern_byte(*i as u64, 42))
+        .count();
     assert_eq!(bad, 0);
     // And the other direction: host → device → host.
     let data: Vec<u32> = (0..1000u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
@@ -29,11 +35,14 @@ fn allocate_fill_copy_back_verify() {
 /// a block reused too early would show the wrong content.
 #[test]
 fn allocate_compute_deallocate_repeat() {
-    let Some(ctx) = setup("stream_order::allocate_compute_deallocate_repeat") else { return };
+    let Some(ctx) = setup("stream_order::allocate_compute_deallocate_repeat") else {
+        return;
+    };
     const N: usize = 1 << 20; // 4 MiB of f32, as in the seeds
     const ITERS: usize = 100;
-    let mut results: Vec<DeviceBuffer<f32>> =
-        (0..ITERS).map(|_| DeviceBuffer::new_in(N, &ctx.pool, &ctx.stream).unwrap()).collect();
+    let mut results: Vec<DeviceBuffer<f32>> = (0..ITERS)
+        .map(|_| DeviceBuffer::new_in(N, &ctx.pool, &ctx.stream).unwrap())
+        .collect();
     for (i, result) in results.iter_mut().enumerate() {
         let data = DeviceBuffer::<f32>::new_in(N, &ctx.pool, &ctx.stream).unwrap();
         ctx.k.fill(&data, i as u32, &ctx.stream).unwrap();
@@ -47,9 +56,16 @@ fn allocate_compute_deallocate_repeat() {
     let sqrt: Vec<f32> = (0..N).map(|i| (i as f32).sqrt()).collect();
     for (i, r) in results.iter().enumerate() {
         if i % 2 == 1 {
-            assert!(r.to_vec().unwrap() == sqrt, "iteration {i}: processKernel output differs");
+            assert!(
+                r.to_vec().unwrap() == sqrt,
+                "iteration {i}: processKernel output differs"
+            );
         } else {
-            assert_eq!(ctx.k.verify(r, i as u32, &ctx.stream).unwrap(), 0, "iteration {i}");
+            assert_eq!(
+                ctx.k.verify(r, i as u32, &ctx.stream).unwrap(),
+                0,
+                "iteration {i}"
+            );
         }
     }
     drop(results);
@@ -60,7 +76,9 @@ fn allocate_compute_deallocate_repeat() {
 /// not written by the old kernel after the new owner starts.
 #[test]
 fn same_stream_reuse_is_race_free() {
-    let Some(ctx) = setup("stream_order::same_stream_reuse_is_race_free") else { return };
+    let Some(ctx) = setup("stream_order::same_stream_reuse_is_race_free") else {
+        return;
+    };
     let bytes = 64 << 20;
     let a = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &ctx.stream).unwrap();
     let a_addr = a.as_raw() as usize;
@@ -71,7 +89,9 @@ fn same_stream_reuse_is_race_free() {
     let reused = b.as_raw() as usize == a_addr;
     ctx.k.fill(&b, 2, &ctx.stream).unwrap();
     assert_eq!(ctx.k.verify(&b, 2, &ctx.stream).unwrap(), 0);
-    crate::common::say(&format!("stream_order::same_stream_reuse_is_race_free: block reused: {reused}"));
+    crate::common::say(&format!(
+        "stream_order::same_stream_reuse_is_race_free: block reused: {reused}"
+    ));
     drop(b);
     ctx.finish(&[]);
 }

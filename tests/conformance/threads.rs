@@ -6,7 +6,9 @@ use crate::common::setup;
 
 #[test]
 fn allocate_on_one_thread_free_on_another() {
-    let Some(ctx) = setup("threads::allocate_on_one_thread_free_on_another") else { return };
+    let Some(ctx) = setup("threads::allocate_on_one_thread_free_on_another") else {
+        return;
+    };
     let buf = DeviceBuffer::<u32>::new_in(1 << 20, &ctx.pool, &ctx.stream).unwrap();
     ctx.k.fill(&buf, 77, &ctx.stream).unwrap();
     let stream = ctx.stream.clone();
@@ -26,7 +28,9 @@ fn allocate_on_one_thread_free_on_another() {
 /// all the others were filled).
 #[test]
 fn eight_threads_with_own_streams_never_overlap() {
-    let Some(ctx) = setup("threads::eight_threads_with_own_streams_never_overlap") else { return };
+    let Some(ctx) = setup("threads::eight_threads_with_own_streams_never_overlap") else {
+        return;
+    };
     const THREADS: usize = 8;
     const ROUNDS: usize = 4;
     const PER_THREAD: usize = 6;
@@ -58,12 +62,21 @@ fn eight_threads_with_own_streams_never_overlap() {
                         let mut all = live.lock().unwrap().clone();
                         all.sort();
                         for w in all.windows(2) {
-                            assert!(w[0].0 + w[0].1 <= w[1].0, "live buffers overlap: {:?} and {:?}", w[0], w[1]);
+                            assert!(
+                                w[0].0 + w[0].1 <= w[1].0,
+                                "live buffers overlap: {:?} and {:?}",
+                                w[0],
+                                w[1]
+                            );
                         }
                         assert_eq!(all.len(), THREADS * PER_THREAD);
                     }
                     for (b, seed) in &bufs {
-                        assert_eq!(ctx.k.verify(b, *seed, &stream).unwrap(), 0, "thread {t} round {round}");
+                        assert_eq!(
+                            ctx.k.verify(b, *seed, &stream).unwrap(),
+                            0,
+                            "thread {t} round {round}"
+                        );
                     }
                     barrier.wait(); // checks done before anyone frees
                     if t == 0 {

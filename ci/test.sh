@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The test command: the whole CI matrix on a fresh machine with no GPU.
+#
+#   bash ci/test.sh            # every cell
+#   bash ci/test.sh cuda       # only the cells of one backend (plus fmt)
+#
+# It installs its own toolchains (ci/setup.sh: nvcc from PyPI in a venv, hipcc
+# and the HIP headers from apt), then runs each cell, keeps its log under
+# target/ci-logs/, and prints a summary table. GPU tests print one SKIP line
+# each where there is no GPU; the table counts them.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+only=${1:-all}
+logs=target/ci-logs
+mkdir -p "$logs"
+
+names=() results=() times=() notes=()
+failed=0
+
+# cell NAME NOTE-FUNCTION COMMAND...: runs COMMAND, logs it, records the result.
+cell() {
+  local name=$1 show=$2
+  shift 2
+  local log="$logs/$name.log" t0=$SECONDS rc
+  echo "==> $name: $*"
+  if [ "$show" = show ]; then
+    "$@" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+  else
+    "$@" >"$log" 2>&1
+    rc=$?
+  fi
+  local dt=$((SECONDS - t0)) note=""
+  if [ "$rc" -eq 0 ]; then
+    results+=(pass)
+  else
+    results+=(FAIL)
+    failed=1
+    [ "$show" = show ] || tail -n 40 "$log"
+  fi
+  if grep -q '^test result:' "$log"; then
+    local p s f
+    p=$(grep -E '^test result:' "$log" | sed -E 's/.* ([0-9]+) passed.*/\1/' | awk '{s+=$1} END {print s+0}')
+    f=$(grep -E '^test result:' "$log" | sed -E 's/.* ([0-9]+) failed.*/\1/' | awk '{s+=$1} END {print s+0}')
+    # Skip lines can share a line with the harness's own output.
+    s=$(grep -oE 'SKIP [A-Za-z0-9_:]+: no GPU' "$log" | wc -l)
+    note="$((p - s)) ran, $s skipped (no GPU), $f failed"
+  fi
+  names+=("$name") times+=("$dt") notes+=("$note")
+}
+
+# must_fail_with PATTERN COMMAND...: succeeds when COMMAND fails and its
+# output contains PATTERN.
+must_fail_with() {
+  local pattern=$1 out
+  shift
+  if out=$("$@" 2>&1); then
+    echo "$out"
+    echo "unexpectedly succeeded: $*"
+    return 1
+  fi
+  echo "$out"
+  if grep -qF -- "$pattern" <<<"$out"; then
+    return 0
+  fi
+  echo "failed without the expected message: $pattern"
+  return 1
+}
+
+export RUSTFLAGS="${RUSTFLAGS:-} -D warnings"
+export RUSTDOCFLAGS="-D warnings"
+
+cell fmt quiet cargo fmt --check
+
+backends=()
+case "$only" in
+  all) backends=(cuda rocm) ;;
+  cuda | rocm) backends=("$only") ;;
+  *) echo "usage: bash ci/test.sh [all|cuda|rocm]"; exit 2 ;;
+esac
+
+for b in "${backends[@]}"; do
+  # shellcheck source=ci/setup.sh
+  cell "setup-$b" quiet bash -c "source ci/setup.sh $b"
+  # Export the compiler variables into this shell too.
+  # shellcheck source=ci/setup.sh
+  source ci/setup.sh "$b" >/dev/null 2>&1 || true
+  cell "clippy-$b" quiet cargo clippy --features "$b,kernels" --all-targets
+  cell "test-$b" show cargo test --features "$b,kernels"
+  cell "doc-$b" quiet cargo doc --no-deps --features "$b"
+done
+if [ "$only" = all ] || [ "$only" = cuda ]; then
+  cell "check-cuda-12080" quiet cargo check --features cuda-12080
+fi
+cell no-backend quiet must_fail_with "enable exactly one backend feature" cargo build
+cell both-backends quiet must_fail_with "more than one backend is selected" cargo build --features cuda,rocm
+
+echo
+printf '%-18s %-6s %6s  %s\n' cell result secs notes
+for i in "${!names[@]}"; do
+  printf '%-18s %-6s %6s  %s\n' "${names[$i]}" "${results[$i]}" "${times[$i]}" "${notes[$i]}"
+done
+pass=0 fail=0
+for r in "${results[@]}"; do [ "$r" = pass ] && pass=$((pass + 1)) || fail=$((fail + 1)); done
+echo "ci cells: $pass passed, $fail failed"
+exit "$failed"
