@@ -27,6 +27,8 @@ fn allocate_on_a_use_on_b_free_on_a() {
     drop(buf);
     let c = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, a).unwrap();
     ctx.k.fill(&c, 11, a).unwrap();
+    // Let B's late write land wherever it lands, then look at C.
+    b.synchronize().unwrap();
     assert_eq!(
         ctx.k.verify(&c, 11, a).unwrap(),
         0,
