@@ -52,6 +52,11 @@ pub mod testkit;
 mod cuda;
 #[cfg(somalloc_cuda)]
 pub(crate) type Active = cuda::Cuda;
+#[cfg(somalloc_rocm)]
+#[path = "../backends/rocm/mod.rs"]
+mod rocm;
+#[cfg(somalloc_rocm)]
+pub(crate) type Active = rocm::Rocm;
 
 pub use buffer::DeviceBuffer;
 pub use bytemuck::Pod;

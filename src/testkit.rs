@@ -274,6 +274,41 @@ impl Drop for TestKernels {
     }
 }
 
+/// The vendor's stream-ordered calls with nothing on top, through the same
+/// FFI the backend uses: the baseline benchmarks compare somalloc against.
+pub mod raw {
+    use std::ffi::c_void;
+
+    use crate::backend::{Backend, DevicePtr};
+    use crate::error::Result;
+    use crate::pool::MemPool;
+    use crate::stream::Stream;
+    use crate::Active;
+
+    /// `cudaMallocAsync` / `hipMallocAsync` from the stream's current pool.
+    #[inline]
+    pub fn malloc_async(bytes: usize, stream: &Stream) -> Result<*mut c_void> {
+        Active::malloc_async(bytes, stream.raw()).map(DevicePtr::as_mut_ptr)
+    }
+
+    /// `cudaMallocFromPoolAsync` / `hipMallocFromPoolAsync`.
+    #[inline]
+    pub fn malloc_from_pool_async(bytes: usize, pool: &MemPool, stream: &Stream) -> Result<*mut c_void> {
+        Active::malloc_from_pool_async(bytes, pool.raw(), stream.raw()).map(DevicePtr::as_mut_ptr)
+    }
+
+    /// `cudaFreeAsync` / `hipFreeAsync`.
+    ///
+    /// # Safety
+    /// `ptr` came from one of the allocation functions above, is freed once,
+    /// and no work uses it after this point of `stream`'s order.
+    #[inline]
+    pub unsafe fn free_async(ptr: *mut c_void, stream: &Stream) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { Active::free_async(DevicePtr(ptr as usize), stream.raw()) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

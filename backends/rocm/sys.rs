@@ -7,7 +7,7 @@
 //! two differ, the comment says so. The `const` assertions at the bottom make
 //! the compiler re-check the struct layouts on every build.
 
-#![allow(non_camel_case_types, non_snake_case)]
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::mem::{align_of, offset_of, size_of};
@@ -161,7 +161,10 @@ impl hipMemPoolProps {
 // reserved[64] at 24; and against the ROCm >= 6.2 declaration with maxSize).
 // ROCm is 64-bit only.
 const _: () = assert!(size_of::<hipMemLocation>() == 8);
-const _: () = assert!(size_of::<hipMemPoolProps>() == 88, "hipMemPoolProps must be 88 bytes");
+const _: () = assert!(
+    size_of::<hipMemPoolProps>() == 88,
+    "hipMemPoolProps must be 88 bytes"
+);
 const _: () = assert!(align_of::<hipMemPoolProps>() == 8);
 const _: () = assert!(offset_of!(hipMemPoolProps, allocType) == 0);
 const _: () = assert!(offset_of!(hipMemPoolProps, handleTypes) == 4);

@@ -1,0 +1,914 @@
+//! The ROCm backend: the HIP runtime API (`libamdhip64`), loaded at run time.
+//!
+//! # Loading
+//!
+//! The library is opened with `libloading` on first use: `$SOMALLOC_AMDHIP`
+//! if set, then `libamdhip64.so.7`, `.so.6`, `.so.5` and `libamdhip64.so`.
+//! The first one that opens is used; when none opens, or the one that opened
+//! lacks a function used here, the result is [`Error::RuntimeNotFound`] (with
+//! every reason), never a panic. Every function is declared to return a plain `i32`: crates such as
+//! `hip-runtime-sys` declare `hipError_t` as a Rust enum, and a code that
+//! another runtime version adds would then be an invalid enum value, which is
+//! undefined behaviour. As an `i32` it is just data ([`VendorCode`]).
+//!
+//! # Bindings: hand-written, not generated
+//!
+//! The types and constants live in `sys.rs`, written by hand as a small
+//! `#[repr(C)]` set (opaque handle pointers, `hipMemLocation`,
+//! `hipMemPoolProps`, the constants this file uses) with `const` layout
+//! assertions checked against the ROCm 5.2.3 and ROCm 6.x/7.x headers. The
+//! backend touches one struct and a dozen constants, all stable across ROCm
+//! 5-7, so generated bindings would add a build-time or check-in dependency
+//! on one ROCm version's headers for no gain. Above all, `cargo build
+//! --features rocm` needs no HIP installation (no headers, no libclang): CI
+//! and users without ROCm can build, and get `RuntimeNotFound` at run time.
+//!
+//! # Where HIP differs from CUDA, and how that is absorbed
+//!
+//! * `hipGetDeviceProperties` is `hipGetDevicePropertiesR0600` with another
+//!   struct layout from ROCm 6 on; the name comes from `hipDeviceGetName`,
+//!   whose signature has not changed.
+//! * `hipMemPoolProps::maxSize` exists only from ROCm 6.2 (before, those bytes
+//!   are reserved and must be zero). With an older runtime a non-zero
+//!   `max_size` is [`Error::Unsupported`], never silently ignored.
+//! * `hipMallocAsync(0)` and `hipFreeAsync(NULL)` fail before ROCm 5.6. The
+//!   safe layer never passes either; here 0 bytes is `InvalidArgument` and a
+//!   null free is a no-op, as on ROCm >= 5.6, without calling the runtime.
+//! * `hipModuleLoadData` loads into the *current* device (CUDA's
+//!   `cudaLibraryLoadData` is context-independent); the test kit makes the
+//!   device current before loading, and launches go through
+//!   `hipModuleLaunchKernel` with `kernelParams` (no `extra`).
+//! * Pools: only device locations (no host/NUMA locations in HIP 5.x), export
+//!   handle types none or POSIX fd (no fabric handles); anything else is
+//!   `Unsupported`. Pool attributes 1..=8 have the same numbers and value
+//!   types as CUDA's.
+//! * Error codes 2, 35, 100 and 801 mean what CUDA's do; the mapping to
+//!   [`Error`] is the same as the CUDA backend's.
+
+#[path = "sys.rs"]
+mod sys;
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::OnceLock;
+
+use crate::backend::{Backend, DevicePtr, PoolAttr, RawPoolProps};
+use crate::error::{Error, Result, VendorCode};
+
+const BACKEND: &str = "rocm";
+const LIBRARY: &str = "libamdhip64";
+
+macro_rules! runtime_api {
+    ($( fn $name:ident = $sym:literal; ($($ty:ty),* $(,)?) -> $ret:ty; )*) => {
+        #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
+        struct Api {
+            $( $name: unsafe extern "C" fn($($ty),*) -> $ret, )*
+            /// Keeps the library mapped for as long as the pointers above live.
+            _lib: libloading::Library,
+        }
+
+        impl Api {
+            /// # Safety
+            /// `lib` is a HIP runtime (`libamdhip64` of ROCm 5 or later, or a
+            /// library exporting the same C API), so each symbol has the
+            /// signature declared for it here.
+            unsafe fn load(lib: libloading::Library) -> std::result::Result<Api, String> {
+                $(
+                    // SAFETY: the signature matches the HIP runtime's
+                    // declaration of this symbol (see the caller's contract);
+                    // the pointer is copied out and stays valid while `lib`,
+                    // stored next to it, stays loaded.
+                    let $name = *unsafe { lib.get::<unsafe extern "C" fn($($ty),*) -> $ret>($sym.as_bytes()) }
+                        .map_err(|e| format!("symbol {} is missing: {e}", $sym.trim_end_matches('\0')))?;
+                )*
+                Ok(Api { $($name,)* _lib: lib })
+            }
+        }
+    };
+}
+
+runtime_api! {
+    fn get_error_name = "hipGetErrorName\0"; (i32) -> *const c_char;
+    fn get_error_string = "hipGetErrorString\0"; (i32) -> *const c_char;
+    fn get_last_error = "hipGetLastError\0"; () -> i32;
+    fn runtime_get_version = "hipRuntimeGetVersion\0"; (*mut c_int) -> i32;
+    fn get_device_count = "hipGetDeviceCount\0"; (*mut c_int) -> i32;
+    fn set_device = "hipSetDevice\0"; (c_int) -> i32;
+    fn device_get = "hipDeviceGet\0"; (*mut sys::hipDevice_t, c_int) -> i32;
+    fn device_get_name = "hipDeviceGetName\0"; (*mut c_char, c_int, sys::hipDevice_t) -> i32;
+    fn device_get_attribute = "hipDeviceGetAttribute\0"; (*mut c_int, sys::hipDeviceAttribute_t, c_int) -> i32;
+    fn mem_get_info = "hipMemGetInfo\0"; (*mut usize, *mut usize) -> i32;
+    fn stream_create_with_flags = "hipStreamCreateWithFlags\0"; (*mut sys::hipStream_t, c_uint) -> i32;
+    fn stream_destroy = "hipStreamDestroy\0"; (sys::hipStream_t) -> i32;
+    fn stream_synchronize = "hipStreamSynchronize\0"; (sys::hipStream_t) -> i32;
+    fn stream_wait_event = "hipStreamWaitEvent\0"; (sys::hipStream_t, sys::hipEvent_t, c_uint) -> i32;
+    fn event_create_with_flags = "hipEventCreateWithFlags\0"; (*mut sys::hipEvent_t, c_uint) -> i32;
+    fn event_destroy = "hipEventDestroy\0"; (sys::hipEvent_t) -> i32;
+    fn event_record = "hipEventRecord\0"; (sys::hipEvent_t, sys::hipStream_t) -> i32;
+    fn event_synchronize = "hipEventSynchronize\0"; (sys::hipEvent_t) -> i32;
+    fn event_elapsed_time = "hipEventElapsedTime\0"; (*mut f32, sys::hipEvent_t, sys::hipEvent_t) -> i32;
+    fn device_get_default_mem_pool = "hipDeviceGetDefaultMemPool\0"; (*mut sys::hipMemPool_t, c_int) -> i32;
+    fn device_get_mem_pool = "hipDeviceGetMemPool\0"; (*mut sys::hipMemPool_t, c_int) -> i32;
+    fn device_set_mem_pool = "hipDeviceSetMemPool\0"; (c_int, sys::hipMemPool_t) -> i32;
+    fn mem_pool_create = "hipMemPoolCreate\0"; (*mut sys::hipMemPool_t, *const sys::hipMemPoolProps) -> i32;
+    fn mem_pool_destroy = "hipMemPoolDestroy\0"; (sys::hipMemPool_t) -> i32;
+    fn mem_pool_set_attribute = "hipMemPoolSetAttribute\0"; (sys::hipMemPool_t, sys::hipMemPoolAttr, *mut c_void) -> i32;
+    fn mem_pool_get_attribute = "hipMemPoolGetAttribute\0"; (sys::hipMemPool_t, sys::hipMemPoolAttr, *mut c_void) -> i32;
+    fn mem_pool_trim_to = "hipMemPoolTrimTo\0"; (sys::hipMemPool_t, usize) -> i32;
+    fn malloc_async = "hipMallocAsync\0"; (*mut *mut c_void, usize, sys::hipStream_t) -> i32;
+    fn malloc_from_pool_async = "hipMallocFromPoolAsync\0"; (*mut *mut c_void, usize, sys::hipMemPool_t, sys::hipStream_t) -> i32;
+    fn free_async = "hipFreeAsync\0"; (*mut c_void, sys::hipStream_t) -> i32;
+    fn malloc = "hipMalloc\0"; (*mut *mut c_void, usize) -> i32;
+    fn free = "hipFree\0"; (*mut c_void) -> i32;
+    fn memcpy_async = "hipMemcpyAsync\0"; (*mut c_void, *const c_void, usize, sys::hipMemcpyKind, sys::hipStream_t) -> i32;
+    fn memset_async = "hipMemsetAsync\0"; (*mut c_void, c_int, usize, sys::hipStream_t) -> i32;
+    fn module_load_data = "hipModuleLoadData\0"; (*mut sys::hipModule_t, *const c_void) -> i32;
+    fn module_unload = "hipModuleUnload\0"; (sys::hipModule_t) -> i32;
+    fn module_get_function = "hipModuleGetFunction\0"; (*mut sys::hipFunction_t, sys::hipModule_t, *const c_char) -> i32;
+    fn module_launch_kernel = "hipModuleLaunchKernel\0"; (
+        sys::hipFunction_t,
+        c_uint, c_uint, c_uint,
+        c_uint, c_uint, c_uint,
+        c_uint, sys::hipStream_t,
+        *mut *mut c_void, *mut *mut c_void,
+    ) -> i32;
+}
+
+fn library_candidates() -> Vec<String> {
+    let mut names = Vec::new();
+    if let Ok(explicit) = std::env::var("SOMALLOC_AMDHIP") {
+        if !explicit.is_empty() {
+            names.push(explicit);
+        }
+    }
+    for name in [
+        "libamdhip64.so.7",
+        "libamdhip64.so.6",
+        "libamdhip64.so.5",
+        "libamdhip64.so",
+    ] {
+        names.push(name.to_string());
+    }
+    names
+}
+
+fn load_api() -> Result<Api> {
+    let searched = library_candidates();
+    let mut failures = Vec::new();
+    for name in &searched {
+        // SAFETY: loading libamdhip64 runs its initialisers, which have no
+        // preconditions on the caller.
+        match unsafe { libloading::Library::new(name) } {
+            // As in the CUDA backend, the first library that opens is the one
+            // used: one that lacks a function (an older ROCm, a wrong
+            // $SOMALLOC_AMDHIP) is an error, not a reason to fall back to
+            // another runtime.
+            Ok(lib) => {
+                // SAFETY: a library found under these names is a HIP runtime;
+                // every function used here has had the same C signature from
+                // ROCm 5 to ROCm 7.
+                return unsafe { Api::load(lib) }.map_err(|e| {
+                    failures.push(format!("{name}: {e}"));
+                    Error::RuntimeNotFound {
+                        library: LIBRARY,
+                        searched: searched.clone(),
+                        reason: failures.join("; "),
+                    }
+                });
+            }
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    Err(Error::RuntimeNotFound {
+        library: LIBRARY,
+        searched,
+        reason: if failures.is_empty() {
+            "no candidate".to_string()
+        } else {
+            failures.join("; ")
+        },
+    })
+}
+
+fn api() -> Result<&'static Api> {
+    static API: OnceLock<std::result::Result<Api, Error>> = OnceLock::new();
+    API.get_or_init(load_api).as_ref().map_err(Clone::clone)
+}
+
+fn c_str(p: *const c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: the runtime returns static NUL-terminated strings.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// Clears the per-thread "last error" a failed call left behind, so that it
+/// does not resurface from `hipGetLastError` elsewhere.
+fn clear_last_error() {
+    if let Ok(a) = api() {
+        // SAFETY: no arguments.
+        unsafe { (a.get_last_error)() };
+    }
+}
+
+fn vendor(call: &'static str, code: i32) -> Error {
+    let (name, message) = match api() {
+        Ok(a) => {
+            // SAFETY: both functions accept any code and return a static
+            // string ("hipErrorUnknown" for codes they do not know).
+            let name = c_str(unsafe { (a.get_error_name)(code) });
+            // SAFETY: as above.
+            let message = c_str(unsafe { (a.get_error_string)(code) });
+            clear_last_error();
+            (name, message)
+        }
+        Err(_) => (String::new(), String::new()),
+    };
+    match code {
+        sys::hipErrorNoDevice | sys::hipErrorInsufficientDriver => Error::NoDevice {
+            backend: BACKEND,
+            detail: format!("{call}: {name}: {message}"),
+        },
+        sys::hipErrorNotSupported => Error::Unsupported {
+            backend: BACKEND,
+            what: format!("{call}: {message}"),
+        },
+        _ => Error::Vendor {
+            call,
+            code: VendorCode(code),
+            name,
+            message,
+        },
+    }
+}
+
+#[inline]
+fn check(call: &'static str, code: i32) -> Result<()> {
+    if code == sys::hipSuccess {
+        Ok(())
+    } else {
+        Err(vendor(call, code))
+    }
+}
+
+#[inline]
+fn check_alloc(call: &'static str, code: i32, bytes: usize) -> Result<()> {
+    match code {
+        sys::hipSuccess => Ok(()),
+        sys::hipErrorOutOfMemory => {
+            clear_last_error();
+            Err(Error::OutOfMemory {
+                requested: bytes,
+                stats: None,
+            })
+        }
+        _ => Err(vendor(call, code)),
+    }
+}
+
+fn ordinal(device: usize) -> Result<c_int> {
+    c_int::try_from(device)
+        .map_err(|_| Error::invalid(format!("device ordinal {device} does not fit in a C int")))
+}
+
+fn unsupported(what: impl Into<String>) -> Error {
+    Error::Unsupported {
+        backend: BACKEND,
+        what: what.into(),
+    }
+}
+
+/// Whether a runtime reporting `version` (from `hipRuntimeGetVersion`) reads
+/// `hipMemPoolProps::maxSize`.
+fn pool_max_size_supported(version: i32) -> bool {
+    if version >= sys::HIP_VERSION_MAJOR_SCALE {
+        version >= sys::HIP_VERSION_POOL_MAX_SIZE
+    } else {
+        // Not a HIP_VERSION number: HIP on NVIDIA reports the CUDA version.
+        version >= sys::CUDA_VERSION_POOL_MAX_SIZE
+    }
+}
+
+/// `major.minor` of a `hipRuntimeGetVersion` number, for messages.
+fn version_text(version: i32) -> String {
+    if version >= sys::HIP_VERSION_MAJOR_SCALE {
+        format!(
+            "HIP {}.{}",
+            version / sys::HIP_VERSION_MAJOR_SCALE,
+            (version % sys::HIP_VERSION_MAJOR_SCALE) / 100_000
+        )
+    } else {
+        format!("runtime version {version}")
+    }
+}
+
+macro_rules! handle {
+    ($(#[$m:meta])* $name:ident, $raw:ty) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) struct $name(pub(crate) $raw);
+        // SAFETY: HIP runtime handles are opaque pointers that the runtime
+        // accepts from any host thread; it synchronises access internally.
+        // Ownership (who destroys the handle) is tracked by the safe types.
+        unsafe impl Send for $name {}
+        // SAFETY: as above; no method mutates through a shared handle on the
+        // host side.
+        unsafe impl Sync for $name {}
+    };
+}
+
+handle!(
+    /// `hipStream_t`.
+    RocmStream,
+    sys::hipStream_t
+);
+handle!(
+    /// `hipEvent_t`.
+    RocmEvent,
+    sys::hipEvent_t
+);
+handle!(
+    /// `hipMemPool_t`.
+    RocmPool,
+    sys::hipMemPool_t
+);
+handle!(
+    /// `hipModule_t`.
+    RocmModule,
+    sys::hipModule_t
+);
+handle!(
+    /// `hipFunction_t`.
+    RocmFunction,
+    sys::hipFunction_t
+);
+
+fn attr(a: PoolAttr) -> sys::hipMemPoolAttr {
+    match a {
+        PoolAttr::ReuseFollowEventDependencies => sys::hipMemPoolReuseFollowEventDependencies,
+        PoolAttr::ReuseAllowOpportunistic => sys::hipMemPoolReuseAllowOpportunistic,
+        PoolAttr::ReuseAllowInternalDependencies => sys::hipMemPoolReuseAllowInternalDependencies,
+        PoolAttr::ReleaseThreshold => sys::hipMemPoolAttrReleaseThreshold,
+        PoolAttr::ReservedMemCurrent => sys::hipMemPoolAttrReservedMemCurrent,
+        PoolAttr::ReservedMemHigh => sys::hipMemPoolAttrReservedMemHigh,
+        PoolAttr::UsedMemCurrent => sys::hipMemPoolAttrUsedMemCurrent,
+        PoolAttr::UsedMemHigh => sys::hipMemPoolAttrUsedMemHigh,
+    }
+}
+
+/// The ROCm (HIP) backend.
+#[derive(Debug)]
+pub(crate) struct Rocm;
+
+impl Backend for Rocm {
+    type Stream = RocmStream;
+    type Event = RocmEvent;
+    type Pool = RocmPool;
+    type Module = RocmModule;
+    type Function = RocmFunction;
+
+    const NAME: &'static str = BACKEND;
+
+    fn init() -> Result<()> {
+        api().map(|_| ())
+    }
+
+    fn runtime_version() -> Result<i32> {
+        let mut v = 0;
+        // SAFETY: valid out-pointer.
+        check("hipRuntimeGetVersion", unsafe {
+            (api()?.runtime_get_version)(&mut v)
+        })?;
+        Ok(v)
+    }
+
+    fn device_count() -> Result<usize> {
+        let mut n: c_int = 0;
+        // SAFETY: valid out-pointer.
+        check("hipGetDeviceCount", unsafe { (api()?.get_device_count)(&mut n) })?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    fn set_device(device: usize) -> Result<()> {
+        // SAFETY: plain value argument.
+        check("hipSetDevice", unsafe { (api()?.set_device)(ordinal(device)?) })
+    }
+
+    fn device_name(device: usize) -> Result<String> {
+        let api = api()?;
+        let mut dev: sys::hipDevice_t = 0;
+        // SAFETY: valid out-pointer.
+        check("hipDeviceGet", unsafe {
+            (api.device_get)(&mut dev, ordinal(device)?)
+        })?;
+        // CUDA's and HIP's property structs both hold the name in 256 bytes.
+        let mut name = [0 as c_char; 256];
+        // SAFETY: the buffer is writable for `len` bytes; the runtime writes
+        // at most `len` bytes including the terminating NUL.
+        check("hipDeviceGetName", unsafe {
+            (api.device_get_name)(name.as_mut_ptr(), name.len() as c_int, dev)
+        })?;
+        let bytes: Vec<u8> = name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    fn mem_info(device: usize) -> Result<(usize, usize)> {
+        Self::set_device(device)?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        check("hipMemGetInfo", unsafe {
+            (api()?.mem_get_info)(&mut free, &mut total)
+        })?;
+        Ok((free, total))
+    }
+
+    fn pools_supported(device: usize) -> Result<bool> {
+        let mut v: c_int = 0;
+        // SAFETY: valid out-pointer; the attribute is a constant of the enum.
+        check("hipDeviceGetAttribute", unsafe {
+            (api()?.device_get_attribute)(
+                &mut v,
+                sys::hipDeviceAttributeMemoryPoolsSupported,
+                ordinal(device)?,
+            )
+        })?;
+        Ok(v != 0)
+    }
+
+    fn stream_create(device: usize) -> Result<RocmStream> {
+        Self::set_device(device)?;
+        let mut s: sys::hipStream_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the flag is a documented constant.
+        check("hipStreamCreateWithFlags", unsafe {
+            (api()?.stream_create_with_flags)(&mut s, sys::hipStreamNonBlocking)
+        })?;
+        Ok(RocmStream(s))
+    }
+
+    fn stream_destroy(stream: RocmStream) -> Result<()> {
+        // SAFETY: the caller owns the stream and destroys it once.
+        check("hipStreamDestroy", unsafe { (api()?.stream_destroy)(stream.0) })
+    }
+
+    fn stream_synchronize(stream: RocmStream) -> Result<()> {
+        // SAFETY: the runtime validates the handle.
+        check("hipStreamSynchronize", unsafe {
+            (api()?.stream_synchronize)(stream.0)
+        })
+    }
+
+    fn stream_wait_event(stream: RocmStream, event: RocmEvent) -> Result<()> {
+        // SAFETY: handles made by this backend; flags 0.
+        check("hipStreamWaitEvent", unsafe {
+            (api()?.stream_wait_event)(stream.0, event.0, 0)
+        })
+    }
+
+    fn stream_from_raw(raw: *mut c_void) -> RocmStream {
+        RocmStream(raw.cast())
+    }
+
+    fn stream_as_raw(stream: RocmStream) -> *mut c_void {
+        stream.0.cast()
+    }
+
+    fn event_create(device: usize, timing: bool) -> Result<RocmEvent> {
+        Self::set_device(device)?;
+        let flags = if timing { 0 } else { sys::hipEventDisableTiming };
+        let mut e: sys::hipEvent_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; documented flags.
+        check("hipEventCreateWithFlags", unsafe {
+            (api()?.event_create_with_flags)(&mut e, flags)
+        })?;
+        Ok(RocmEvent(e))
+    }
+
+    fn event_destroy(event: RocmEvent) -> Result<()> {
+        // SAFETY: the caller owns the event and destroys it once.
+        check("hipEventDestroy", unsafe { (api()?.event_destroy)(event.0) })
+    }
+
+    fn event_record(event: RocmEvent, stream: RocmStream) -> Result<()> {
+        // SAFETY: handles made by this backend.
+        check("hipEventRecord", unsafe {
+            (api()?.event_record)(event.0, stream.0)
+        })
+    }
+
+    fn event_synchronize(event: RocmEvent) -> Result<()> {
+        // SAFETY: handle made by this backend.
+        check("hipEventSynchronize", unsafe {
+            (api()?.event_synchronize)(event.0)
+        })
+    }
+
+    fn event_elapsed_ms(start: RocmEvent, end: RocmEvent) -> Result<f32> {
+        let mut ms = 0f32;
+        // SAFETY: valid out-pointer; handles made by this backend.
+        check("hipEventElapsedTime", unsafe {
+            (api()?.event_elapsed_time)(&mut ms, start.0, end.0)
+        })?;
+        Ok(ms)
+    }
+
+    fn event_as_raw(event: RocmEvent) -> *mut c_void {
+        event.0.cast()
+    }
+
+    fn default_pool(device: usize) -> Result<RocmPool> {
+        let mut p: sys::hipMemPool_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        check("hipDeviceGetDefaultMemPool", unsafe {
+            (api()?.device_get_default_mem_pool)(&mut p, ordinal(device)?)
+        })?;
+        Ok(RocmPool(p))
+    }
+
+    fn current_pool(device: usize) -> Result<RocmPool> {
+        let mut p: sys::hipMemPool_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        check("hipDeviceGetMemPool", unsafe {
+            (api()?.device_get_mem_pool)(&mut p, ordinal(device)?)
+        })?;
+        Ok(RocmPool(p))
+    }
+
+    fn set_current_pool(device: usize, pool: RocmPool) -> Result<()> {
+        // SAFETY: pool handle made by this backend.
+        check("hipDeviceSetMemPool", unsafe {
+            (api()?.device_set_mem_pool)(ordinal(device)?, pool.0)
+        })
+    }
+
+    fn pool_create(props: &RawPoolProps) -> Result<RocmPool> {
+        let handle_types = match props.handle_types {
+            0 => sys::hipMemHandleTypeNone,
+            1 => sys::hipMemHandleTypePosixFileDescriptor,
+            other => return Err(unsupported(format!("export handle type mask {other:#x}"))),
+        };
+        let api = api()?;
+        let mut p = sys::hipMemPoolProps::zeroed();
+        p.allocType = sys::hipMemAllocationTypePinned;
+        p.handleTypes = handle_types;
+        p.location.type_ = sys::hipMemLocationTypeDevice;
+        p.location.id = props.device;
+        if props.max_size != 0 {
+            let version = Self::runtime_version()?;
+            if !pool_max_size_supported(version) {
+                return Err(unsupported(format!(
+                    "a pool max_size needs ROCm 6.2 or later (the loaded runtime is {})",
+                    version_text(version)
+                )));
+            }
+            p.maxSize = props.max_size;
+        }
+        let mut pool: sys::hipMemPool_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and a fully initialised props struct of
+        // the header's layout (maxSize stays 0, i.e. reserved, on runtimes
+        // that do not read it).
+        check("hipMemPoolCreate", unsafe {
+            (api.mem_pool_create)(&mut pool, &p)
+        })?;
+        Ok(RocmPool(pool))
+    }
+
+    fn pool_destroy(pool: RocmPool) -> Result<()> {
+        // SAFETY: the caller owns the pool and destroys it once; allocations
+        // still outstanding keep the pool's memory alive inside the runtime.
+        check("hipMemPoolDestroy", unsafe { (api()?.mem_pool_destroy)(pool.0) })
+    }
+
+    fn pool_get(pool: RocmPool, a: PoolAttr) -> Result<u64> {
+        let api = api()?;
+        if a.is_flag() {
+            let mut v: c_int = 0;
+            // SAFETY: flag attributes are `int`.
+            check("hipMemPoolGetAttribute", unsafe {
+                (api.mem_pool_get_attribute)(pool.0, attr(a), (&mut v as *mut c_int).cast())
+            })?;
+            Ok(u64::from(v != 0))
+        } else {
+            let mut v: u64 = 0;
+            // SAFETY: the other attributes are `uint64_t`.
+            check("hipMemPoolGetAttribute", unsafe {
+                (api.mem_pool_get_attribute)(pool.0, attr(a), (&mut v as *mut u64).cast())
+            })?;
+            Ok(v)
+        }
+    }
+
+    fn pool_set(pool: RocmPool, a: PoolAttr, value: u64) -> Result<()> {
+        let api = api()?;
+        if a.is_flag() {
+            let mut v: c_int = c_int::from(value != 0);
+            // SAFETY: flag attributes are `int`.
+            check("hipMemPoolSetAttribute", unsafe {
+                (api.mem_pool_set_attribute)(pool.0, attr(a), (&mut v as *mut c_int).cast())
+            })
+        } else {
+            let mut v: u64 = value;
+            // SAFETY: the other attributes are `uint64_t`.
+            check("hipMemPoolSetAttribute", unsafe {
+                (api.mem_pool_set_attribute)(pool.0, attr(a), (&mut v as *mut u64).cast())
+            })
+        }
+    }
+
+    fn pool_trim_to(pool: RocmPool, keep_bytes: usize) -> Result<()> {
+        // SAFETY: pool handle made by this backend.
+        check("hipMemPoolTrimTo", unsafe {
+            (api()?.mem_pool_trim_to)(pool.0, keep_bytes)
+        })
+    }
+
+    fn pool_as_raw(pool: RocmPool) -> *mut c_void {
+        pool.0.cast()
+    }
+
+    #[inline]
+    fn malloc_async(bytes: usize, stream: RocmStream) -> Result<DevicePtr> {
+        if bytes == 0 {
+            // ROCm < 5.6 fails a 0-byte hipMallocAsync; the safe layer never
+            // asks for one.
+            return Err(Error::invalid("a stream-ordered allocation of 0 bytes"));
+        }
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the runtime validates the stream.
+        let code = unsafe { (api()?.malloc_async)(&mut p, bytes, stream.0) };
+        check_alloc("hipMallocAsync", code, bytes)?;
+        Ok(DevicePtr(p as usize))
+    }
+
+    #[inline]
+    fn malloc_from_pool_async(bytes: usize, pool: RocmPool, stream: RocmStream) -> Result<DevicePtr> {
+        if bytes == 0 {
+            return Err(Error::invalid("a stream-ordered allocation of 0 bytes"));
+        }
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the runtime validates pool and stream.
+        let code = unsafe { (api()?.malloc_from_pool_async)(&mut p, bytes, pool.0, stream.0) };
+        check_alloc("hipMallocFromPoolAsync", code, bytes)?;
+        Ok(DevicePtr(p as usize))
+    }
+
+    #[inline]
+    unsafe fn free_async(ptr: DevicePtr, stream: RocmStream) -> Result<()> {
+        if ptr == DevicePtr::NULL {
+            // hipFreeAsync(NULL) fails before ROCm 5.6 and is a no-op after.
+            return Ok(());
+        }
+        // SAFETY: the caller guarantees `ptr` is a live stream-ordered
+        // allocation that nothing uses after this point in stream order.
+        check("hipFreeAsync", unsafe {
+            (api()?.free_async)(ptr.as_mut_ptr(), stream.0)
+        })
+    }
+
+    fn malloc_sync(device: usize, bytes: usize) -> Result<DevicePtr> {
+        if bytes == 0 {
+            return Err(Error::invalid("a synchronous allocation of 0 bytes"));
+        }
+        Self::set_device(device)?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        let code = unsafe { (api()?.malloc)(&mut p, bytes) };
+        check_alloc("hipMalloc", code, bytes)?;
+        Ok(DevicePtr(p as usize))
+    }
+
+    unsafe fn free_sync(device: usize, ptr: DevicePtr) -> Result<()> {
+        if ptr == DevicePtr::NULL {
+            return Ok(());
+        }
+        Self::set_device(device)?;
+        // SAFETY: the caller guarantees `ptr` came from hipMalloc and is
+        // live; hipFree waits for the device before releasing it.
+        check("hipFree", unsafe { (api()?.free)(ptr.as_mut_ptr()) })
+    }
+
+    unsafe fn copy_htod_async(
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+        stream: RocmStream,
+    ) -> Result<()> {
+        // SAFETY: the caller guarantees both ranges (see the trait).
+        check("hipMemcpyAsync", unsafe {
+            (api()?.memcpy_async)(
+                dst.as_mut_ptr(),
+                src.cast(),
+                bytes,
+                sys::hipMemcpyHostToDevice,
+                stream.0,
+            )
+        })
+    }
+
+    unsafe fn copy_dtoh_async(dst: *mut u8, src: DevicePtr, bytes: usize, stream: RocmStream) -> Result<()> {
+        // SAFETY: the caller guarantees both ranges (see the trait).
+        check("hipMemcpyAsync", unsafe {
+            (api()?.memcpy_async)(
+                dst.cast(),
+                src.as_mut_ptr(),
+                bytes,
+                sys::hipMemcpyDeviceToHost,
+                stream.0,
+            )
+        })
+    }
+
+    unsafe fn copy_dtod_async(
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        stream: RocmStream,
+    ) -> Result<()> {
+        // SAFETY: the caller guarantees both ranges (see the trait).
+        check("hipMemcpyAsync", unsafe {
+            (api()?.memcpy_async)(
+                dst.as_mut_ptr(),
+                src.as_mut_ptr(),
+                bytes,
+                sys::hipMemcpyDeviceToDevice,
+                stream.0,
+            )
+        })
+    }
+
+    unsafe fn memset_async(dst: DevicePtr, value: u8, bytes: usize, stream: RocmStream) -> Result<()> {
+        // SAFETY: the caller guarantees the range (see the trait).
+        check("hipMemsetAsync", unsafe {
+            (api()?.memset_async)(dst.as_mut_ptr(), c_int::from(value), bytes, stream.0)
+        })
+    }
+
+    fn module_load(image: &[u8]) -> Result<RocmModule> {
+        if image.is_empty() {
+            return Err(Error::invalid("an empty code object"));
+        }
+        let mut module: sys::hipModule_t = std::ptr::null_mut();
+        // SAFETY: `image` is a complete code object (or bundle) that outlives
+        // the call; the runtime copies what it keeps. It is loaded into the
+        // current device, which the caller has set.
+        check("hipModuleLoadData", unsafe {
+            (api()?.module_load_data)(&mut module, image.as_ptr().cast())
+        })?;
+        Ok(RocmModule(module))
+    }
+
+    fn module_unload(module: RocmModule) -> Result<()> {
+        // SAFETY: the caller owns the module and unloads it once.
+        check("hipModuleUnload", unsafe { (api()?.module_unload)(module.0) })
+    }
+
+    fn module_function(module: RocmModule, name: &CStr) -> Result<RocmFunction> {
+        let mut f: sys::hipFunction_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and NUL-terminated name.
+        check("hipModuleGetFunction", unsafe {
+            (api()?.module_get_function)(&mut f, module.0, name.as_ptr())
+        })?;
+        Ok(RocmFunction(f))
+    }
+
+    unsafe fn launch(
+        function: RocmFunction,
+        grid: u32,
+        block: u32,
+        stream: RocmStream,
+        args: &mut [*mut c_void],
+    ) -> Result<()> {
+        // SAFETY: the function handle came from this backend; the caller
+        // guarantees the argument list matches the kernel. No dynamic shared
+        // memory and no `extra` launch parameters.
+        check("hipModuleLaunchKernel", unsafe {
+            (api()?.module_launch_kernel)(
+                function.0,
+                grid,
+                1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                stream.0,
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_and_device_count_fail_cleanly_without_gpu() {
+        match Rocm::init() {
+            Ok(()) => match Rocm::device_count() {
+                Ok(_) => {}
+                Err(Error::NoDevice { backend, .. }) => assert_eq!(backend, "rocm"),
+                Err(e) => panic!("device_count: unexpected error {e}"),
+            },
+            Err(Error::RuntimeNotFound {
+                library, searched, ..
+            }) => {
+                assert_eq!(library, "libamdhip64");
+                assert!(searched.iter().any(|s| s == "libamdhip64.so"));
+            }
+            Err(e) => panic!("init: unexpected error {e}"),
+        }
+    }
+
+    #[test]
+    fn error_codes_map_like_cuda() {
+        assert!(matches!(
+            vendor("hipGetDeviceCount", 100),
+            Error::NoDevice { backend: "rocm", .. }
+        ));
+        assert!(matches!(
+            vendor("hipGetDeviceCount", 35),
+            Error::NoDevice { backend: "rocm", .. }
+        ));
+        assert!(matches!(
+            vendor("hipMemPoolCreate", 801),
+            Error::Unsupported { backend: "rocm", .. }
+        ));
+        match vendor("hipStreamSynchronize", 1) {
+            Error::Vendor { call, code, .. } => {
+                assert_eq!(call, "hipStreamSynchronize");
+                assert_eq!(code, VendorCode(1));
+            }
+            e => panic!("unexpected {e}"),
+        }
+        // A code no runtime knows is still just data.
+        assert!(matches!(vendor("hipFoo", 123_456), Error::Vendor { .. }));
+        assert!(matches!(
+            check_alloc("hipMallocAsync", 2, 64),
+            Err(Error::OutOfMemory {
+                requested: 64,
+                stats: None
+            })
+        ));
+        assert!(check_alloc("hipMallocAsync", 0, 64).is_ok());
+        // Outside the malloc calls, 2 is an ordinary vendor error.
+        assert!(matches!(check("hipMemPoolCreate", 2), Err(Error::Vendor { .. })));
+    }
+
+    #[test]
+    fn max_size_needs_rocm_6_2() {
+        assert!(!pool_max_size_supported(50_221_153)); // ROCm 5.2.3
+        assert!(!pool_max_size_supported(60_140_091)); // ROCm 6.1
+        assert!(pool_max_size_supported(60_200_000)); // ROCm 6.2.0
+        assert!(pool_max_size_supported(70_000_000)); // ROCm 7.0
+        assert!(!pool_max_size_supported(12_010)); // HIP on CUDA 12.1
+        assert!(pool_max_size_supported(12_080)); // HIP on CUDA 12.8
+        assert_eq!(version_text(50_221_153), "HIP 5.2");
+        assert_eq!(version_text(60_203_000), "HIP 6.2");
+    }
+
+    #[test]
+    fn hip_gaps_are_errors_not_no_ops() {
+        // Checked before any runtime call, so these hold with or without one.
+        let props = RawPoolProps {
+            device: 0,
+            max_size: 0,
+            handle_types: 2,
+        };
+        assert!(matches!(
+            Rocm::pool_create(&props),
+            Err(Error::Unsupported { backend: "rocm", .. })
+        ));
+        let null_stream = Rocm::stream_from_raw(std::ptr::null_mut());
+        assert!(matches!(
+            Rocm::malloc_async(0, null_stream),
+            Err(Error::InvalidArgument { .. })
+        ));
+        let null_pool = RocmPool(std::ptr::null_mut());
+        assert!(matches!(
+            Rocm::malloc_from_pool_async(0, null_pool, null_stream),
+            Err(Error::InvalidArgument { .. })
+        ));
+        // SAFETY: a null pointer is never passed to the runtime.
+        assert!(unsafe { Rocm::free_async(DevicePtr::NULL, null_stream) }.is_ok());
+    }
+
+    #[test]
+    fn max_size_on_an_old_runtime_is_unsupported() {
+        let Ok(version) = Rocm::init().and_then(|()| Rocm::runtime_version()) else {
+            return; // no runtime here
+        };
+        if pool_max_size_supported(version) {
+            return; // a runtime that reads maxSize; needs a device to go on
+        }
+        let props = RawPoolProps {
+            device: 0,
+            max_size: 1 << 20,
+            handle_types: 0,
+        };
+        assert!(matches!(
+            Rocm::pool_create(&props),
+            Err(Error::Unsupported { backend: "rocm", .. })
+        ));
+    }
+}
