@@ -43,7 +43,7 @@ cell() {
     p=$(grep -E '^test result:' "$log" | sed -E 's/.* ([0-9]+) passed.*/\1/' | awk '{s+=$1} END {print s+0}')
     f=$(grep -E '^test result:' "$log" | sed -E 's/.* ([0-9]+) failed.*/\1/' | awk '{s+=$1} END {print s+0}')
     # Skip lines can share a line with the harness's own output.
-    s=$(grep -oE 'SKIP [A-Za-z0-9_:]+: no GPU' "$log" | wc -l)
+    s=$(grep -oE 'SKIP [A-Za-z0-9_:]+: (no GPU|not supported)' "$log" | wc -l)
     note="$((p - s)) ran, $s skipped (no GPU), $f failed"
   fi
   names+=("$name") times+=("$dt") notes+=("$note")

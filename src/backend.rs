@@ -143,25 +143,16 @@ pub(crate) trait Backend: Sized + 'static {
     unsafe fn free_sync(device: usize, ptr: DevicePtr) -> Result<()>;
 
     // Copies and fills (stream-ordered)
+    /// A stream-ordered copy between any two of host and device memory (the
+    /// direction is inferred from the addresses: unified addressing).
+    ///
     /// # Safety
-    /// `dst..dst+bytes` is a live device allocation; `src..src+bytes` is host
-    /// memory that stays valid and unchanged until the copy completes.
-    unsafe fn copy_htod_async(
-        dst: DevicePtr,
-        src: *const u8,
-        bytes: usize,
-        stream: Self::Stream,
-    ) -> Result<()>;
-    /// # Safety
-    /// `src..src+bytes` is a live device allocation; `dst..dst+bytes` is host
-    /// memory that stays valid and is not accessed until the copy completes.
-    unsafe fn copy_dtoh_async(dst: *mut u8, src: DevicePtr, bytes: usize, stream: Self::Stream)
-        -> Result<()>;
-    /// # Safety
-    /// Both ranges are live device allocations.
-    unsafe fn copy_dtod_async(
-        dst: DevicePtr,
-        src: DevicePtr,
+    /// Each range is either a live device allocation or host memory that
+    /// stays valid (and, for `dst`, unaccessed; for `src`, unchanged) until
+    /// the copy completes.
+    unsafe fn copy_async(
+        dst: *mut c_void,
+        src: *const c_void,
         bytes: usize,
         stream: Self::Stream,
     ) -> Result<()>;

@@ -219,8 +219,8 @@ impl<T: Pod> DeviceBuffer<T> {
         // SAFETY: the device range is this live allocation; the host range
         // is `src`, whose lifetime the caller guarantees.
         unsafe {
-            Active::copy_htod_async(
-                self.ptr,
+            Active::copy_async(
+                self.ptr.as_mut_ptr(),
                 src.as_ptr().cast(),
                 self.size_in_bytes(),
                 self.stream.raw(),
@@ -240,9 +240,9 @@ impl<T: Pod> DeviceBuffer<T> {
         }
         // SAFETY: as above, for the opposite direction.
         unsafe {
-            Active::copy_dtoh_async(
+            Active::copy_async(
                 dst.as_mut_ptr().cast(),
-                self.ptr,
+                self.ptr.as_mut_ptr(),
                 self.size_in_bytes(),
                 self.stream.raw(),
             )
@@ -265,7 +265,14 @@ impl<T: Pod> DeviceBuffer<T> {
         // SAFETY: both are live allocations of the same size, and `src` is
         // ordered on this stream (checked above); its free waits for this
         // stream if it is not the owner.
-        unsafe { Active::copy_dtod_async(self.ptr, src.ptr, self.size_in_bytes(), self.stream.raw()) }
+        unsafe {
+            Active::copy_async(
+                self.ptr.as_mut_ptr(),
+                src.ptr.as_mut_ptr(),
+                self.size_in_bytes(),
+                self.stream.raw(),
+            )
+        }
     }
 
     /// Enqueues a fill of every byte with `value` on the owning stream.

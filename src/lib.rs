@@ -47,6 +47,8 @@ mod stream;
 #[cfg(somalloc_kernels)]
 pub mod testkit;
 
+#[path = "../backends/common.rs"]
+mod common;
 #[cfg(somalloc_cuda)]
 #[path = "../backends/cuda/mod.rs"]
 mod cuda;

@@ -6,7 +6,7 @@
 //! is declared to return a plain `i32`. cudarc declares `cudaError_t` as a
 //! Rust enum, and a code that a newer runtime adds would then be an invalid
 //! enum value, which is undefined behaviour. As an `i32` it is just data
-//! ([`VendorCode`]). Loading ourselves also turns a missing library or symbol
+//! ([`VendorCode`](crate::VendorCode)). Loading ourselves also turns a missing library or symbol
 //! into [`Error::RuntimeNotFound`] instead of a panic.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -15,8 +15,9 @@ use std::sync::OnceLock;
 
 use cudarc::runtime::sys as rt;
 
+use super::common::{self, c_str, handle, ordinal, runtime_api, Codes, SUCCESS};
 use crate::backend::{Backend, DevicePtr, PoolAttr, RawPoolProps};
-use crate::error::{Error, Result, VendorCode};
+use crate::error::{Error, Result};
 
 /// CUDA major version of the bindings this crate was built with. The runtime
 /// that is loaded must have the same major version: struct layouts differ
@@ -38,38 +39,6 @@ const GET_PROPS_SYMBOL: &str = if BUILT_MAJOR >= 13 {
 } else {
     "cudaGetDeviceProperties_v2\0"
 };
-
-const SUCCESS: i32 = 0;
-const ERROR_MEMORY_ALLOCATION: i32 = 2;
-const ERROR_INSUFFICIENT_DRIVER: i32 = 35;
-const ERROR_NO_DEVICE: i32 = 100;
-const ERROR_NOT_SUPPORTED: i32 = 801;
-
-macro_rules! runtime_api {
-    ($( fn $name:ident = $sym:expr; ($($ty:ty),* $(,)?) -> $ret:ty; )*) => {
-        #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
-        struct Api {
-            $( $name: unsafe extern "C" fn($($ty),*) -> $ret, )*
-            /// Keeps the library mapped for as long as the pointers above live.
-            _lib: libloading::Library,
-        }
-
-        impl Api {
-            /// # Safety
-            /// `lib` is a CUDA runtime of major version `BUILT_MAJOR`, so each
-            /// symbol has the signature declared for it here.
-            unsafe fn load(lib: libloading::Library) -> std::result::Result<Api, String> {
-                $(
-                    // SAFETY: the signature matches the CUDA runtime's
-                    // declaration of this symbol (see the caller's contract).
-                    let $name = *unsafe { lib.get::<unsafe extern "C" fn($($ty),*) -> $ret>($sym.as_bytes()) }
-                        .map_err(|e| format!("symbol {} is missing: {e}", $sym.trim_end_matches('\0')))?;
-                )*
-                Ok(Api { $($name,)* _lib: lib })
-            }
-        }
-    };
-}
 
 runtime_api! {
     fn get_error_name = "cudaGetErrorName\0"; (i32) -> *const c_char;
@@ -170,92 +139,37 @@ fn api() -> Result<&'static Api> {
     API.get_or_init(load_api).as_ref().map_err(Clone::clone)
 }
 
-fn c_str(p: *const c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    // SAFETY: the runtime returns static NUL-terminated strings.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-}
+/// Error texts of the CUDA runtime.
+struct CudaCodes;
 
-fn vendor(call: &'static str, code: i32) -> Error {
-    let (name, message) = match api() {
-        Ok(a) => {
+impl Codes for CudaCodes {
+    const BACKEND: &'static str = "cuda";
+
+    fn texts(code: i32) -> (String, String) {
+        match api() {
             // SAFETY: both functions accept any code and return a static
             // string (or an "unrecognized error code" string).
-            let name = c_str(unsafe { (a.get_error_name)(code) });
-            let message = c_str(unsafe { (a.get_error_string)(code) });
-            // SAFETY: no arguments. Clears the per-thread "last error" the
-            // failed call left behind, so it does not resurface elsewhere.
-            unsafe { (a.get_last_error)() };
-            (name, message)
+            Ok(a) => unsafe { (c_str((a.get_error_name)(code)), c_str((a.get_error_string)(code))) },
+            Err(_) => (String::new(), String::new()),
         }
-        Err(_) => (String::new(), String::new()),
-    };
-    match code {
-        ERROR_NO_DEVICE | ERROR_INSUFFICIENT_DRIVER => Error::NoDevice {
-            backend: "cuda",
-            detail: format!("{call}: {name}: {message}"),
-        },
-        ERROR_NOT_SUPPORTED => Error::Unsupported {
-            backend: "cuda",
-            what: format!("{call}: {message}"),
-        },
-        _ => Error::Vendor {
-            call,
-            code: VendorCode(code),
-            name,
-            message,
-        },
+    }
+
+    fn clear_last_error() {
+        if let Ok(a) = api() {
+            // SAFETY: no arguments.
+            unsafe { (a.get_last_error)() };
+        }
     }
 }
 
 #[inline]
 fn check(call: &'static str, code: i32) -> Result<()> {
-    if code == SUCCESS {
-        Ok(())
-    } else {
-        Err(vendor(call, code))
-    }
+    common::check::<CudaCodes>(call, code)
 }
 
 #[inline]
 fn check_alloc(call: &'static str, code: i32, bytes: usize) -> Result<()> {
-    match code {
-        SUCCESS => Ok(()),
-        ERROR_MEMORY_ALLOCATION => {
-            // Clear the per-thread last error, as `vendor` does.
-            if let Ok(a) = api() {
-                // SAFETY: no arguments.
-                unsafe { (a.get_last_error)() };
-            }
-            Err(Error::OutOfMemory {
-                requested: bytes,
-                stats: None,
-            })
-        }
-        _ => Err(vendor(call, code)),
-    }
-}
-
-fn ordinal(device: usize) -> Result<c_int> {
-    c_int::try_from(device)
-        .map_err(|_| Error::invalid(format!("device ordinal {device} does not fit in a C int")))
-}
-
-macro_rules! handle {
-    ($(#[$m:meta])* $name:ident, $raw:ty) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        pub(crate) struct $name(pub(crate) $raw);
-        // SAFETY: CUDA runtime handles are opaque pointers that the runtime
-        // accepts from any host thread; it synchronises access internally.
-        // Ownership (who destroys the handle) is tracked by the safe types.
-        unsafe impl Send for $name {}
-        // SAFETY: as above; no method mutates through a shared handle on the
-        // host side.
-        unsafe impl Sync for $name {}
-    };
+    common::check_alloc::<CudaCodes>(call, code, bytes)
 }
 
 handle!(
@@ -608,52 +522,16 @@ impl Backend for Cuda {
         check("cudaFree", unsafe { (api()?.free)(ptr.as_mut_ptr()) })
     }
 
-    unsafe fn copy_htod_async(
-        dst: DevicePtr,
-        src: *const u8,
+    unsafe fn copy_async(
+        dst: *mut c_void,
+        src: *const c_void,
         bytes: usize,
         stream: CudaStream,
     ) -> Result<()> {
-        // SAFETY: the caller guarantees both ranges (see the trait).
+        // SAFETY: the caller guarantees both ranges (see the trait); the
+        // default kind lets the runtime infer the direction.
         check("cudaMemcpyAsync", unsafe {
-            (api()?.memcpy_async)(
-                dst.as_mut_ptr(),
-                src.cast(),
-                bytes,
-                rt::cudaMemcpyKind::cudaMemcpyHostToDevice,
-                stream.0,
-            )
-        })
-    }
-
-    unsafe fn copy_dtoh_async(dst: *mut u8, src: DevicePtr, bytes: usize, stream: CudaStream) -> Result<()> {
-        // SAFETY: the caller guarantees both ranges (see the trait).
-        check("cudaMemcpyAsync", unsafe {
-            (api()?.memcpy_async)(
-                dst.cast(),
-                src.as_mut_ptr(),
-                bytes,
-                rt::cudaMemcpyKind::cudaMemcpyDeviceToHost,
-                stream.0,
-            )
-        })
-    }
-
-    unsafe fn copy_dtod_async(
-        dst: DevicePtr,
-        src: DevicePtr,
-        bytes: usize,
-        stream: CudaStream,
-    ) -> Result<()> {
-        // SAFETY: the caller guarantees both ranges (see the trait).
-        check("cudaMemcpyAsync", unsafe {
-            (api()?.memcpy_async)(
-                dst.as_mut_ptr(),
-                src.as_mut_ptr(),
-                bytes,
-                rt::cudaMemcpyKind::cudaMemcpyDeviceToDevice,
-                stream.0,
-            )
+            (api()?.memcpy_async)(dst, src, bytes, rt::cudaMemcpyKind::cudaMemcpyDefault, stream.0)
         })
     }
 

@@ -51,40 +51,12 @@ mod sys;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
+use super::common::{self, c_str, handle, ordinal, runtime_api, Codes};
 use crate::backend::{Backend, DevicePtr, PoolAttr, RawPoolProps};
-use crate::error::{Error, Result, VendorCode};
+use crate::error::{Error, Result};
 
 const BACKEND: &str = "rocm";
 const LIBRARY: &str = "libamdhip64";
-
-macro_rules! runtime_api {
-    ($( fn $name:ident = $sym:literal; ($($ty:ty),* $(,)?) -> $ret:ty; )*) => {
-        #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
-        struct Api {
-            $( $name: unsafe extern "C" fn($($ty),*) -> $ret, )*
-            /// Keeps the library mapped for as long as the pointers above live.
-            _lib: libloading::Library,
-        }
-
-        impl Api {
-            /// # Safety
-            /// `lib` is a HIP runtime (`libamdhip64` of ROCm 5 or later, or a
-            /// library exporting the same C API), so each symbol has the
-            /// signature declared for it here.
-            unsafe fn load(lib: libloading::Library) -> std::result::Result<Api, String> {
-                $(
-                    // SAFETY: the signature matches the HIP runtime's
-                    // declaration of this symbol (see the caller's contract);
-                    // the pointer is copied out and stays valid while `lib`,
-                    // stored next to it, stays loaded.
-                    let $name = *unsafe { lib.get::<unsafe extern "C" fn($($ty),*) -> $ret>($sym.as_bytes()) }
-                        .map_err(|e| format!("symbol {} is missing: {e}", $sym.trim_end_matches('\0')))?;
-                )*
-                Ok(Api { $($name,)* _lib: lib })
-            }
-        }
-    };
-}
 
 runtime_api! {
     fn get_error_name = "hipGetErrorName\0"; (i32) -> *const c_char;
@@ -194,81 +166,47 @@ fn api() -> Result<&'static Api> {
     API.get_or_init(load_api).as_ref().map_err(Clone::clone)
 }
 
-fn c_str(p: *const c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    // SAFETY: the runtime returns static NUL-terminated strings.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-}
+// The codes with their own `Error` variant have CUDA's numbers in HIP too;
+// the shared mapping in `common` relies on it.
+const _: () = {
+    assert!(sys::hipSuccess == common::SUCCESS);
+    assert!(sys::hipErrorOutOfMemory == common::ERROR_OUT_OF_MEMORY);
+    assert!(sys::hipErrorInsufficientDriver == common::ERROR_INSUFFICIENT_DRIVER);
+    assert!(sys::hipErrorNoDevice == common::ERROR_NO_DEVICE);
+    assert!(sys::hipErrorNotSupported == common::ERROR_NOT_SUPPORTED);
+};
 
-/// Clears the per-thread "last error" a failed call left behind, so that it
-/// does not resurface from `hipGetLastError` elsewhere.
-fn clear_last_error() {
-    if let Ok(a) = api() {
-        // SAFETY: no arguments.
-        unsafe { (a.get_last_error)() };
-    }
-}
+/// Error texts of the HIP runtime.
+struct RocmCodes;
 
-fn vendor(call: &'static str, code: i32) -> Error {
-    let (name, message) = match api() {
-        Ok(a) => {
+impl Codes for RocmCodes {
+    const BACKEND: &'static str = BACKEND;
+
+    fn texts(code: i32) -> (String, String) {
+        match api() {
             // SAFETY: both functions accept any code and return a static
             // string ("hipErrorUnknown" for codes they do not know).
-            let name = c_str(unsafe { (a.get_error_name)(code) });
-            // SAFETY: as above.
-            let message = c_str(unsafe { (a.get_error_string)(code) });
-            clear_last_error();
-            (name, message)
+            Ok(a) => unsafe { (c_str((a.get_error_name)(code)), c_str((a.get_error_string)(code))) },
+            Err(_) => (String::new(), String::new()),
         }
-        Err(_) => (String::new(), String::new()),
-    };
-    match code {
-        sys::hipErrorNoDevice | sys::hipErrorInsufficientDriver => Error::NoDevice {
-            backend: BACKEND,
-            detail: format!("{call}: {name}: {message}"),
-        },
-        sys::hipErrorNotSupported => Error::Unsupported {
-            backend: BACKEND,
-            what: format!("{call}: {message}"),
-        },
-        _ => Error::Vendor {
-            call,
-            code: VendorCode(code),
-            name,
-            message,
-        },
+    }
+
+    fn clear_last_error() {
+        if let Ok(a) = api() {
+            // SAFETY: no arguments.
+            unsafe { (a.get_last_error)() };
+        }
     }
 }
 
 #[inline]
 fn check(call: &'static str, code: i32) -> Result<()> {
-    if code == sys::hipSuccess {
-        Ok(())
-    } else {
-        Err(vendor(call, code))
-    }
+    common::check::<RocmCodes>(call, code)
 }
 
 #[inline]
 fn check_alloc(call: &'static str, code: i32, bytes: usize) -> Result<()> {
-    match code {
-        sys::hipSuccess => Ok(()),
-        sys::hipErrorOutOfMemory => {
-            clear_last_error();
-            Err(Error::OutOfMemory {
-                requested: bytes,
-                stats: None,
-            })
-        }
-        _ => Err(vendor(call, code)),
-    }
-}
-
-fn ordinal(device: usize) -> Result<c_int> {
-    c_int::try_from(device)
-        .map_err(|_| Error::invalid(format!("device ordinal {device} does not fit in a C int")))
+    common::check_alloc::<RocmCodes>(call, code, bytes)
 }
 
 fn unsupported(what: impl Into<String>) -> Error {
@@ -300,21 +238,6 @@ fn version_text(version: i32) -> String {
     } else {
         format!("runtime version {version}")
     }
-}
-
-macro_rules! handle {
-    ($(#[$m:meta])* $name:ident, $raw:ty) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        pub(crate) struct $name(pub(crate) $raw);
-        // SAFETY: HIP runtime handles are opaque pointers that the runtime
-        // accepts from any host thread; it synchronises access internally.
-        // Ownership (who destroys the handle) is tracked by the safe types.
-        unsafe impl Send for $name {}
-        // SAFETY: as above; no method mutates through a shared handle on the
-        // host side.
-        unsafe impl Sync for $name {}
-    };
 }
 
 handle!(
@@ -686,52 +609,16 @@ impl Backend for Rocm {
         check("hipFree", unsafe { (api()?.free)(ptr.as_mut_ptr()) })
     }
 
-    unsafe fn copy_htod_async(
-        dst: DevicePtr,
-        src: *const u8,
+    unsafe fn copy_async(
+        dst: *mut c_void,
+        src: *const c_void,
         bytes: usize,
         stream: RocmStream,
     ) -> Result<()> {
-        // SAFETY: the caller guarantees both ranges (see the trait).
+        // SAFETY: the caller guarantees both ranges (see the trait); the
+        // default kind lets the runtime infer the direction.
         check("hipMemcpyAsync", unsafe {
-            (api()?.memcpy_async)(
-                dst.as_mut_ptr(),
-                src.cast(),
-                bytes,
-                sys::hipMemcpyHostToDevice,
-                stream.0,
-            )
-        })
-    }
-
-    unsafe fn copy_dtoh_async(dst: *mut u8, src: DevicePtr, bytes: usize, stream: RocmStream) -> Result<()> {
-        // SAFETY: the caller guarantees both ranges (see the trait).
-        check("hipMemcpyAsync", unsafe {
-            (api()?.memcpy_async)(
-                dst.cast(),
-                src.as_mut_ptr(),
-                bytes,
-                sys::hipMemcpyDeviceToHost,
-                stream.0,
-            )
-        })
-    }
-
-    unsafe fn copy_dtod_async(
-        dst: DevicePtr,
-        src: DevicePtr,
-        bytes: usize,
-        stream: RocmStream,
-    ) -> Result<()> {
-        // SAFETY: the caller guarantees both ranges (see the trait).
-        check("hipMemcpyAsync", unsafe {
-            (api()?.memcpy_async)(
-                dst.as_mut_ptr(),
-                src.as_mut_ptr(),
-                bytes,
-                sys::hipMemcpyDeviceToDevice,
-                stream.0,
-            )
+            (api()?.memcpy_async)(dst, src, bytes, sys::hipMemcpyDefault, stream.0)
         })
     }
 
@@ -801,6 +688,7 @@ impl Backend for Rocm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::VendorCode;
 
     #[test]
     fn init_and_device_count_fail_cleanly_without_gpu() {
@@ -823,18 +711,18 @@ mod tests {
     #[test]
     fn error_codes_map_like_cuda() {
         assert!(matches!(
-            vendor("hipGetDeviceCount", 100),
+            common::vendor::<RocmCodes>("hipGetDeviceCount", 100),
             Error::NoDevice { backend: "rocm", .. }
         ));
         assert!(matches!(
-            vendor("hipGetDeviceCount", 35),
+            common::vendor::<RocmCodes>("hipGetDeviceCount", 35),
             Error::NoDevice { backend: "rocm", .. }
         ));
         assert!(matches!(
-            vendor("hipMemPoolCreate", 801),
+            common::vendor::<RocmCodes>("hipMemPoolCreate", 801),
             Error::Unsupported { backend: "rocm", .. }
         ));
-        match vendor("hipStreamSynchronize", 1) {
+        match common::vendor::<RocmCodes>("hipStreamSynchronize", 1) {
             Error::Vendor { call, code, .. } => {
                 assert_eq!(call, "hipStreamSynchronize");
                 assert_eq!(code, VendorCode(1));
@@ -842,7 +730,10 @@ mod tests {
             e => panic!("unexpected {e}"),
         }
         // A code no runtime knows is still just data.
-        assert!(matches!(vendor("hipFoo", 123_456), Error::Vendor { .. }));
+        assert!(matches!(
+            common::vendor::<RocmCodes>("hipFoo", 123_456),
+            Error::Vendor { .. }
+        ));
         assert!(matches!(
             check_alloc("hipMallocAsync", 2, 64),
             Err(Error::OutOfMemory {

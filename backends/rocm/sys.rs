@@ -77,9 +77,8 @@ pub(crate) const hipEventDisableTiming: c_uint = 0x2;
 /// added, but nothing was inserted before it, so no run-time choice is needed.
 pub(crate) const hipDeviceAttributeMemoryPoolsSupported: hipDeviceAttribute_t = 88;
 
-pub(crate) const hipMemcpyHostToDevice: hipMemcpyKind = 1;
-pub(crate) const hipMemcpyDeviceToHost: hipMemcpyKind = 2;
-pub(crate) const hipMemcpyDeviceToDevice: hipMemcpyKind = 3;
+/// `hipMemcpyDefault`: direction inferred from the addresses (as CUDA's 4).
+pub(crate) const hipMemcpyDefault: hipMemcpyKind = 4;
 
 // hipMemPoolAttr: 1..=8, the same numbering as cudaMemPoolAttr. The three
 // reuse flags take an `int`, the rest a `uint64_t`.
