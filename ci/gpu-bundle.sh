@@ -44,7 +44,7 @@ for line in open(sys.argv[2]):
 PY
 rm -f "$out/build.json"
 cargo build --release --features "$features" --example pipeline
-cp "target/release/examples/pipeline" "$out/bin/example-pipeline"
+cp "${CARGO_TARGET_DIR:-target}/release/examples/pipeline" "$out/bin/example-pipeline"
 strip "$out"/bin/* 2>/dev/null || true
 
 cat > "$out/run.sh" <<'RUN'
