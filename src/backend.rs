@@ -123,6 +123,21 @@ pub(crate) trait Backend: Sized + 'static {
     fn pool_trim_to(pool: Self::Pool, keep_bytes: usize) -> Result<()>;
     fn pool_as_raw(pool: Self::Pool) -> *mut c_void;
 
+    // Peer access and IPC. Access values: 0 none, 1 read, 3 read-write (the
+    // same numbers on both vendors).
+    fn can_access_peer(device: usize, peer: usize) -> Result<bool>;
+    fn pool_set_access(pool: Self::Pool, device: usize, access: u32) -> Result<()>;
+    fn pool_get_access(pool: Self::Pool, device: usize) -> Result<u32>;
+    /// A new POSIX file descriptor for a pool created with that handle type;
+    /// the caller owns it.
+    fn pool_export_fd(pool: Self::Pool) -> Result<i32>;
+    /// A pool imported from a descriptor (which the caller still owns).
+    fn pool_import_fd(fd: i32) -> Result<Self::Pool>;
+    /// The opaque 64 bytes that name an allocation of an exportable pool.
+    fn pool_export_pointer(ptr: DevicePtr) -> Result<[u8; 64]>;
+    /// The address, in this process, of an allocation exported elsewhere.
+    fn pool_import_pointer(pool: Self::Pool, data: &[u8; 64]) -> Result<DevicePtr>;
+
     // Stream-ordered allocation. `bytes` is never 0 here: the safe layer
     // handles 0 itself so that every vendor behaves the same.
     fn malloc_async(bytes: usize, stream: Self::Stream) -> Result<DevicePtr>;

@@ -49,8 +49,9 @@ pub struct DeviceBuffer<T: Pod> {
     ptr: DevicePtr,
     len: usize,
     stream: Stream,
-    /// Keeps a created pool alive for as long as this allocation is.
-    _pool: Option<MemPool>,
+    /// The explicit pool this came from (`new_in`, `import`): keeps a created
+    /// pool alive, and answers whether another device may use the memory.
+    pool: Option<MemPool>,
     /// Other streams this buffer was used on (see `use_on`).
     users: Vec<Stream>,
     _marker: PhantomData<T>,
@@ -92,7 +93,7 @@ impl<T: Pod> DeviceBuffer<T> {
             )));
         }
         let bytes = bytes_for::<T>(len)?;
-        let keep = pool.is_owned().then(|| pool.clone());
+        let keep = Some(pool.clone());
         if bytes == 0 {
             return Ok(Self::empty(len, stream, keep));
         }
@@ -125,7 +126,7 @@ impl<T: Pod> DeviceBuffer<T> {
             ptr,
             len,
             stream: stream.clone(),
-            _pool: pool,
+            pool,
             users: Vec::new(),
             _marker: PhantomData,
         }
@@ -160,8 +161,38 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Whether work on `stream` may use this buffer: it is the owning stream
     /// or was given to [`DeviceBuffer::use_on`].
+    ///
+    /// For a stream of another device this also asks the pool, each time,
+    /// whether that device still has access.
     pub fn is_usable_on(&self, stream: &Stream) -> bool {
-        self.stream.same_as(stream) || self.users.iter().any(|u| u.same_as(stream))
+        if self.stream.same_as(stream) {
+            return true;
+        }
+        self.users.iter().any(|u| u.same_as(stream)) && self.check_device_access(stream).is_ok()
+    }
+
+    /// Cross-device use needs a pool that grants the other device access.
+    fn check_device_access(&self, other: &Stream) -> Result<()> {
+        let (mine, theirs) = (self.stream.device(), other.device());
+        if mine == theirs {
+            return Ok(());
+        }
+        let Some(pool) = &self.pool else {
+            return Err(Error::invalid(format!(
+                "a buffer from the current pool of device {} cannot be used on device {}: \
+                 allocate it with new_in from a pool that grants access",
+                mine.ordinal(),
+                theirs.ordinal()
+            )));
+        };
+        match pool.access(&theirs)? {
+            crate::PeerAccess::None => Err(Error::invalid(format!(
+                "the pool of device {} grants device {} no access (MemPool::set_access)",
+                mine.ordinal(),
+                theirs.ordinal()
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Makes the buffer usable on `other`:
@@ -171,11 +202,15 @@ impl<T: Pod> DeviceBuffer<T> {
     /// 2. when the buffer is dropped, the owning stream first waits for all
     ///    work queued on `other` up to that moment, then frees.
     ///
-    /// Calling it again for the same stream only repeats step 1.
+    /// Calling it again for the same stream only repeats step 1. A stream of
+    /// another device is accepted only for a buffer from an explicit pool
+    /// ([`DeviceBuffer::new_in`]) that grants that device access
+    /// ([`MemPool::set_access`]); otherwise this is `InvalidArgument`.
     pub fn use_on(&mut self, other: &Stream) -> Result<()> {
         if self.stream.same_as(other) {
             return Ok(());
         }
+        self.check_device_access(other)?;
         order_after(other, &self.stream)?;
         if !self.users.iter().any(|u| u.same_as(other)) {
             self.users.push(other.clone());
@@ -284,6 +319,47 @@ impl<T: Pod> DeviceBuffer<T> {
         unsafe { Active::memset_async(self.ptr, value, self.size_in_bytes(), self.stream.raw()) }
     }
 
+    /// Names this allocation for another process (IPC). The buffer must come
+    /// from a pool created with [`ExportHandle::PosixFd`](crate::ExportHandle)
+    /// and the other process imports it from that pool ([`MemPool::export_fd`],
+    /// [`MemPool::import_fd`], [`DeviceBuffer::import`]).
+    pub fn export(&self) -> Result<ExportedBuffer> {
+        if self.ptr == DevicePtr::NULL {
+            return Err(Error::invalid("a 0-byte buffer cannot be exported"));
+        }
+        Ok(ExportedBuffer {
+            data: Active::pool_export_pointer(self.ptr)?,
+            bytes: self.size_in_bytes() as u64,
+        })
+    }
+
+    /// Maps a buffer exported by another process, from the pool imported
+    /// from that process, as a buffer on `stream`. Dropping it frees the
+    /// mapping on `stream` (stream-ordered, like any buffer); synchronise
+    /// the stream before telling the exporter it may free.
+    ///
+    /// # Safety
+    /// `exported` comes from [`DeviceBuffer::export`] on an allocation of
+    /// `pool`'s exporter, whose allocation has completed on the exporter's
+    /// stream and stays allocated until this buffer is dropped and its free
+    /// has completed (the importer frees first).
+    pub unsafe fn import(pool: &MemPool, exported: &ExportedBuffer, stream: &Stream) -> Result<Self> {
+        let bytes = usize::try_from(exported.bytes).map_err(|_| Error::invalid("exported size too large"))?;
+        let size = size_of::<T>();
+        if size == 0 || bytes % size != 0 {
+            return Err(Error::invalid(format!(
+                "{bytes} exported bytes are not a whole number of {size}-byte elements"
+            )));
+        }
+        if pool.device() != stream.device() {
+            return Err(Error::invalid(
+                "import the buffer on a stream of the pool's device",
+            ));
+        }
+        let ptr = Active::pool_import_pointer(pool.raw(), &exported.data)?;
+        Ok(Self::wrap(ptr, bytes / size, stream, Some(pool.clone())))
+    }
+
     /// Frees now (stream-ordered) and reports an error instead of recording
     /// it, as `Drop` would.
     pub fn release(mut self) -> Result<()> {
@@ -314,6 +390,44 @@ impl<T: Pod> DeviceBuffer<T> {
         // it), and every stream that used it is ordered before this point of
         // the owning stream.
         unsafe { Active::free_async(ptr, self.stream.raw()) }
+    }
+}
+
+/// What names a buffer for another process: the runtime's 64 opaque bytes
+/// and the size. Send [`ExportedBuffer::to_bytes`] over any channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExportedBuffer {
+    data: [u8; 64],
+    bytes: u64,
+}
+
+impl ExportedBuffer {
+    /// Size of the wire form.
+    pub const WIRE_SIZE: usize = 72;
+
+    /// The wire form: the 64 runtime bytes, then the size (little-endian).
+    pub fn to_bytes(&self) -> [u8; Self::WIRE_SIZE] {
+        let mut out = [0u8; Self::WIRE_SIZE];
+        out[..64].copy_from_slice(&self.data);
+        out[64..].copy_from_slice(&self.bytes.to_le_bytes());
+        out
+    }
+
+    /// Reads the wire form back.
+    pub fn from_bytes(wire: &[u8; Self::WIRE_SIZE]) -> ExportedBuffer {
+        let mut data = [0u8; 64];
+        data.copy_from_slice(&wire[..64]);
+        let mut size = [0u8; 8];
+        size.copy_from_slice(&wire[64..]);
+        ExportedBuffer {
+            data,
+            bytes: u64::from_le_bytes(size),
+        }
+    }
+
+    /// Size of the exported allocation in bytes.
+    pub fn size_in_bytes(&self) -> u64 {
+        self.bytes
     }
 }
 

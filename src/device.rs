@@ -70,6 +70,11 @@ impl Device {
         Active::pools_supported(self.ordinal)
     }
 
+    /// Whether kernels on this device can access memory of `peer`.
+    pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
+        Active::can_access_peer(self.ordinal, peer.ordinal)
+    }
+
     /// Makes this device current on the calling thread.
     pub fn bind_to_thread(&self) -> Result<()> {
         Active::set_device(self.ordinal)

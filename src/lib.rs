@@ -60,9 +60,9 @@ mod rocm;
 #[cfg(somalloc_rocm)]
 pub(crate) type Active = rocm::Rocm;
 
-pub use buffer::DeviceBuffer;
+pub use buffer::{DeviceBuffer, ExportedBuffer};
 pub use bytemuck::Pod;
 pub use device::Device;
 pub use error::{drop_errors, DropErrors, Error, Result, VendorCode};
-pub use pool::{ExportHandle, MemPool, PoolProperties, PoolStats, ReusePolicy};
+pub use pool::{ExportHandle, MemPool, PeerAccess, PoolProperties, PoolStats, ReusePolicy};
 pub use stream::{Event, Stream};

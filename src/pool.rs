@@ -2,6 +2,7 @@
 
 use std::ffi::c_void;
 use std::fmt;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
 use crate::backend::{Backend, PoolAttr, RawPoolProps};
@@ -73,6 +74,39 @@ impl ReusePolicy {
         allow_opportunistic: false,
         allow_internal_dependencies: false,
     };
+}
+
+/// How another device may access a pool's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerAccess {
+    /// No access (the default for created pools on other devices).
+    None,
+    /// Reads only.
+    Read,
+    /// Reads and writes.
+    ReadWrite,
+}
+
+impl PeerAccess {
+    fn flags(self) -> u32 {
+        match self {
+            PeerAccess::None => 0,
+            PeerAccess::Read => 1,
+            PeerAccess::ReadWrite => 3,
+        }
+    }
+
+    fn from_flags(flags: u32) -> Result<PeerAccess> {
+        match flags {
+            0 => Ok(PeerAccess::None),
+            1 => Ok(PeerAccess::Read),
+            3 => Ok(PeerAccess::ReadWrite),
+            other => Err(Error::Unsupported {
+                backend: Active::NAME,
+                what: format!("access flags {other:#x} reported by the runtime"),
+            }),
+        }
+    }
 }
 
 /// Export handle types a created pool supports (for IPC).
@@ -280,6 +314,54 @@ impl MemPool {
         // Both runtimes accept only 0 here, meaning "reset to current".
         Active::pool_set(self.inner.raw, PoolAttr::ReservedMemHigh, 0)?;
         Active::pool_set(self.inner.raw, PoolAttr::UsedMemHigh, 0)
+    }
+
+    /// Grants or removes `device`'s access to this pool's memory (the pool's
+    /// own device always has read-write access and cannot be changed).
+    ///
+    /// A buffer of this pool can be given to a stream of `device` with
+    /// [`DeviceBuffer::use_on`](crate::DeviceBuffer::use_on) only while
+    /// access is granted; removing it makes somalloc refuse such use rather
+    /// than let a kernel fault.
+    pub fn set_access(&self, device: &Device, access: PeerAccess) -> Result<()> {
+        if *device == self.inner.device {
+            return Err(Error::invalid("a pool's own device always has read-write access"));
+        }
+        Active::pool_set_access(self.inner.raw, device.ordinal(), access.flags())
+    }
+
+    /// How `device` may access this pool's memory.
+    pub fn access(&self, device: &Device) -> Result<PeerAccess> {
+        PeerAccess::from_flags(Active::pool_get_access(self.inner.raw, device.ordinal())?)
+    }
+
+    /// Exports the pool as a new POSIX file descriptor, to be passed to
+    /// another process (e.g. over a Unix socket with `SCM_RIGHTS`) and
+    /// imported there with [`MemPool::import_fd`]. The pool must have been
+    /// created with [`ExportHandle::PosixFd`].
+    pub fn export_fd(&self) -> Result<OwnedFd> {
+        let fd = Active::pool_export_fd(self.inner.raw)?;
+        if fd < 0 {
+            return Err(Error::invalid("the runtime returned no file descriptor"));
+        }
+        // SAFETY: the runtime just created this descriptor for the caller,
+        // who now owns it; nothing else refers to it.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Imports a pool exported by another process. The descriptor stays
+    /// the caller's. An imported pool cannot allocate; it serves
+    /// [`DeviceBuffer::import`](crate::DeviceBuffer::import). It is released
+    /// when the last handle and buffer are gone.
+    pub fn import_fd(device: &Device, fd: BorrowedFd<'_>) -> Result<MemPool> {
+        let raw = Active::pool_import_fd(fd.as_raw_fd())?;
+        Ok(MemPool {
+            inner: Arc::new(PoolInner {
+                raw,
+                device: *device,
+                owned: true,
+            }),
+        })
     }
 
     /// The vendor handle, still owned by this `MemPool` when created by it.

@@ -67,6 +67,19 @@ runtime_api! {
     fn mem_pool_set_attribute = "cudaMemPoolSetAttribute\0"; (rt::cudaMemPool_t, rt::cudaMemPoolAttr, *mut c_void) -> i32;
     fn mem_pool_get_attribute = "cudaMemPoolGetAttribute\0"; (rt::cudaMemPool_t, rt::cudaMemPoolAttr, *mut c_void) -> i32;
     fn mem_pool_trim_to = "cudaMemPoolTrimTo\0"; (rt::cudaMemPool_t, usize) -> i32;
+    fn device_can_access_peer = "cudaDeviceCanAccessPeer\0"; (*mut c_int, c_int, c_int) -> i32;
+    fn mem_pool_set_access = "cudaMemPoolSetAccess\0"; (rt::cudaMemPool_t, *const AccessDesc, usize) -> i32;
+    // The flags out-parameter is written by the runtime: a plain u32 here, so
+    // an unexpected value is data, not an invalid enum.
+    fn mem_pool_get_access = "cudaMemPoolGetAccess\0"; (*mut u32, rt::cudaMemPool_t, *mut AccessLocation) -> i32;
+    fn mem_pool_export_to_shareable_handle = "cudaMemPoolExportToShareableHandle\0"; (
+        *mut c_void, rt::cudaMemPool_t, rt::cudaMemAllocationHandleType, c_uint,
+    ) -> i32;
+    fn mem_pool_import_from_shareable_handle = "cudaMemPoolImportFromShareableHandle\0"; (
+        *mut rt::cudaMemPool_t, *mut c_void, rt::cudaMemAllocationHandleType, c_uint,
+    ) -> i32;
+    fn mem_pool_export_pointer = "cudaMemPoolExportPointer\0"; (*mut [u8; 64], *mut c_void) -> i32;
+    fn mem_pool_import_pointer = "cudaMemPoolImportPointer\0"; (*mut *mut c_void, rt::cudaMemPool_t, *mut [u8; 64]) -> i32;
     fn malloc_async = "cudaMallocAsync\0"; (*mut *mut c_void, usize, rt::cudaStream_t) -> i32;
     fn malloc_from_pool_async = "cudaMallocFromPoolAsync\0"; (*mut *mut c_void, usize, rt::cudaMemPool_t, rt::cudaStream_t) -> i32;
     fn free_async = "cudaFreeAsync\0"; (*mut c_void, rt::cudaStream_t) -> i32;
@@ -82,6 +95,36 @@ runtime_api! {
     fn library_unload = "cudaLibraryUnload\0"; (rt::cudaLibrary_t) -> i32;
     fn library_get_kernel = "cudaLibraryGetKernel\0"; (*mut rt::cudaKernel_t, rt::cudaLibrary_t, *const c_char) -> i32;
     fn launch_kernel = "cudaLaunchKernel\0"; (*const c_void, rt::dim3, rt::dim3, *mut *mut c_void, usize, rt::cudaStream_t) -> i32;
+}
+
+/// `cudaMemLocation` as the access calls use it (type, id); laid out like
+/// cudarc's type, with integers instead of enums.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct AccessLocation {
+    type_: u32,
+    id: c_int,
+}
+
+/// `cudaMemAccessDesc` with integer fields.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct AccessDesc {
+    location: AccessLocation,
+    flags: u32,
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<AccessLocation>() == std::mem::size_of::<rt::cudaMemLocation>());
+    assert!(std::mem::size_of::<AccessDesc>() == std::mem::size_of::<rt::cudaMemAccessDesc>());
+    assert!(std::mem::size_of::<[u8; 64]>() == std::mem::size_of::<rt::cudaMemPoolPtrExportData>());
+};
+
+fn device_location(device: usize) -> Result<AccessLocation> {
+    Ok(AccessLocation {
+        type_: rt::cudaMemLocationType::cudaMemLocationTypeDevice as u32,
+        id: ordinal(device)?,
+    })
 }
 
 fn library_candidates() -> Vec<String> {
@@ -477,6 +520,84 @@ impl Backend for Cuda {
 
     fn pool_as_raw(pool: CudaPool) -> *mut c_void {
         pool.0.cast()
+    }
+
+    fn can_access_peer(device: usize, peer: usize) -> Result<bool> {
+        let mut v: c_int = 0;
+        // SAFETY: valid out-pointer.
+        check("cudaDeviceCanAccessPeer", unsafe {
+            (api()?.device_can_access_peer)(&mut v, ordinal(device)?, ordinal(peer)?)
+        })?;
+        Ok(v != 0)
+    }
+
+    fn pool_set_access(pool: CudaPool, device: usize, access: u32) -> Result<()> {
+        let desc = AccessDesc {
+            location: device_location(device)?,
+            flags: access,
+        };
+        // SAFETY: one valid descriptor; the runtime validates the values.
+        check("cudaMemPoolSetAccess", unsafe {
+            (api()?.mem_pool_set_access)(pool.0, &desc, 1)
+        })
+    }
+
+    fn pool_get_access(pool: CudaPool, device: usize) -> Result<u32> {
+        let mut location = device_location(device)?;
+        let mut flags = 0u32;
+        // SAFETY: valid out-pointer and location.
+        check("cudaMemPoolGetAccess", unsafe {
+            (api()?.mem_pool_get_access)(&mut flags, pool.0, &mut location)
+        })?;
+        Ok(flags)
+    }
+
+    fn pool_export_fd(pool: CudaPool) -> Result<i32> {
+        let mut fd: c_int = -1;
+        // SAFETY: for the POSIX fd handle type the runtime writes an int.
+        check("cudaMemPoolExportToShareableHandle", unsafe {
+            (api()?.mem_pool_export_to_shareable_handle)(
+                (&mut fd as *mut c_int).cast(),
+                pool.0,
+                rt::cudaMemAllocationHandleType::cudaMemHandleTypePosixFileDescriptor,
+                0,
+            )
+        })?;
+        Ok(fd)
+    }
+
+    fn pool_import_fd(fd: i32) -> Result<CudaPool> {
+        let mut pool: rt::cudaMemPool_t = std::ptr::null_mut();
+        // SAFETY: for the POSIX fd handle type the handle argument is the
+        // descriptor's value itself; the runtime does not take ownership.
+        check("cudaMemPoolImportFromShareableHandle", unsafe {
+            (api()?.mem_pool_import_from_shareable_handle)(
+                &mut pool,
+                fd as isize as *mut c_void,
+                rt::cudaMemAllocationHandleType::cudaMemHandleTypePosixFileDescriptor,
+                0,
+            )
+        })?;
+        Ok(CudaPool(pool))
+    }
+
+    fn pool_export_pointer(ptr: DevicePtr) -> Result<[u8; 64]> {
+        let mut data = [0u8; 64];
+        // SAFETY: 64 writable bytes; the runtime validates the address.
+        check("cudaMemPoolExportPointer", unsafe {
+            (api()?.mem_pool_export_pointer)(&mut data, ptr.as_mut_ptr())
+        })?;
+        Ok(data)
+    }
+
+    fn pool_import_pointer(pool: CudaPool, data: &[u8; 64]) -> Result<DevicePtr> {
+        let mut copy = *data;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the runtime only reads the 64 bytes.
+        check("cudaMemPoolImportPointer", unsafe {
+            (api()?.mem_pool_import_pointer)(&mut p, pool.0, &mut copy)
+        })?;
+        Ok(DevicePtr(p as usize))
     }
 
     #[inline]

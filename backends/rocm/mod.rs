@@ -85,6 +85,13 @@ runtime_api! {
     fn mem_pool_destroy = "hipMemPoolDestroy\0"; (sys::hipMemPool_t) -> i32;
     fn mem_pool_set_attribute = "hipMemPoolSetAttribute\0"; (sys::hipMemPool_t, sys::hipMemPoolAttr, *mut c_void) -> i32;
     fn mem_pool_get_attribute = "hipMemPoolGetAttribute\0"; (sys::hipMemPool_t, sys::hipMemPoolAttr, *mut c_void) -> i32;
+    fn device_can_access_peer = "hipDeviceCanAccessPeer\0"; (*mut c_int, c_int, c_int) -> i32;
+    fn mem_pool_set_access = "hipMemPoolSetAccess\0"; (sys::hipMemPool_t, *const sys::hipMemAccessDesc, usize) -> i32;
+    fn mem_pool_get_access = "hipMemPoolGetAccess\0"; (*mut u32, sys::hipMemPool_t, *mut sys::hipMemLocation) -> i32;
+    fn mem_pool_export_to_shareable_handle = "hipMemPoolExportToShareableHandle\0"; (*mut c_void, sys::hipMemPool_t, u32, c_uint) -> i32;
+    fn mem_pool_import_from_shareable_handle = "hipMemPoolImportFromShareableHandle\0"; (*mut sys::hipMemPool_t, *mut c_void, u32, c_uint) -> i32;
+    fn mem_pool_export_pointer = "hipMemPoolExportPointer\0"; (*mut [u8; 64], *mut c_void) -> i32;
+    fn mem_pool_import_pointer = "hipMemPoolImportPointer\0"; (*mut *mut c_void, sys::hipMemPool_t, *mut [u8; 64]) -> i32;
     fn mem_pool_trim_to = "hipMemPoolTrimTo\0"; (sys::hipMemPool_t, usize) -> i32;
     fn malloc_async = "hipMallocAsync\0"; (*mut *mut c_void, usize, sys::hipStream_t) -> i32;
     fn malloc_from_pool_async = "hipMallocFromPoolAsync\0"; (*mut *mut c_void, usize, sys::hipMemPool_t, sys::hipStream_t) -> i32;
@@ -546,6 +553,91 @@ impl Backend for Rocm {
 
     fn pool_as_raw(pool: RocmPool) -> *mut c_void {
         pool.0.cast()
+    }
+
+    fn can_access_peer(device: usize, peer: usize) -> Result<bool> {
+        let mut v: c_int = 0;
+        // SAFETY: valid out-pointer.
+        check("hipDeviceCanAccessPeer", unsafe {
+            (api()?.device_can_access_peer)(&mut v, ordinal(device)?, ordinal(peer)?)
+        })?;
+        Ok(v != 0)
+    }
+
+    fn pool_set_access(pool: RocmPool, device: usize, access: u32) -> Result<()> {
+        let desc = sys::hipMemAccessDesc {
+            location: sys::hipMemLocation {
+                type_: sys::hipMemLocationTypeDevice,
+                id: ordinal(device)?,
+            },
+            flags: access,
+        };
+        // SAFETY: one valid descriptor; the runtime validates the values.
+        check("hipMemPoolSetAccess", unsafe {
+            (api()?.mem_pool_set_access)(pool.0, &desc, 1)
+        })
+    }
+
+    fn pool_get_access(pool: RocmPool, device: usize) -> Result<u32> {
+        let mut location = sys::hipMemLocation {
+            type_: sys::hipMemLocationTypeDevice,
+            id: ordinal(device)?,
+        };
+        let mut flags = 0u32;
+        // SAFETY: valid out-pointer and location.
+        check("hipMemPoolGetAccess", unsafe {
+            (api()?.mem_pool_get_access)(&mut flags, pool.0, &mut location)
+        })?;
+        Ok(flags)
+    }
+
+    fn pool_export_fd(pool: RocmPool) -> Result<i32> {
+        let mut fd: c_int = -1;
+        // SAFETY: for the POSIX fd handle type the runtime writes an int.
+        check("hipMemPoolExportToShareableHandle", unsafe {
+            (api()?.mem_pool_export_to_shareable_handle)(
+                (&mut fd as *mut c_int).cast(),
+                pool.0,
+                sys::hipMemHandleTypePosixFileDescriptor,
+                0,
+            )
+        })?;
+        Ok(fd)
+    }
+
+    fn pool_import_fd(fd: i32) -> Result<RocmPool> {
+        let mut pool: sys::hipMemPool_t = std::ptr::null_mut();
+        // SAFETY: for the POSIX fd handle type the handle argument is the
+        // descriptor's value itself; the runtime does not take ownership.
+        check("hipMemPoolImportFromShareableHandle", unsafe {
+            (api()?.mem_pool_import_from_shareable_handle)(
+                &mut pool,
+                fd as isize as *mut c_void,
+                sys::hipMemHandleTypePosixFileDescriptor,
+                0,
+            )
+        })?;
+        Ok(RocmPool(pool))
+    }
+
+    fn pool_export_pointer(ptr: DevicePtr) -> Result<[u8; 64]> {
+        let mut data = [0u8; 64];
+        // SAFETY: 64 writable bytes (hipMemPoolPtrExportData); the runtime
+        // validates the address.
+        check("hipMemPoolExportPointer", unsafe {
+            (api()?.mem_pool_export_pointer)(&mut data, ptr.as_mut_ptr())
+        })?;
+        Ok(data)
+    }
+
+    fn pool_import_pointer(pool: RocmPool, data: &[u8; 64]) -> Result<DevicePtr> {
+        let mut copy = *data;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the runtime only reads the 64 bytes.
+        check("hipMemPoolImportPointer", unsafe {
+            (api()?.mem_pool_import_pointer)(&mut p, pool.0, &mut copy)
+        })?;
+        Ok(DevicePtr(p as usize))
     }
 
     #[inline]

@@ -125,6 +125,17 @@ pub(crate) struct hipMemLocation {
     pub id: c_int,
 }
 
+/// `hipMemAccessDesc`; `flags` is `hipMemAccessFlags` (0 none, 1 read,
+/// 3 read-write).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct hipMemAccessDesc {
+    pub location: hipMemLocation,
+    pub flags: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<hipMemAccessDesc>() == 12);
+
 /// `hipMemPoolProps`, in its ROCm >= 6.2 shape. In ROCm < 6.2 the eight bytes
 /// of `maxSize` are the start of `unsigned char reserved[64]`, which must be
 /// zero: the backend writes `maxSize` only when the runtime reads it.

@@ -9,6 +9,7 @@ mod common;
 
 mod cross_stream;
 mod device;
+mod peer;
 mod pool;
 mod sizes;
 mod stream_order;
