@@ -11,6 +11,8 @@
 //! * [`DeviceBuffer`]: a typed allocation whose allocation and free are
 //!   enqueued on a stream; use on another stream goes through
 //!   [`DeviceBuffer::use_on`].
+//! * Peer access ([`MemPool::set_access`]) and IPC ([`MemPool::export_fd`],
+//!   [`MemPool::import_fd`], [`DeviceBuffer::export`], [`DeviceBuffer::import`]).
 //!
 //! Errors are [`Error`] values, never panics: no runtime library
 //! ([`Error::RuntimeNotFound`]), no device ([`Error::NoDevice`]), out of
