@@ -127,14 +127,13 @@ fn device_location(device: usize) -> Result<AccessLocation> {
     })
 }
 
+/// `$SOMALLOC_CUDART` alone when it is set (so a deployment, or a test, can
+/// pin the exact library), else the runtime of the bindings' major version.
 fn library_candidates() -> Vec<String> {
-    let mut names = Vec::new();
-    if let Ok(explicit) = std::env::var("SOMALLOC_CUDART") {
-        names.push(explicit);
+    match std::env::var("SOMALLOC_CUDART") {
+        Ok(explicit) if !explicit.is_empty() => vec![explicit],
+        _ => vec![format!("libcudart.so.{BUILT_MAJOR}"), "libcudart.so".to_string()],
     }
-    names.push(format!("libcudart.so.{BUILT_MAJOR}"));
-    names.push("libcudart.so".to_string());
-    names
 }
 
 fn load_api() -> Result<Api> {

@@ -3,7 +3,7 @@
 //! # Loading
 //!
 //! The library is opened with `libloading` on first use: `$SOMALLOC_AMDHIP`
-//! if set, then `libamdhip64.so.7`, `.so.6`, `.so.5` and `libamdhip64.so`.
+//! alone if set, else `libamdhip64.so.7`, `.so.6`, `.so.5` and `libamdhip64.so`.
 //! The first one that opens is used; when none opens, or the one that opened
 //! lacks a function used here, the result is [`Error::RuntimeNotFound`] (with
 //! every reason), never a panic. Every function is declared to return a plain `i32`: crates such as
@@ -112,22 +112,21 @@ runtime_api! {
     ) -> i32;
 }
 
+/// `$SOMALLOC_AMDHIP` alone when it is set (so a deployment, or a test, can
+/// pin the exact library), else the HIP runtimes of ROCm 7, 6 and 5.
 fn library_candidates() -> Vec<String> {
-    let mut names = Vec::new();
-    if let Ok(explicit) = std::env::var("SOMALLOC_AMDHIP") {
-        if !explicit.is_empty() {
-            names.push(explicit);
-        }
+    match std::env::var("SOMALLOC_AMDHIP") {
+        Ok(explicit) if !explicit.is_empty() => vec![explicit],
+        _ => [
+            "libamdhip64.so.7",
+            "libamdhip64.so.6",
+            "libamdhip64.so.5",
+            "libamdhip64.so",
+        ]
+        .iter()
+        .map(|n| n.to_string())
+        .collect(),
     }
-    for name in [
-        "libamdhip64.so.7",
-        "libamdhip64.so.6",
-        "libamdhip64.so.5",
-        "libamdhip64.so",
-    ] {
-        names.push(name.to_string());
-    }
-    names
 }
 
 fn load_api() -> Result<Api> {

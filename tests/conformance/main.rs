@@ -7,6 +7,7 @@
 
 mod common;
 
+mod bad_input;
 mod cross_stream;
 mod device;
 mod peer;

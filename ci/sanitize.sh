@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs compute-sanitizer's four tools over the test binaries of a GPU bundle
+# (see ci/gpu-bundle.sh) on an NVIDIA machine, and prints one summary line
+# per tool:
+#
+#   bash ci/sanitize.sh dist/gpu-cuda        # on the GPU machine
+#
+# memcheck runs with --leak-check full; every tool with --error-exitcode, so
+# an error fails the run. Binaries that exhaust the device on purpose (oom)
+# are left out: the sanitizer's own allocations would change what they test.
+set -uo pipefail
+bundle=${1:-dist/gpu-cuda}
+cs=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+if [ ! -x "$cs" ]; then
+  echo "sanitize: compute-sanitizer not found (set COMPUTE_SANITIZER)" >&2
+  exit 2
+fi
+logs=${SANITIZE_LOGS:-$(mktemp -d)}
+bins=()
+for b in "$bundle"/bin/*; do
+  case "$(basename "$b")" in example-* | oom | unit | environment | compile_fail) continue ;; esac
+  bins+=("$b")
+done
+declare -A flags=(
+  [memcheck]="--tool memcheck --leak-check full"
+  [racecheck]="--tool racecheck"
+  [synccheck]="--tool synccheck"
+  [initcheck]="--tool initcheck"
+)
+bad=0
+for tool in memcheck racecheck synccheck initcheck; do
+  errors=0 runs=0 failed=0 t0=$SECONDS
+  for b in "${bins[@]}"; do
+    name=$(basename "$b")
+    log="$logs/$tool-$name.log"
+    # shellcheck disable=SC2086
+    "$cs" ${flags[$tool]} --error-exitcode 99 --target-processes all \
+      "$b" --test-threads=${SANITIZE_TEST_THREADS:-4} >"$log" 2>&1
+    rc=$?
+    runs=$((runs + 1))
+    n=$(grep -oE 'ERROR SUMMARY: [0-9]+ error' "$log" | awk '{s+=$3} END {print s+0}')
+    errors=$((errors + n))
+    if [ "$rc" -ne 0 ]; then
+      failed=$((failed + 1))
+      echo "---- $tool $name (exit $rc) ----"
+      grep -E 'ERROR SUMMARY|=========|panicked|FAILED' "$log" | head -n 30
+    fi
+  done
+  echo "sanitize: $tool: $runs binaries, $errors errors, $failed failed runs ($((SECONDS - t0)) s)"
+  [ "$errors" -eq 0 ] && [ "$failed" -eq 0 ] || bad=1
+done
+exit "$bad"

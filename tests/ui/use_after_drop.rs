@@ -1,0 +1,10 @@
+use somalloc::{Device, DeviceBuffer, Stream};
+
+fn main() -> somalloc::Result<()> {
+    let dev = Device::get(0)?;
+    let stream = Stream::new(&dev)?;
+    let buf = DeviceBuffer::<u32>::new(16, &stream)?;
+    drop(buf); // the free is enqueued here
+    let _ = buf.to_vec()?; // use after free: rejected
+    Ok(())
+}
