@@ -70,7 +70,7 @@ for bin in "$here"/bin/*; do
     echo "---- $name (exit $rc) ----"
     grep -vE '^test .* \.\.\. ok$' "$log" | tail -n 60
   fi
-  grep -E '^(SKIP|[a-z_]+::[a-z_]+: )' "$log" | grep -v '^SKIP' || true
+  grep -oE '(SKIP [A-Za-z0-9_:]+: .*|^[a-z_]+::[a-z_]+: .*)' "$log" || true
   printf '%-16s %7s %7s %8s\n' "$name" "$pass" "$fail" "$skip"
   total_pass=$((total_pass + pass)) total_fail=$((total_fail + fail)) total_skip=$((total_skip + skip))
   rm -f "$log"

@@ -14,9 +14,22 @@ use somalloc::{Device, DeviceBuffer, Error, MemPool, PoolProperties, Stream};
 
 const THREADS: usize = 8;
 const STREAMS_PER_THREAD: usize = 3;
-const OPS_PER_THREAD: usize = 1500;
 const MAX_LIVE: usize = 12;
-const TIME_LIMIT: Duration = Duration::from_secs(60);
+
+/// Operations per thread and the time limit: SOMALLOC_STRESS_OPS (default
+/// 20000) and SOMALLOC_STRESS_SECONDS (default 60), whichever ends first.
+fn bounds() -> (usize, Duration) {
+    let var = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    (
+        var("SOMALLOC_STRESS_OPS", 20_000) as usize,
+        Duration::from_secs(var("SOMALLOC_STRESS_SECONDS", 60)),
+    )
+}
 
 fn say(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
@@ -51,6 +64,7 @@ fn threads_streams_random_sizes_cross_stream_use() {
     let pool = MemPool::create(&dev, PoolProperties::default()).unwrap();
     pool.set_release_threshold(u64::MAX).unwrap();
     let used_at_start = pool.stats().unwrap().used_current;
+    let (ops_per_thread, time_limit) = bounds();
     let seeds = Arc::new(AtomicU32::new(1));
     let corrupt = Arc::new(AtomicU64::new(0));
     let ops = Arc::new(AtomicU64::new(0));
@@ -77,8 +91,8 @@ fn threads_streams_random_sizes_cross_stream_use() {
                 let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
                 let mine = &streams[t * STREAMS_PER_THREAD..(t + 1) * STREAMS_PER_THREAD];
                 let mut live: Vec<(DeviceBuffer<u8>, u32, Stream)> = Vec::new();
-                for _ in 0..OPS_PER_THREAD {
-                    if start.elapsed() > TIME_LIMIT {
+                for _ in 0..ops_per_thread {
+                    if start.elapsed() > time_limit {
                         break;
                     }
                     let free = !live.is_empty() && (live.len() >= MAX_LIVE || rng.below(2) == 0);

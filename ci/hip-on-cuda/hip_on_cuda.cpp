@@ -1,0 +1,1082 @@
+// HIP-on-CUDA shim: a libamdhip64.so.5 for NVIDIA GPUs, as a *test fixture*.
+//
+// It exports, with the ABI of Debian's ROCm 5.2.3 libamdhip64.so.5 (soname,
+// symbol versions hip_4.2 / hip_5.1, hipError_t numbers, struct layouts,
+// enum and flag values), every hip* function that somalloc's rocm backend
+// (backends/rocm/mod.rs) loads, implemented over the CUDA runtime API. The
+// rocm test binaries, built unchanged, then run on an NVIDIA GPU with
+// LD_LIBRARY_PATH / SOMALLOC_AMDHIP pointing at this library.
+//
+// It is written against CUDA's own headers (cuda_runtime_api.h) and defines
+// the HIP side itself: HIP 5.2's nvidia_detail headers call APIs that CUDA 13
+// removed (cudaBindTexture, ...) and do not compile against it. Only the
+// CUDA *runtime* is used (libcudart; no libcuda at link time): modules go
+// through cudaLibraryLoadData / cudaLibraryGetKernel / cudaLaunchKernel,
+// which need no context handling (the runtime makes the primary context of
+// the current device current itself) and no driver stub to link against
+// (the pip CUDA wheels have none).
+//
+// EVERY PLACE WHERE THE SHIM TRANSLATES SOMETHING
+//  1. Error codes (translate(), table HIP_ON_CUDA_CUDA_TO_HIP below): each
+//     cudaError_t that has a HIP 5.2 counterpart maps to it, following HIP's
+//     own hipCUDAErrorTohipError (nvidia_detail) table; all of those keep
+//     their number (checked by static_assert), several under another name:
+//       cudaErrorMemoryAllocation 2     -> hipErrorOutOfMemory 2
+//       cudaErrorInitializationError 3  -> hipErrorNotInitialized 3
+//       cudaErrorCudartUnloading 4      -> hipErrorDeinitialized 4
+//       cudaErrorInvalidKernelImage 200 -> hipErrorInvalidImage 200
+//       cudaErrorDeviceUninitialized 201-> hipErrorInvalidContext 201
+//       cudaErrorMapBufferObjectFailed 205 / Unmap.. 206 -> hipErrorMapFailed / UnmapFailed
+//       cudaErrorNoKernelImageForDevice 209 -> hipErrorNoBinaryForGpu 209
+//       cudaErrorECCUncorrectable 214   -> hipErrorECCNotCorrectable 214
+//       cudaErrorDeviceAlreadyInUse 216 -> hipErrorContextAlreadyInUse 216
+//       cudaErrorInvalidPtx 218         -> hipErrorInvalidKernelFile 218
+//       cudaErrorInvalidResourceHandle 400 -> hipErrorInvalidHandle 400
+//       cudaErrorSymbolNotFound 500     -> hipErrorNotFound 500
+//       cudaErrorLaunchTimeout 702      -> hipErrorLaunchTimeOut 702
+//     Every other cudaError_t of CUDA 13.0 (codes HIP 5.2 lacks: 16, 18-20,
+//     22-28, 31, 32, 34, 36, 37, 43-46, 49, 65-69, 102, 103, 127, 220-226,
+//     402, 703, 711, 714-718, 721, 800, 802-812, 909, 911-915, and any code
+//     a later CUDA adds) becomes hipErrorUnknown 999, as in
+//     HIP's table. They are NOT passed through: 911/912 mean other things in
+//     ROCm 6 (hipErrorInvalidChannelDescriptor/InvalidTexture). The original
+//     CUDA code is remembered per thread, and hipGetErrorString(999) names it.
+//     Shim-made errors (a value HIP does not define) use HIP's usual code:
+//     hipErrorInvalidValue 1, hipErrorInvalidMemcpyDirection 21,
+//     hipErrorInvalidDevice 101, hipErrorInvalidHandle 400,
+//     hipErrorNotSupported 801.
+//  2. Error names and messages: hipGetErrorName gives HIP's names
+//     ("hipErrorOutOfMemory"), hipGetErrorString CUDA's message text for the
+//     matching cudaError_t (HIP-only codes 202/1052/1053: HIP's wording).
+//  3. Last error: HIP's hipGetLastError returns (and resets) the last error
+//     of *any* HIP call of the thread; the shim records that per thread (so
+//     that its own rejections count too) and clears CUDA's last error, whose
+//     value it does not use (cudaGetLastError keeps reporting a failed
+//     initialisation, e.g. no driver, on every call).
+//  4. Runtime version (hipRuntimeGetVersion): a HIP_VERSION-style number,
+//     6.2 with the CUDA runtime version as the patch field: 60_200_000 +
+//     cudaRuntimeGetVersion (60_213_000 on CUDA 13.0). The rocm backend then
+//     takes its AMD branch (>= 10^7, ROCm >= 6.2: writes maxSize), which is
+//     what this shim implements (cudaMemPoolProps has maxSize). Override with
+//     HIP_ON_CUDA_VERSION=<n> (e.g. 50221153 to act as ROCm 5.2.3: the
+//     backend then refuses max_size, and the shim treats the maxSize bytes
+//     as reserved[0..8], which must be zero, as HIP < 6.2 does; below
+//     50600000 hipMallocAsync/hipMallocFromPoolAsync of 0 bytes and
+//     hipFreeAsync(NULL) also fail with hipErrorInvalidValue, as before
+//     ROCm 5.6). These two are the only version-dependent behaviours.
+//  5. hipMemPoolProps (88 bytes, HIP >= 6.2 shape) -> cudaMemPoolProps
+//     (88 bytes, but `usage` and reserved[54] after maxSize): copied field by
+//     field; allocType 0/1, handleTypes bits 1/2/4, location type 0/1 keep
+//     their values; anything HIP 5.2 does not define, and non-zero reserved
+//     bytes, are hipErrorInvalidValue; cudaMemPoolProps.usage = 0.
+//  6. hipMemPoolAttr 1..8 -> cudaMemPoolAttr 1..8 (same numbers and value
+//     types: int for the three reuse flags, uint64_t for the rest); others
+//     are hipErrorInvalidValue.
+//  7. hipDeviceAttribute_t: the HIP enum is numbered differently from CUDA's.
+//     Only hipDeviceAttributeMemoryPoolsSupported (88) ->
+//     cudaDevAttrMemoryPoolsSupported (115) is translated; any other id is
+//     hipErrorInvalidValue (the backend asks for no other).
+//  8. hipMemcpyKind 0..4 -> cudaMemcpyKind 0..4 (same numbers); others are
+//     hipErrorInvalidMemcpyDirection.
+//  9. Flags: hipStreamDefault/NonBlocking 0/1 = CUDA's; hipEventDefault,
+//     BlockingSync, DisableTiming, Interprocess 0/1/2/4 = CUDA's; the
+//     AMD-only hipEventReleaseToDevice/ReleaseToSystem (0x40000000,
+//     0x80000000: cache-coherence scope hints) are dropped; other bits are
+//     hipErrorInvalidValue. hipStreamWaitEvent flags must be 0 (as in HIP).
+// 10. Devices: hipDevice_t is the ordinal; hipDeviceGet checks it against
+//     cudaGetDeviceCount (hipErrorInvalidDevice); hipDeviceGetName copies
+//     cudaDeviceProp::name (truncated to len - 1 bytes, NUL-terminated).
+// 11. Modules and launches: hipModule_t = cudaLibrary_t, hipFunction_t =
+//     cudaKernel_t (cast, never dereferenced). hipModuleLaunchKernel's
+//     (gridDimX..Z, blockDimX..Z, sharedMemBytes, stream, kernelParams) ->
+//     cudaLaunchKernel(kernel, dim3 grid, dim3 block, kernelParams,
+//     sharedMemBytes, stream). `extra` (packed argument buffer) is not
+//     supported: hipErrorNotSupported (the backend always passes NULL). A
+//     NULL function is hipErrorInvalidHandle, as in HIP. The image is a CUDA
+//     fatbin/cubin/PTX (build.rs with SOMALLOC_HIP_KERNELS=nvcc), not an AMD
+//     code object. CUDA loads lazily: a missing architecture shows up at
+//     hipModuleGetFunction or launch, not at hipModuleLoadData as on AMD.
+// 12. Handles: hipStream_t/hipEvent_t/hipMemPool_t are the CUDA handles,
+//     cast; the NULL stream is CUDA's legacy default stream, as HIP's NULL
+//     stream is the blocking default stream.
+// 13. Pool access: hipMemAccessDesc[] (12 bytes each) is rebuilt element by
+//     element as cudaMemAccessDesc[] (location as in 5., hipMemAccessFlags
+//     0/1/3 = cudaMemAccessFlags 0/1/3, others hipErrorInvalidValue);
+//     hipMemPoolGetAccess translates the location in and the flags out.
+// 14. IPC: export/import handle types as in 5. (POSIX fd 1 = CUDA's 1; for
+//     an fd the shareable handle is the fd itself on import and an int* on
+//     export, in both APIs); hipMemPoolPtrExportData and
+//     cudaMemPoolPtrExportData are both 64 opaque bytes, passed as they are.
+//     hipDeviceCanAccessPeer = cudaDeviceCanAccessPeer (ordinals).
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+// ---------------------------------------------------------------------------
+// Part 1: the HIP ABI, defined here (no HIP header). build.sh compiles this
+// part (HIP_ON_CUDA_ABI_ONLY) next to ROCm's own hip_runtime_api.h when that
+// is installed, and checks every number and offset against it.
+
+namespace hip_abi {
+
+using hipError_t = int;  // C enum, int-sized, in every ROCm
+using hipDevice_t = int;
+using hipDeviceAttribute_t = int;
+using hipMemPoolAttr = int;
+using hipMemcpyKind = int;
+
+struct ihipStream_t;
+struct ihipEvent_t;
+struct ihipMemPoolHandle_t;
+struct ihipModule_t;
+struct ihipModuleSymbol_t;
+using hipStream_t = ihipStream_t*;
+using hipEvent_t = ihipEvent_t*;
+using hipMemPool_t = ihipMemPoolHandle_t*;
+using hipModule_t = ihipModule_t*;
+using hipFunction_t = ihipModuleSymbol_t*;
+
+// hipError_t of ROCm 5.2.3 (hip_runtime_api.h), primary names only (the
+// aliases hipErrorMemoryAllocation 2, hipErrorInitializationError 3,
+// hipErrorMapBufferObjectFailed 205, hipErrorInvalidResourceHandle 400 are
+// the same numbers; HIP's hipGetErrorName reports the names below).
+#define HIP_ON_CUDA_HIP_ERRORS(X)                 \
+    X(hipSuccess, 0)                              \
+    X(hipErrorInvalidValue, 1)                    \
+    X(hipErrorOutOfMemory, 2)                     \
+    X(hipErrorNotInitialized, 3)                  \
+    X(hipErrorDeinitialized, 4)                   \
+    X(hipErrorProfilerDisabled, 5)                \
+    X(hipErrorProfilerNotInitialized, 6)          \
+    X(hipErrorProfilerAlreadyStarted, 7)          \
+    X(hipErrorProfilerAlreadyStopped, 8)          \
+    X(hipErrorInvalidConfiguration, 9)            \
+    X(hipErrorInvalidPitchValue, 12)              \
+    X(hipErrorInvalidSymbol, 13)                  \
+    X(hipErrorInvalidDevicePointer, 17)           \
+    X(hipErrorInvalidMemcpyDirection, 21)         \
+    X(hipErrorInsufficientDriver, 35)             \
+    X(hipErrorMissingConfiguration, 52)           \
+    X(hipErrorPriorLaunchFailure, 53)             \
+    X(hipErrorInvalidDeviceFunction, 98)          \
+    X(hipErrorNoDevice, 100)                      \
+    X(hipErrorInvalidDevice, 101)                 \
+    X(hipErrorInvalidImage, 200)                  \
+    X(hipErrorInvalidContext, 201)                \
+    X(hipErrorContextAlreadyCurrent, 202)         \
+    X(hipErrorMapFailed, 205)                     \
+    X(hipErrorUnmapFailed, 206)                   \
+    X(hipErrorArrayIsMapped, 207)                 \
+    X(hipErrorAlreadyMapped, 208)                 \
+    X(hipErrorNoBinaryForGpu, 209)                \
+    X(hipErrorAlreadyAcquired, 210)               \
+    X(hipErrorNotMapped, 211)                     \
+    X(hipErrorNotMappedAsArray, 212)              \
+    X(hipErrorNotMappedAsPointer, 213)            \
+    X(hipErrorECCNotCorrectable, 214)             \
+    X(hipErrorUnsupportedLimit, 215)              \
+    X(hipErrorContextAlreadyInUse, 216)           \
+    X(hipErrorPeerAccessUnsupported, 217)         \
+    X(hipErrorInvalidKernelFile, 218)             \
+    X(hipErrorInvalidGraphicsContext, 219)        \
+    X(hipErrorInvalidSource, 300)                 \
+    X(hipErrorFileNotFound, 301)                  \
+    X(hipErrorSharedObjectSymbolNotFound, 302)    \
+    X(hipErrorSharedObjectInitFailed, 303)        \
+    X(hipErrorOperatingSystem, 304)               \
+    X(hipErrorInvalidHandle, 400)                 \
+    X(hipErrorIllegalState, 401)                  \
+    X(hipErrorNotFound, 500)                      \
+    X(hipErrorNotReady, 600)                      \
+    X(hipErrorIllegalAddress, 700)                \
+    X(hipErrorLaunchOutOfResources, 701)          \
+    X(hipErrorLaunchTimeOut, 702)                 \
+    X(hipErrorPeerAccessAlreadyEnabled, 704)      \
+    X(hipErrorPeerAccessNotEnabled, 705)          \
+    X(hipErrorSetOnActiveProcess, 708)            \
+    X(hipErrorContextIsDestroyed, 709)            \
+    X(hipErrorAssert, 710)                        \
+    X(hipErrorHostMemoryAlreadyRegistered, 712)   \
+    X(hipErrorHostMemoryNotRegistered, 713)       \
+    X(hipErrorLaunchFailure, 719)                 \
+    X(hipErrorCooperativeLaunchTooLarge, 720)     \
+    X(hipErrorNotSupported, 801)                  \
+    X(hipErrorStreamCaptureUnsupported, 900)      \
+    X(hipErrorStreamCaptureInvalidated, 901)      \
+    X(hipErrorStreamCaptureMerge, 902)            \
+    X(hipErrorStreamCaptureUnmatched, 903)        \
+    X(hipErrorStreamCaptureUnjoined, 904)         \
+    X(hipErrorStreamCaptureIsolation, 905)        \
+    X(hipErrorStreamCaptureImplicit, 906)         \
+    X(hipErrorCapturedEvent, 907)                 \
+    X(hipErrorStreamCaptureWrongThread, 908)      \
+    X(hipErrorGraphExecUpdateFailure, 910)        \
+    X(hipErrorUnknown, 999)                       \
+    X(hipErrorRuntimeMemory, 1052)                \
+    X(hipErrorRuntimeOther, 1053)
+
+#define X(name, value) constexpr hipError_t name = value;
+HIP_ON_CUDA_HIP_ERRORS(X)
+#undef X
+
+// Flags (#defines in HIP).
+constexpr unsigned hipStreamDefault = 0x0;
+constexpr unsigned hipStreamNonBlocking = 0x1;
+constexpr unsigned hipEventDefault = 0x0;
+constexpr unsigned hipEventBlockingSync = 0x1;
+constexpr unsigned hipEventDisableTiming = 0x2;
+constexpr unsigned hipEventInterprocess = 0x4;
+constexpr unsigned hipEventReleaseToDevice = 0x40000000u;
+constexpr unsigned hipEventReleaseToSystem = 0x80000000u;
+
+// Enum values.
+constexpr hipDeviceAttribute_t hipDeviceAttributeMemoryPoolsSupported = 88;
+
+constexpr hipMemcpyKind hipMemcpyHostToHost = 0;
+constexpr hipMemcpyKind hipMemcpyHostToDevice = 1;
+constexpr hipMemcpyKind hipMemcpyDeviceToHost = 2;
+constexpr hipMemcpyKind hipMemcpyDeviceToDevice = 3;
+constexpr hipMemcpyKind hipMemcpyDefault = 4;
+
+constexpr hipMemPoolAttr hipMemPoolReuseFollowEventDependencies = 0x1;
+constexpr hipMemPoolAttr hipMemPoolReuseAllowOpportunistic = 0x2;
+constexpr hipMemPoolAttr hipMemPoolReuseAllowInternalDependencies = 0x3;
+constexpr hipMemPoolAttr hipMemPoolAttrReleaseThreshold = 0x4;
+constexpr hipMemPoolAttr hipMemPoolAttrReservedMemCurrent = 0x5;
+constexpr hipMemPoolAttr hipMemPoolAttrReservedMemHigh = 0x6;
+constexpr hipMemPoolAttr hipMemPoolAttrUsedMemCurrent = 0x7;
+constexpr hipMemPoolAttr hipMemPoolAttrUsedMemHigh = 0x8;
+
+constexpr unsigned hipMemAllocationTypeInvalid = 0x0;
+constexpr unsigned hipMemAllocationTypePinned = 0x1;
+constexpr unsigned hipMemHandleTypeNone = 0x0;
+constexpr unsigned hipMemHandleTypePosixFileDescriptor = 0x1;
+constexpr unsigned hipMemHandleTypeWin32 = 0x2;
+constexpr unsigned hipMemHandleTypeWin32Kmt = 0x4;
+constexpr unsigned hipMemLocationTypeInvalid = 0;
+constexpr unsigned hipMemLocationTypeDevice = 1;
+constexpr unsigned hipMemAccessFlagsProtNone = 0;
+constexpr unsigned hipMemAccessFlagsProtRead = 1;
+constexpr unsigned hipMemAccessFlagsProtReadWrite = 3;
+
+/// Versions (HIP_VERSION = major * 10^7 + minor * 10^5 + patch).
+constexpr int HIP_VERSION_MAJOR_SCALE = 10000000;
+constexpr int HIP_VERSION_POOL_MAX_SIZE = 60200000;  // ROCm 6.2 reads maxSize
+constexpr int CUDA_VERSION_POOL_MAX_SIZE = 12020;    // HIP-on-NVIDIA style numbers
+
+struct hipMemLocation {
+    unsigned type;  // hipMemLocationType
+    int id;
+};
+
+struct hipMemAccessDesc {
+    hipMemLocation location;
+    unsigned flags;  // hipMemAccessFlags
+};
+
+/// Opaque 64 bytes, copied between processes as they are.
+struct hipMemPoolPtrExportData {
+    unsigned char reserved[64];
+};
+
+/// hipMemPoolProps in its ROCm >= 6.2 shape; before 6.2 `maxSize` is
+/// reserved[0..8] of `unsigned char reserved[64]` (same offsets, same size).
+struct hipMemPoolProps {
+    unsigned allocType;    // hipMemAllocationType
+    unsigned handleTypes;  // hipMemAllocationHandleType (bit mask)
+    hipMemLocation location;
+    void* win32SecurityAttributes;
+    size_t maxSize;
+    unsigned char reserved[56];
+};
+
+static_assert(sizeof(hipMemLocation) == 8, "hipMemLocation is 8 bytes");
+static_assert(sizeof(hipMemAccessDesc) == 12, "hipMemAccessDesc is 12 bytes");
+static_assert(offsetof(hipMemAccessDesc, flags) == 8, "hipMemAccessDesc.flags at 8");
+static_assert(sizeof(hipMemPoolPtrExportData) == 64, "hipMemPoolPtrExportData is 64 bytes");
+static_assert(sizeof(hipMemPoolProps) == 88, "hipMemPoolProps is 88 bytes");
+static_assert(alignof(hipMemPoolProps) == 8, "hipMemPoolProps is 8-aligned");
+static_assert(offsetof(hipMemPoolProps, allocType) == 0, "allocType at 0");
+static_assert(offsetof(hipMemPoolProps, handleTypes) == 4, "handleTypes at 4");
+static_assert(offsetof(hipMemPoolProps, location) == 8, "location at 8");
+static_assert(offsetof(hipMemLocation, id) == 4, "location.id at 4");
+static_assert(offsetof(hipMemPoolProps, win32SecurityAttributes) == 16, "win32SecurityAttributes at 16");
+static_assert(offsetof(hipMemPoolProps, maxSize) == 24, "maxSize at 24 (reserved[0] before ROCm 6.2)");
+static_assert(offsetof(hipMemPoolProps, reserved) == 32, "reserved at 32");
+
+}  // namespace hip_abi
+
+#ifndef HIP_ON_CUDA_ABI_ONLY
+
+// ---------------------------------------------------------------------------
+// Part 2: the implementation, over the CUDA runtime.
+
+#include <cuda_runtime_api.h>
+
+static_assert(sizeof(cudaMemPoolProps) == sizeof(hip_abi::hipMemPoolProps),
+              "cudaMemPoolProps and hipMemPoolProps are both 88 bytes");
+static_assert(sizeof(cudaMemPoolPtrExportData) == sizeof(hip_abi::hipMemPoolPtrExportData),
+              "pointer export data is 64 opaque bytes on both sides");
+static_assert(sizeof(void*) == 8, "ROCm is 64-bit only");
+
+// cudaError_t -> hipError_t for every CUDA code with a HIP 5.2 counterpart
+// (HIP's hipCUDAErrorTohipError); everything else is hipErrorUnknown.
+#define HIP_ON_CUDA_CUDA_TO_HIP(X)                                              \
+    X(cudaSuccess, hipSuccess)                                                  \
+    X(cudaErrorInvalidValue, hipErrorInvalidValue)                              \
+    X(cudaErrorMemoryAllocation, hipErrorOutOfMemory)                           \
+    X(cudaErrorInitializationError, hipErrorNotInitialized)                     \
+    X(cudaErrorCudartUnloading, hipErrorDeinitialized)                          \
+    X(cudaErrorProfilerDisabled, hipErrorProfilerDisabled)                      \
+    X(cudaErrorProfilerNotInitialized, hipErrorProfilerNotInitialized)          \
+    X(cudaErrorProfilerAlreadyStarted, hipErrorProfilerAlreadyStarted)          \
+    X(cudaErrorProfilerAlreadyStopped, hipErrorProfilerAlreadyStopped)          \
+    X(cudaErrorInvalidConfiguration, hipErrorInvalidConfiguration)              \
+    X(cudaErrorInvalidPitchValue, hipErrorInvalidPitchValue)                    \
+    X(cudaErrorInvalidSymbol, hipErrorInvalidSymbol)                            \
+    X(cudaErrorInvalidDevicePointer, hipErrorInvalidDevicePointer)              \
+    X(cudaErrorInvalidMemcpyDirection, hipErrorInvalidMemcpyDirection)          \
+    X(cudaErrorInsufficientDriver, hipErrorInsufficientDriver)                  \
+    X(cudaErrorMissingConfiguration, hipErrorMissingConfiguration)              \
+    X(cudaErrorPriorLaunchFailure, hipErrorPriorLaunchFailure)                  \
+    X(cudaErrorInvalidDeviceFunction, hipErrorInvalidDeviceFunction)            \
+    X(cudaErrorNoDevice, hipErrorNoDevice)                                      \
+    X(cudaErrorInvalidDevice, hipErrorInvalidDevice)                            \
+    X(cudaErrorInvalidKernelImage, hipErrorInvalidImage)                        \
+    X(cudaErrorDeviceUninitialized, hipErrorInvalidContext)                     \
+    X(cudaErrorMapBufferObjectFailed, hipErrorMapFailed)                        \
+    X(cudaErrorUnmapBufferObjectFailed, hipErrorUnmapFailed)                    \
+    X(cudaErrorArrayIsMapped, hipErrorArrayIsMapped)                            \
+    X(cudaErrorAlreadyMapped, hipErrorAlreadyMapped)                            \
+    X(cudaErrorNoKernelImageForDevice, hipErrorNoBinaryForGpu)                  \
+    X(cudaErrorAlreadyAcquired, hipErrorAlreadyAcquired)                        \
+    X(cudaErrorNotMapped, hipErrorNotMapped)                                    \
+    X(cudaErrorNotMappedAsArray, hipErrorNotMappedAsArray)                      \
+    X(cudaErrorNotMappedAsPointer, hipErrorNotMappedAsPointer)                  \
+    X(cudaErrorECCUncorrectable, hipErrorECCNotCorrectable)                     \
+    X(cudaErrorUnsupportedLimit, hipErrorUnsupportedLimit)                      \
+    X(cudaErrorDeviceAlreadyInUse, hipErrorContextAlreadyInUse)                 \
+    X(cudaErrorPeerAccessUnsupported, hipErrorPeerAccessUnsupported)            \
+    X(cudaErrorInvalidPtx, hipErrorInvalidKernelFile)                           \
+    X(cudaErrorInvalidGraphicsContext, hipErrorInvalidGraphicsContext)          \
+    X(cudaErrorInvalidSource, hipErrorInvalidSource)                            \
+    X(cudaErrorFileNotFound, hipErrorFileNotFound)                              \
+    X(cudaErrorSharedObjectSymbolNotFound, hipErrorSharedObjectSymbolNotFound)  \
+    X(cudaErrorSharedObjectInitFailed, hipErrorSharedObjectInitFailed)          \
+    X(cudaErrorOperatingSystem, hipErrorOperatingSystem)                        \
+    X(cudaErrorInvalidResourceHandle, hipErrorInvalidHandle)                    \
+    X(cudaErrorIllegalState, hipErrorIllegalState)                              \
+    X(cudaErrorSymbolNotFound, hipErrorNotFound)                                \
+    X(cudaErrorNotReady, hipErrorNotReady)                                      \
+    X(cudaErrorIllegalAddress, hipErrorIllegalAddress)                          \
+    X(cudaErrorLaunchOutOfResources, hipErrorLaunchOutOfResources)              \
+    X(cudaErrorLaunchTimeout, hipErrorLaunchTimeOut)                            \
+    X(cudaErrorPeerAccessAlreadyEnabled, hipErrorPeerAccessAlreadyEnabled)      \
+    X(cudaErrorPeerAccessNotEnabled, hipErrorPeerAccessNotEnabled)              \
+    X(cudaErrorSetOnActiveProcess, hipErrorSetOnActiveProcess)                  \
+    X(cudaErrorContextIsDestroyed, hipErrorContextIsDestroyed)                  \
+    X(cudaErrorAssert, hipErrorAssert)                                          \
+    X(cudaErrorHostMemoryAlreadyRegistered, hipErrorHostMemoryAlreadyRegistered) \
+    X(cudaErrorHostMemoryNotRegistered, hipErrorHostMemoryNotRegistered)        \
+    X(cudaErrorLaunchFailure, hipErrorLaunchFailure)                            \
+    X(cudaErrorCooperativeLaunchTooLarge, hipErrorCooperativeLaunchTooLarge)    \
+    X(cudaErrorNotSupported, hipErrorNotSupported)                              \
+    X(cudaErrorStreamCaptureUnsupported, hipErrorStreamCaptureUnsupported)      \
+    X(cudaErrorStreamCaptureInvalidated, hipErrorStreamCaptureInvalidated)      \
+    X(cudaErrorStreamCaptureMerge, hipErrorStreamCaptureMerge)                  \
+    X(cudaErrorStreamCaptureUnmatched, hipErrorStreamCaptureUnmatched)          \
+    X(cudaErrorStreamCaptureUnjoined, hipErrorStreamCaptureUnjoined)            \
+    X(cudaErrorStreamCaptureIsolation, hipErrorStreamCaptureIsolation)          \
+    X(cudaErrorStreamCaptureImplicit, hipErrorStreamCaptureImplicit)            \
+    X(cudaErrorCapturedEvent, hipErrorCapturedEvent)                            \
+    X(cudaErrorStreamCaptureWrongThread, hipErrorStreamCaptureWrongThread)      \
+    X(cudaErrorGraphExecUpdateFailure, hipErrorGraphExecUpdateFailure)          \
+    X(cudaErrorUnknown, hipErrorUnknown)
+
+// Every mapped pair keeps its number (so a HIP code maps back to exactly one
+// CUDA code for its message). If a CUDA release renumbers one, this fails.
+#define X(c, h) static_assert(static_cast<int>(c) == hip_abi::h, #c " and " #h " differ");
+HIP_ON_CUDA_CUDA_TO_HIP(X)
+#undef X
+
+// Translated values that keep their numbers.
+static_assert(cudaStreamNonBlocking == hip_abi::hipStreamNonBlocking, "stream flag");
+static_assert(cudaEventBlockingSync == hip_abi::hipEventBlockingSync, "event flag");
+static_assert(cudaEventDisableTiming == hip_abi::hipEventDisableTiming, "event flag");
+static_assert(cudaEventInterprocess == hip_abi::hipEventInterprocess, "event flag");
+static_assert(cudaMemcpyDefault == hip_abi::hipMemcpyDefault, "memcpy kind");
+static_assert(cudaMemPoolAttrUsedMemHigh == hip_abi::hipMemPoolAttrUsedMemHigh, "pool attr");
+
+#define HIP_ON_CUDA_EXPORT extern "C" __attribute__((visibility("default")))
+
+using namespace hip_abi;
+
+namespace {
+
+// The last error of any hip* call on this thread (HIP's hipGetLastError).
+thread_local hipError_t tl_last_error = hipSuccess;
+// The last cudaError_t that had no HIP 5.2 code (0: none), for the message of
+// hipErrorUnknown, and the buffer that message is built in.
+thread_local int tl_untranslated = 0;
+thread_local char tl_message[320];
+
+hipError_t translate(cudaError_t e) {
+    switch (e) {
+#define X(c, h) \
+    case c:     \
+        return h;
+        HIP_ON_CUDA_CUDA_TO_HIP(X)
+#undef X
+        default:
+            tl_untranslated = static_cast<int>(e);
+            return hipErrorUnknown;
+    }
+}
+
+/// Records a non-success result as the thread's last error and returns it.
+hipError_t done(hipError_t h) {
+    if (h != hipSuccess) {
+        tl_last_error = h;
+    }
+    return h;
+}
+
+/// A CUDA call's result, translated and recorded.
+hipError_t cuda(cudaError_t e) {
+    if (e == cudaErrorUnknown) {
+        tl_untranslated = 0;  // a genuine cudaErrorUnknown
+    }
+    return done(translate(e));
+}
+
+/// The cudaError_t a HIP code came from (the numbers are the same), or -1
+/// for codes that exist only in HIP.
+int cuda_code_of(hipError_t h) {
+    switch (h) {
+#define X(c, hh) \
+    case hh:     \
+        return static_cast<int>(c);
+        HIP_ON_CUDA_CUDA_TO_HIP(X)
+#undef X
+        default:
+            return -1;
+    }
+}
+
+const char* hip_only_message(hipError_t h) {
+    switch (h) {
+        case hipErrorContextAlreadyCurrent:
+            return "context is already current";
+        case hipErrorRuntimeMemory:
+            return "HSA runtime memory call returned error";
+        case hipErrorRuntimeOther:
+            return "HSA runtime call other than memory returned error";
+        default:
+            return nullptr;
+    }
+}
+
+int env_version() {
+    const char* s = std::getenv("HIP_ON_CUDA_VERSION");
+    if (s == nullptr || *s == '\0') {
+        return 0;
+    }
+    char* end = nullptr;
+    long v = std::strtol(s, &end, 10);
+    if (*end != '\0' || v <= 0 || v > INT_MAX) {
+        std::fprintf(stderr, "hip_on_cuda: ignoring HIP_ON_CUDA_VERSION=%s (not a positive integer)\n", s);
+        return 0;
+    }
+    return static_cast<int>(v);
+}
+
+/// What hipRuntimeGetVersion reports (see translation 4 at the top).
+int reported_version() {
+    static const int version = [] {
+        int v = env_version();
+        if (v != 0) {
+            return v;
+        }
+        int cuda_version = 0;
+        if (cudaRuntimeGetVersion(&cuda_version) != cudaSuccess || cuda_version < 0 || cuda_version > 99999) {
+            (void)cudaGetLastError();
+            cuda_version = 0;
+        }
+        return HIP_VERSION_POOL_MAX_SIZE + cuda_version;
+    }();
+    return version;
+}
+
+/// Whether the HIP runtime we pretend to be reads hipMemPoolProps::maxSize
+/// (the same rule as the rocm backend's pool_max_size_supported).
+bool reads_max_size() {
+    int v = reported_version();
+    return v >= HIP_VERSION_MAJOR_SCALE ? v >= HIP_VERSION_POOL_MAX_SIZE : v >= CUDA_VERSION_POOL_MAX_SIZE;
+}
+
+/// Whether we act as a ROCm before 5.6, where hipMallocAsync(0) and
+/// hipFreeAsync(NULL) fail (only when HIP_ON_CUDA_VERSION says so).
+bool before_rocm_5_6() {
+    int v = reported_version();
+    return v >= HIP_VERSION_MAJOR_SCALE && v < 50600000;
+}
+
+cudaStream_t cu(hipStream_t s) { return reinterpret_cast<cudaStream_t>(s); }
+cudaEvent_t cu(hipEvent_t e) { return reinterpret_cast<cudaEvent_t>(e); }
+cudaMemPool_t cu(hipMemPool_t p) { return reinterpret_cast<cudaMemPool_t>(p); }
+cudaLibrary_t cu(hipModule_t m) { return reinterpret_cast<cudaLibrary_t>(m); }
+cudaKernel_t cu(hipFunction_t f) { return reinterpret_cast<cudaKernel_t>(f); }
+
+bool pool_attr(hipMemPoolAttr a, cudaMemPoolAttr* out) {
+    switch (a) {
+        case hipMemPoolReuseFollowEventDependencies:
+            *out = cudaMemPoolReuseFollowEventDependencies;
+            return true;
+        case hipMemPoolReuseAllowOpportunistic:
+            *out = cudaMemPoolReuseAllowOpportunistic;
+            return true;
+        case hipMemPoolReuseAllowInternalDependencies:
+            *out = cudaMemPoolReuseAllowInternalDependencies;
+            return true;
+        case hipMemPoolAttrReleaseThreshold:
+            *out = cudaMemPoolAttrReleaseThreshold;
+            return true;
+        case hipMemPoolAttrReservedMemCurrent:
+            *out = cudaMemPoolAttrReservedMemCurrent;
+            return true;
+        case hipMemPoolAttrReservedMemHigh:
+            *out = cudaMemPoolAttrReservedMemHigh;
+            return true;
+        case hipMemPoolAttrUsedMemCurrent:
+            *out = cudaMemPoolAttrUsedMemCurrent;
+            return true;
+        case hipMemPoolAttrUsedMemHigh:
+            *out = cudaMemPoolAttrUsedMemHigh;
+            return true;
+        default:
+            return false;
+    }
+}
+
+bool location(const hipMemLocation& h, cudaMemLocation* out) {
+    switch (h.type) {
+        case hipMemLocationTypeInvalid:
+            out->type = cudaMemLocationTypeInvalid;
+            break;
+        case hipMemLocationTypeDevice:
+            out->type = cudaMemLocationTypeDevice;
+            break;
+        default:
+            return false;  // HIP 5.2 has no host / NUMA locations
+    }
+    out->id = h.id;
+    return true;
+}
+
+bool access_flags(unsigned h, cudaMemAccessFlags* out) {
+    switch (h) {
+        case hipMemAccessFlagsProtNone:
+            *out = cudaMemAccessFlagsProtNone;
+            return true;
+        case hipMemAccessFlagsProtRead:
+            *out = cudaMemAccessFlagsProtRead;
+            return true;
+        case hipMemAccessFlagsProtReadWrite:
+            *out = cudaMemAccessFlagsProtReadWrite;
+            return true;
+        default:
+            return false;
+    }
+}
+
+unsigned hip_access_flags(cudaMemAccessFlags c) {
+    switch (c) {
+        case cudaMemAccessFlagsProtRead:
+            return hipMemAccessFlagsProtRead;
+        case cudaMemAccessFlagsProtReadWrite:
+            return hipMemAccessFlagsProtReadWrite;
+        default:
+            return hipMemAccessFlagsProtNone;
+    }
+}
+
+/// A hipMemAllocationHandleType bit mask (HIP 5.2: Posix fd 1, Win32 2,
+/// Win32Kmt 4; CUDA's Fabric 8 has no HIP value).
+bool handle_types(unsigned h, cudaMemAllocationHandleType* out) {
+    const unsigned known = hipMemHandleTypePosixFileDescriptor | hipMemHandleTypeWin32 | hipMemHandleTypeWin32Kmt;
+    if ((h & ~known) != 0) {
+        return false;
+    }
+    unsigned c = cudaMemHandleTypeNone;
+    if (h & hipMemHandleTypePosixFileDescriptor) c |= cudaMemHandleTypePosixFileDescriptor;
+    if (h & hipMemHandleTypeWin32) c |= cudaMemHandleTypeWin32;
+    if (h & hipMemHandleTypeWin32Kmt) c |= cudaMemHandleTypeWin32Kmt;
+    *out = static_cast<cudaMemAllocationHandleType>(c);
+    return true;
+}
+
+bool memcpy_kind(hipMemcpyKind k, cudaMemcpyKind* out) {
+    switch (k) {
+        case hipMemcpyHostToHost:
+            *out = cudaMemcpyHostToHost;
+            return true;
+        case hipMemcpyHostToDevice:
+            *out = cudaMemcpyHostToDevice;
+            return true;
+        case hipMemcpyDeviceToHost:
+            *out = cudaMemcpyDeviceToHost;
+            return true;
+        case hipMemcpyDeviceToDevice:
+            *out = cudaMemcpyDeviceToDevice;
+            return true;
+        case hipMemcpyDefault:
+            *out = cudaMemcpyDefault;
+            return true;
+        default:
+            return false;
+    }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Errors and versions.
+
+HIP_ON_CUDA_EXPORT const char* hipGetErrorName(hipError_t code) {
+    switch (code) {
+#define X(name, value) \
+    case value:        \
+        return #name;
+        HIP_ON_CUDA_HIP_ERRORS(X)
+#undef X
+        default:
+            return "hipErrorUnknown";
+    }
+}
+
+HIP_ON_CUDA_EXPORT const char* hipGetErrorString(hipError_t code) {
+    if (code == hipErrorUnknown && tl_untranslated != 0) {
+        cudaError_t e = static_cast<cudaError_t>(tl_untranslated);
+        std::snprintf(tl_message, sizeof tl_message, "%s (CUDA %s = %d, which has no HIP 5.2 code)",
+                      cudaGetErrorString(e), cudaGetErrorName(e), tl_untranslated);
+        return tl_message;
+    }
+    int c = cuda_code_of(code);
+    if (c >= 0) {
+        return cudaGetErrorString(static_cast<cudaError_t>(c));
+    }
+    if (const char* m = hip_only_message(code)) {
+        return m;
+    }
+    return "unknown error";
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipGetLastError(void) {
+    // Every failing hip* call has recorded its result in tl_last_error, so
+    // CUDA's own last error adds nothing; it is only cleared. (Without a
+    // driver, cudaGetLastError keeps returning the initialisation error,
+    // while HIP's must read hipSuccess once it has been fetched.)
+    hipError_t last = tl_last_error;
+    tl_last_error = hipSuccess;
+    (void)cudaGetLastError();
+    return last;
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipRuntimeGetVersion(int* runtimeVersion) {
+    if (runtimeVersion == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    *runtimeVersion = reported_version();
+    return hipSuccess;
+}
+
+// ---------------------------------------------------------------------------
+// Devices.
+
+HIP_ON_CUDA_EXPORT hipError_t hipGetDeviceCount(int* count) {
+    if (count == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaGetDeviceCount(count));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipSetDevice(int deviceId) { return cuda(cudaSetDevice(deviceId)); }
+
+HIP_ON_CUDA_EXPORT hipError_t hipDeviceGet(hipDevice_t* device, int ordinal) {
+    if (device == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    int count = 0;
+    hipError_t e = cuda(cudaGetDeviceCount(&count));
+    if (e != hipSuccess) {
+        return e;
+    }
+    if (ordinal < 0 || ordinal >= count) {
+        return done(hipErrorInvalidDevice);
+    }
+    *device = ordinal;
+    return hipSuccess;
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipDeviceGetName(char* name, int len, hipDevice_t device) {
+    if (name == nullptr || len <= 0) {
+        return done(hipErrorInvalidValue);
+    }
+    cudaDeviceProp prop;
+    std::memset(&prop, 0, sizeof prop);
+    hipError_t e = cuda(cudaGetDeviceProperties(&prop, device));
+    if (e != hipSuccess) {
+        return e;
+    }
+    size_t n = strnlen(prop.name, sizeof prop.name);
+    if (n > static_cast<size_t>(len) - 1) {
+        n = static_cast<size_t>(len) - 1;
+    }
+    std::memcpy(name, prop.name, n);
+    name[n] = '\0';
+    return hipSuccess;
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipDeviceGetAttribute(int* pi, hipDeviceAttribute_t attr, int deviceId) {
+    if (pi == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    cudaDeviceAttr a;
+    switch (attr) {
+        case hipDeviceAttributeMemoryPoolsSupported:
+            a = cudaDevAttrMemoryPoolsSupported;
+            break;
+        default:
+            return done(hipErrorInvalidValue);  // not translated by this shim
+    }
+    return cuda(cudaDeviceGetAttribute(pi, a, deviceId));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipDeviceCanAccessPeer(int* canAccessPeer, int deviceId, int peerDeviceId) {
+    return cuda(cudaDeviceCanAccessPeer(canAccessPeer, deviceId, peerDeviceId));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipMemGetInfo(size_t* free, size_t* total) {
+    return cuda(cudaMemGetInfo(free, total));
+}
+
+// ---------------------------------------------------------------------------
+// Streams and events.
+
+HIP_ON_CUDA_EXPORT hipError_t hipStreamCreateWithFlags(hipStream_t* stream, unsigned int flags) {
+    if (stream == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    unsigned cuda_flags;
+    switch (flags) {
+        case hipStreamDefault:
+            cuda_flags = cudaStreamDefault;
+            break;
+        case hipStreamNonBlocking:
+            cuda_flags = cudaStreamNonBlocking;
+            break;
+        default:
+            return done(hipErrorInvalidValue);
+    }
+    cudaStream_t s = nullptr;
+    hipError_t e = cuda(cudaStreamCreateWithFlags(&s, cuda_flags));
+    if (e == hipSuccess) {
+        *stream = reinterpret_cast<hipStream_t>(s);
+    }
+    return e;
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipStreamDestroy(hipStream_t stream) { return cuda(cudaStreamDestroy(cu(stream))); }
+
+HIP_ON_CUDA_EXPORT hipError_t hipStreamSynchronize(hipStream_t stream) {
+    return cuda(cudaStreamSynchronize(cu(stream)));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int flags) {
+    if (flags != 0) {
+        return done(hipErrorInvalidValue);  // HIP: "flags must be 0"
+    }
+    return cuda(cudaStreamWaitEvent(cu(stream), cu(event), 0));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipEventCreateWithFlags(hipEvent_t* event, unsigned flags) {
+    if (event == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    const unsigned amd_only = hipEventReleaseToDevice | hipEventReleaseToSystem;
+    const unsigned shared = hipEventBlockingSync | hipEventDisableTiming | hipEventInterprocess;
+    if ((flags & ~(amd_only | shared)) != 0) {
+        return done(hipErrorInvalidValue);
+    }
+    unsigned cuda_flags = cudaEventDefault;
+    if (flags & hipEventBlockingSync) cuda_flags |= cudaEventBlockingSync;
+    if (flags & hipEventDisableTiming) cuda_flags |= cudaEventDisableTiming;
+    if (flags & hipEventInterprocess) cuda_flags |= cudaEventInterprocess;
+    cudaEvent_t ev = nullptr;
+    hipError_t e = cuda(cudaEventCreateWithFlags(&ev, cuda_flags));
+    if (e == hipSuccess) {
+        *event = reinterpret_cast<hipEvent_t>(ev);
+    }
+    return e;
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipEventDestroy(hipEvent_t event) { return cuda(cudaEventDestroy(cu(event))); }
+
+HIP_ON_CUDA_EXPORT hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream) {
+    return cuda(cudaEventRecord(cu(event), cu(stream)));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipEventSynchronize(hipEvent_t event) { return cuda(cudaEventSynchronize(cu(event))); }
+
+HIP_ON_CUDA_EXPORT hipError_t hipEventElapsedTime(float* ms, hipEvent_t start, hipEvent_t stop) {
+    return cuda(cudaEventElapsedTime(ms, cu(start), cu(stop)));
+}
+
+// ---------------------------------------------------------------------------
+// Pools.
+
+HIP_ON_CUDA_EXPORT hipError_t hipDeviceGetDefaultMemPool(hipMemPool_t* mem_pool, int device) {
+    return cuda(cudaDeviceGetDefaultMemPool(reinterpret_cast<cudaMemPool_t*>(mem_pool), device));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipDeviceGetMemPool(hipMemPool_t* mem_pool, int device) {
+    return cuda(cudaDeviceGetMemPool(reinterpret_cast<cudaMemPool_t*>(mem_pool), device));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipDeviceSetMemPool(int device, hipMemPool_t mem_pool) {
+    return cuda(cudaDeviceSetMemPool(device, cu(mem_pool)));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipMemPoolCreate(hipMemPool_t* mem_pool, const hipMemPoolProps* props) {
+    if (mem_pool == nullptr || props == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    cudaMemPoolProps c;
+    std::memset(&c, 0, sizeof c);
+    switch (props->allocType) {
+        case hipMemAllocationTypeInvalid:
+            c.allocType = cudaMemAllocationTypeInvalid;
+            break;
+        case hipMemAllocationTypePinned:
+            c.allocType = cudaMemAllocationTypePinned;
+            break;
+        default:
+            return done(hipErrorInvalidValue);
+    }
+    if (!handle_types(props->handleTypes, &c.handleTypes) || !location(props->location, &c.location)) {
+        return done(hipErrorInvalidValue);
+    }
+    c.win32SecurityAttributes = props->win32SecurityAttributes;
+    if (reads_max_size()) {
+        c.maxSize = props->maxSize;
+    } else if (props->maxSize != 0) {
+        return done(hipErrorInvalidValue);  // reserved[0..8] before ROCm 6.2
+    }
+    for (unsigned char b : props->reserved) {
+        if (b != 0) {
+            return done(hipErrorInvalidValue);  // "reserved, must be 0"
+        }
+    }
+    c.usage = 0;
+    cudaMemPool_t pool = nullptr;
+    hipError_t e = cuda(cudaMemPoolCreate(&pool, &c));
+    if (e == hipSuccess) {
+        *mem_pool = reinterpret_cast<hipMemPool_t>(pool);
+    }
+    return e;
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipMemPoolDestroy(hipMemPool_t mem_pool) { return cuda(cudaMemPoolDestroy(cu(mem_pool))); }
+
+HIP_ON_CUDA_EXPORT hipError_t hipMemPoolSetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void* value) {
+    cudaMemPoolAttr a;
+    if (!pool_attr(attr, &a)) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaMemPoolSetAttribute(cu(mem_pool), a, value));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipMemPoolGetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void* value) {
+    cudaMemPoolAttr a;
+    if (!pool_attr(attr, &a)) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaMemPoolGetAttribute(cu(mem_pool), a, value));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipMemPoolSetAccess(hipMemPool_t mem_pool, const hipMemAccessDesc* desc_list,
+                                                  size_t count) {
+    if (count != 0 && desc_list == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    cudaMemAccessDesc small[8];
+    cudaMemAccessDesc* descs = count <= 8 ? small : static_cast<cudaMemAccessDesc*>(std::calloc(count, sizeof *descs));
+    if (descs == nullptr) {
+        return done(hipErrorOutOfMemory);
+    }
+    hipError_t e = hipSuccess;
+    for (size_t i = 0; i < count && e == hipSuccess; ++i) {
+        std::memset(&descs[i], 0, sizeof descs[i]);
+        if (!location(desc_list[i].location, &descs[i].location) || !access_flags(desc_list[i].flags, &descs[i].flags)) {
+            e = done(hipErrorInvalidValue);
+        }
+    }
+    if (e == hipSuccess) {
+        e = cuda(cudaMemPoolSetAccess(cu(mem_pool), descs, count));
+    }
+    if (descs != small) {
+        std::free(descs);
+    }
+    return e;
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipMemPoolGetAccess(unsigned* flags, hipMemPool_t mem_pool, hipMemLocation* loc) {
+    if (flags == nullptr || loc == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    cudaMemLocation c;
+    std::memset(&c, 0, sizeof c);
+    if (!location(*loc, &c)) {
+        return done(hipErrorInvalidValue);
+    }
+    cudaMemAccessFlags f = cudaMemAccessFlagsProtNone;
+    hipError_t e = cuda(cudaMemPoolGetAccess(&f, cu(mem_pool), &c));
+    if (e == hipSuccess) {
+        *flags = hip_access_flags(f);
+    }
+    return e;
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipMemPoolExportToShareableHandle(void* shared_handle, hipMemPool_t mem_pool,
+                                                                unsigned handle_type, unsigned int flags) {
+    cudaMemAllocationHandleType t;
+    if (!handle_types(handle_type, &t)) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaMemPoolExportToShareableHandle(shared_handle, cu(mem_pool), t, flags));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipMemPoolImportFromShareableHandle(hipMemPool_t* mem_pool, void* shared_handle,
+                                                                  unsigned handle_type, unsigned int flags) {
+    cudaMemAllocationHandleType t;
+    if (!handle_types(handle_type, &t)) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaMemPoolImportFromShareableHandle(reinterpret_cast<cudaMemPool_t*>(mem_pool), shared_handle, t,
+                                                     flags));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipMemPoolExportPointer(hipMemPoolPtrExportData* export_data, void* dev_ptr) {
+    return cuda(cudaMemPoolExportPointer(reinterpret_cast<cudaMemPoolPtrExportData*>(export_data), dev_ptr));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipMemPoolImportPointer(void** dev_ptr, hipMemPool_t mem_pool,
+                                                      hipMemPoolPtrExportData* export_data) {
+    return cuda(cudaMemPoolImportPointer(dev_ptr, cu(mem_pool),
+                                         reinterpret_cast<cudaMemPoolPtrExportData*>(export_data)));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipMemPoolTrimTo(hipMemPool_t mem_pool, size_t min_bytes_to_hold) {
+    return cuda(cudaMemPoolTrimTo(cu(mem_pool), min_bytes_to_hold));
+}
+
+// ---------------------------------------------------------------------------
+// Memory.
+
+HIP_ON_CUDA_EXPORT hipError_t hipMallocAsync(void** dev_ptr, size_t size, hipStream_t stream) {
+    if (size == 0 && before_rocm_5_6()) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaMallocAsync(dev_ptr, size, cu(stream)));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipMallocFromPoolAsync(void** dev_ptr, size_t size, hipMemPool_t mem_pool,
+                                                     hipStream_t stream) {
+    if (size == 0 && before_rocm_5_6()) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaMallocFromPoolAsync(dev_ptr, size, cu(mem_pool), cu(stream)));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipFreeAsync(void* dev_ptr, hipStream_t stream) {
+    if (dev_ptr == nullptr && before_rocm_5_6()) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaFreeAsync(dev_ptr, cu(stream)));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipMalloc(void** ptr, size_t size) { return cuda(cudaMalloc(ptr, size)); }
+
+HIP_ON_CUDA_EXPORT hipError_t hipFree(void* ptr) { return cuda(cudaFree(ptr)); }
+
+HIP_ON_CUDA_EXPORT hipError_t hipMemcpyAsync(void* dst, const void* src, size_t sizeBytes, hipMemcpyKind kind,
+                                             hipStream_t stream) {
+    cudaMemcpyKind k;
+    if (!memcpy_kind(kind, &k)) {
+        return done(hipErrorInvalidMemcpyDirection);
+    }
+    return cuda(cudaMemcpyAsync(dst, src, sizeBytes, k, cu(stream)));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipMemsetAsync(void* dst, int value, size_t sizeBytes, hipStream_t stream) {
+    return cuda(cudaMemsetAsync(dst, value, sizeBytes, cu(stream)));
+}
+
+// ---------------------------------------------------------------------------
+// Modules and launches (CUDA runtime "library" API: context-independent).
+
+HIP_ON_CUDA_EXPORT hipError_t hipModuleLoadData(hipModule_t* module, const void* image) {
+    if (module == nullptr || image == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    cudaLibrary_t lib = nullptr;
+    hipError_t e = cuda(cudaLibraryLoadData(&lib, image, nullptr, nullptr, 0, nullptr, nullptr, 0));
+    if (e == hipSuccess) {
+        *module = reinterpret_cast<hipModule_t>(lib);
+    }
+    return e;
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipModuleUnload(hipModule_t module) {
+    if (module == nullptr) {
+        return done(hipErrorInvalidHandle);
+    }
+    return cuda(cudaLibraryUnload(cu(module)));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipModuleGetFunction(hipFunction_t* function, hipModule_t module, const char* kname) {
+    if (function == nullptr || kname == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    if (module == nullptr) {
+        return done(hipErrorInvalidHandle);
+    }
+    cudaKernel_t k = nullptr;
+    hipError_t e = cuda(cudaLibraryGetKernel(&k, cu(module), kname));
+    if (e == hipSuccess) {
+        *function = reinterpret_cast<hipFunction_t>(k);
+    }
+    return e;
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gridDimX, unsigned int gridDimY,
+                                                    unsigned int gridDimZ, unsigned int blockDimX,
+                                                    unsigned int blockDimY, unsigned int blockDimZ,
+                                                    unsigned int sharedMemBytes, hipStream_t stream,
+                                                    void** kernelParams, void** extra) {
+    if (f == nullptr) {
+        return done(hipErrorInvalidHandle);
+    }
+    if (extra != nullptr) {
+        return done(hipErrorNotSupported);  // packed `extra` arguments: not in this shim
+    }
+    // A cudaKernel_t cast to const void* is accepted by cudaLaunchKernel.
+    return cuda(cudaLaunchKernel(reinterpret_cast<const void*>(cu(f)), dim3(gridDimX, gridDimY, gridDimZ),
+                                 dim3(blockDimX, blockDimY, blockDimZ), kernelParams, sharedMemBytes, cu(stream)));
+}
+
+#endif  // HIP_ON_CUDA_ABI_ONLY
