@@ -27,6 +27,7 @@
 #    HIP_ON_CUDA_EXPECT_GPU=0 makes "a GPU" one.
 # Exits non-zero if any step fails.
 set -euo pipefail
+export LC_ALL=C # sort and comm must agree on one order
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/lib}
 mkdir -p "$out"
