@@ -92,6 +92,7 @@ done
 if [ "$only" = all ] || [ "$only" = cuda ]; then
   cell "check-cuda-12080" quiet cargo check --features cuda-12080
 fi
+cell bench-plots quiet bash ci/bench-plot-check.sh
 cell no-backend quiet must_fail_with "enable exactly one backend feature" cargo build
 cell both-backends quiet must_fail_with "more than one backend is selected" cargo build --features cuda,rocm
 

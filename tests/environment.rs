@@ -97,7 +97,8 @@ fn main() -> ExitCode {
     if std::env::var_os(ROLE).is_some() {
         return child();
     }
-    let cases: [(&str, fn() -> Result<(), String>); 2] = [
+    type Case = (&'static str, fn() -> Result<(), String>);
+    let cases: [Case; 2] = [
         ("environment::no_runtime_library", no_runtime_library),
         ("environment::no_visible_device", no_visible_device),
     ];

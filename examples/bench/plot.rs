@@ -1,0 +1,500 @@
+//! The pictures: a bar chart per workload family, the thread-scaling line
+//! chart and the allocation timeline, as SVG (plotters' SVG backend needs no
+//! fonts on the machine that draws: the viewer renders the text).
+
+use std::path::{Path, PathBuf};
+
+use plotters::coord::ranged1d::Ranged;
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use crate::results::{fmt_bytes, fmt_ns, Results, Row, RAW, SYNC};
+
+/// Every picture a complete results file gives, in the order they are drawn.
+pub const PICTURES: &[&str] = &[
+    "pair.svg",
+    "churn.svg",
+    "threshold.svg",
+    "synchronous.svg",
+    "seed_pipeline.svg",
+    "threads.svg",
+    "timeline.svg",
+];
+
+const FONT: &str = "sans-serif";
+const WIDTH: u32 = 1100;
+const HEIGHT: u32 = 640;
+const HEADER: u32 = 84;
+
+type Out<T> = Result<T, String>;
+
+fn e<E: std::fmt::Display>(err: E) -> String {
+    format!("plot: {err}")
+}
+
+/// The colour of an allocator: fixed for the known ones so that every chart
+/// agrees, then a palette for any later entries.
+fn colour(name: &str, index: usize) -> RGBColor {
+    match name {
+        RAW => RGBColor(76, 114, 176),
+        "somalloc" => RGBColor(221, 132, 82),
+        SYNC => RGBColor(196, 78, 82),
+        "raw (pair)" => RGBColor(150, 170, 210),
+        _ => {
+            const MORE: [RGBColor; 5] = [
+                RGBColor(85, 168, 104),
+                RGBColor(129, 114, 179),
+                RGBColor(147, 120, 96),
+                RGBColor(218, 139, 195),
+                RGBColor(140, 140, 140),
+            ];
+            MORE[index % MORE.len()]
+        }
+    }
+}
+
+/// Draws every picture `res` has data for into `out`; returns their paths.
+pub fn plot_all(res: &Results, out: &Path) -> Out<Vec<PathBuf>> {
+    std::fs::create_dir_all(out).map_err(|err| format!("plot: creating {}: {err}", out.display()))?;
+    let mut written = Vec::new();
+    for family in ["pair", "churn", "threshold", "synchronous", "seed_pipeline"] {
+        if let Some(spec) = bar_spec(res, family) {
+            let path = out.join(format!("{family}.svg"));
+            bar_chart(&path, &spec, res)?;
+            written.push(path);
+        }
+    }
+    if res.rows.iter().any(|r| r.workload == "threads") {
+        let path = out.join("threads.svg");
+        threads_chart(&path, res)?;
+        written.push(path);
+    }
+    if !res.timelines.is_empty() {
+        let path = out.join("timeline.svg");
+        timeline_chart(&path, res)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// Title line and a line saying where the numbers come from; a results
+/// file with a label (the format test) says so in red on every picture.
+fn header(area: &DrawingArea<SVGBackend, Shift>, title: &str, res: &Results) -> Out<()> {
+    let m = &res.meta;
+    area.draw_text(title, &(FONT, 22).into_font().color(&BLACK), (16, 10))
+        .map_err(e)?;
+    let sub = format!(
+        "{} · {} runtime {} · somalloc {} · seed {} · {}{}",
+        m.device,
+        m.backend,
+        m.runtime_version,
+        m.somalloc_version,
+        m.seed,
+        m.statistic,
+        if m.quick { " · --quick" } else { "" }
+    );
+    area.draw_text(
+        &sub,
+        &(FONT, 14).into_font().color(&RGBColor(90, 90, 90)),
+        (16, 38),
+    )
+    .map_err(e)?;
+    if !res.label.is_empty() {
+        let style = (FONT, 16).into_font().color(&RED);
+        area.draw_text(&res.label, &style, (16, 60)).map_err(e)?;
+    }
+    Ok(())
+}
+
+struct BarSpec {
+    title: String,
+    y_desc: String,
+    groups: Vec<String>,
+    series: Vec<String>,
+    /// `[series][group]`: the bar's height.
+    values: Vec<Vec<Option<f64>>>,
+    /// `[series][group]`: the text above the bar.
+    notes: Vec<Vec<Option<String>>>,
+    log: bool,
+}
+
+fn bar_spec(res: &Results, family: &str) -> Option<BarSpec> {
+    let mut rows: Vec<(String, &Row)> = res
+        .rows
+        .iter()
+        .filter(|r| r.workload == family)
+        .map(|r| (r.allocator.clone(), r))
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    if family == "synchronous" {
+        // The stream-ordered raw pair of the same size, for scale.
+        let sizes: Vec<String> = rows.iter().map(|(_, r)| r.param.clone()).collect();
+        rows.extend(
+            res.rows
+                .iter()
+                .filter(|r| r.workload == "pair" && r.allocator == RAW && sizes.contains(&r.param))
+                .map(|r| ("raw (pair)".to_string(), r)),
+        );
+    }
+    let mut groups: Vec<String> = Vec::new();
+    let mut series: Vec<String> = Vec::new();
+    for (name, r) in &rows {
+        if !groups.contains(&r.param) {
+            groups.push(r.param.clone());
+        }
+        if !series.contains(name) {
+            series.push(name.clone());
+        }
+    }
+    let mut values = vec![vec![None; groups.len()]; series.len()];
+    let mut notes = vec![vec![None; groups.len()]; series.len()];
+    for (name, r) in &rows {
+        let s = series.iter().position(|x| x == name)?;
+        let g = groups.iter().position(|x| *x == r.param)?;
+        values[s][g] = Some(r.ns_per_op);
+        // The value, its ratio to raw (not on raw's own bars) and, in the
+        // seed pipeline, the speedup over the synchronous loop.
+        let mut note = fmt_ns(r.ns_per_op);
+        if let (Some(x), false) = (r.ratio_to_raw, name == RAW || name == "raw (pair)") {
+            note += &format!(" ×{x:.2}");
+        }
+        if let (Some(x), true) = (r.extra.get("speedup"), r.allocator != SYNC) {
+            note += &format!(" · {x:.1}× faster than sync");
+        }
+        notes[s][g] = Some(note);
+    }
+    let present: Vec<f64> = values.iter().flatten().flatten().copied().collect();
+    let max = present.iter().copied().fold(0.0, f64::max);
+    let min = present.iter().copied().fold(f64::INFINITY, f64::min);
+    let reps = res.meta.repeats;
+    let (title, y_desc) = match family {
+        "pair" => (
+            "pair: allocate + free on one stream, by size".to_string(),
+            "host ns per alloc+free pair",
+        ),
+        "churn" => (
+            "churn: random alloc/free, ≤1000 live, sizes 2^U(8,22) B".to_string(),
+            "host ns per operation",
+        ),
+        "threshold" => (
+            "threshold: allocate 64 MiB + free + stream sync, by release threshold".to_string(),
+            "host ns per iteration (log scale)",
+        ),
+        "synchronous" => (
+            "synchronous cudaMalloc/cudaFree (hipMalloc/hipFree) vs the stream-ordered raw pair".to_string(),
+            "host ns per pair (log scale)",
+        ),
+        "seed_pipeline" => (
+            "seed pipeline: 100 × (allocate 4 MiB, kernel, free)".to_string(),
+            "ns per iteration, events around the loop",
+        ),
+        other => (other.to_string(), "ns per operation"),
+    };
+    let log = min > 0.0 && max / min > 20.0;
+    let y_desc = if log && !y_desc.contains("log") {
+        format!("{y_desc} (log scale)")
+    } else {
+        y_desc.to_string()
+    };
+    Some(BarSpec {
+        title: format!("{title} — median of {reps}"),
+        y_desc,
+        groups,
+        series,
+        values,
+        notes,
+        log,
+    })
+}
+
+fn bar_chart(path: &Path, spec: &BarSpec, res: &Results) -> Out<()> {
+    let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let (top, body) = root.split_vertically(HEADER);
+    header(&top, &spec.title, res)?;
+    let present: Vec<f64> = spec.values.iter().flatten().flatten().copied().collect();
+    let max = present.iter().copied().fold(0.0, f64::max).max(1.0);
+    let min = present.iter().copied().fold(f64::INFINITY, f64::min).max(1e-3);
+    let n = spec.groups.len() as f64;
+    let builder = |b: &mut ChartBuilder<'_, '_, SVGBackend>| {
+        b.margin(16)
+            .margin_right(24)
+            .x_label_area_size(44)
+            .y_label_area_size(92);
+    };
+    let fmt = |v: &f64| fmt_ns(*v);
+    if spec.log {
+        let lo = min / 3.0;
+        let mut b = ChartBuilder::on(&body);
+        builder(&mut b);
+        let mut chart = b
+            .build_cartesian_2d(0f64..n, (lo..max * 4.0).log_scale())
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_desc(spec.y_desc.as_str())
+            .y_label_formatter(&fmt)
+            .label_style((FONT, 14))
+            .draw()
+            .map_err(e)?;
+        draw_bars(&mut chart, spec, lo)?;
+        group_labels(&root, &chart, spec, lo)
+    } else {
+        let mut b = ChartBuilder::on(&body);
+        builder(&mut b);
+        let mut chart = b.build_cartesian_2d(0f64..n, 0f64..max * 1.2).map_err(e)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_desc(spec.y_desc.as_str())
+            .y_label_formatter(&fmt)
+            .label_style((FONT, 14))
+            .draw()
+            .map_err(e)?;
+        draw_bars(&mut chart, spec, 0.0)?;
+        group_labels(&root, &chart, spec, 0.0)
+    }?;
+    root.present().map_err(e)
+}
+
+fn draw_bars<'a, DB, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, Y>>,
+    spec: &BarSpec,
+    base: f64,
+) -> Out<()>
+where
+    DB: DrawingBackend + 'a,
+    Y: Ranged<ValueType = f64>,
+{
+    let width = 0.8 / spec.series.len() as f64;
+    for (s, name) in spec.series.iter().enumerate() {
+        let c = colour(name, s);
+        let x0 = |g: usize| g as f64 + 0.1 + s as f64 * width;
+        let bars: Vec<_> = spec.values[s]
+            .iter()
+            .enumerate()
+            .filter_map(|(g, v)| {
+                v.map(|v| Rectangle::new([(x0(g), base), (x0(g) + width * 0.92, v)], c.filled()))
+            })
+            .collect();
+        chart
+            .draw_series(bars)
+            .map_err(e)?
+            .label(name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
+        let style = (FONT, 12)
+            .into_font()
+            .color(&BLACK)
+            .pos(Pos::new(HPos::Center, VPos::Bottom));
+        let texts: Vec<_> = spec.values[s]
+            .iter()
+            .zip(&spec.notes[s])
+            .enumerate()
+            .filter_map(|(g, (v, t))| {
+                let (v, t) = (v.as_ref()?, t.as_ref()?);
+                Some(Text::new(t.clone(), (x0(g) + width * 0.46, *v), style.clone()))
+            })
+            .collect();
+        chart.draw_series(texts).map_err(e)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font((FONT, 15))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(e)
+}
+
+/// The group names under the x axis (plotters' own labels would fall on
+/// round numbers of the f64 axis, not on the groups).
+fn group_labels<DB, Y>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &ChartContext<'_, DB, Cartesian2d<RangedCoordf64, Y>>,
+    spec: &BarSpec,
+    base: f64,
+) -> Out<()>
+where
+    DB: DrawingBackend,
+    Y: Ranged<ValueType = f64>,
+{
+    let style = (FONT, 16)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Center, VPos::Top));
+    for (g, label) in spec.groups.iter().enumerate() {
+        let (x, y) = chart.backend_coord(&(g as f64 + 0.5, base));
+        root.draw_text(label, &style, (x, y + 10)).map_err(e)?;
+    }
+    Ok(())
+}
+
+fn threads_chart(path: &Path, res: &Results) -> Out<()> {
+    let rows: Vec<&Row> = res.rows.iter().filter(|r| r.workload == "threads").collect();
+    let mut series: Vec<&str> = Vec::new();
+    for r in &rows {
+        if !series.contains(&r.allocator.as_str()) {
+            series.push(&r.allocator);
+        }
+    }
+    let threads = |r: &Row| r.extra.get("threads").copied().unwrap_or(f64::NAN);
+    let max_t = rows.iter().map(|r| threads(r)).fold(1.0, f64::max);
+    let max_y = rows.iter().map(|r| r.ns_per_op).fold(1.0, f64::max);
+
+    let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let (top, body) = root.split_vertically(HEADER);
+    let title = format!(
+        "threads: T threads, each its own stream, 64 KiB pairs — aggregate ns per pair (wall / all pairs), median of {}",
+        res.meta.repeats
+    );
+    header(&top, &title, res)?;
+    let mut chart = ChartBuilder::on(&body)
+        .margin(16)
+        .margin_right(24)
+        .x_label_area_size(44)
+        .y_label_area_size(92)
+        .build_cartesian_2d(0f64..max_t + 1.0, 0f64..max_y * 1.2)
+        .map_err(e)?;
+    let xfmt = |x: &f64| format!("{x:.0}");
+    let yfmt = |v: &f64| fmt_ns(*v);
+    chart
+        .configure_mesh()
+        .x_labels((max_t as usize + 2).min(20))
+        .x_label_formatter(&xfmt)
+        .y_label_formatter(&yfmt)
+        .x_desc("threads")
+        .y_desc("aggregate host ns per alloc+free pair")
+        .label_style((FONT, 14))
+        .draw()
+        .map_err(e)?;
+    for (s, name) in series.iter().enumerate() {
+        let c = colour(name, s);
+        let mut pts: Vec<(f64, f64)> = rows
+            .iter()
+            .filter(|r| r.allocator == *name)
+            .map(|r| (threads(r), r.ns_per_op))
+            .filter(|p| p.0.is_finite())
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(3)))
+            .map_err(e)?
+            .label(*name)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], c.stroke_width(3)));
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 5, c.filled())))
+            .map_err(e)?;
+        // Labels beside the points: the highest point at a thread count gets
+        // its label above it, the others below, stacked in value order.
+        let style = (FONT, 13).into_font().color(&c);
+        chart
+            .draw_series(pts.iter().map(|&(x, y)| {
+                let higher = rows.iter().filter(|r| threads(r) == x && r.ns_per_op > y).count() as i32;
+                let dy = if higher == 0 { -22 } else { 8 + 16 * (higher - 1) };
+                let ratio = rows
+                    .iter()
+                    .find(|r| r.allocator == *name && threads(r) == x)
+                    .and_then(|r| r.ratio_to_raw);
+                let text = match ratio {
+                    Some(q) if *name != RAW => format!("{} ×{q:.2}", fmt_ns(y)),
+                    _ => fmt_ns(y),
+                };
+                EmptyElement::at((x, y)) + Text::new(text, (10, dy), style.clone())
+            }))
+            .map_err(e)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FONT, 15))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(e)?;
+    root.present().map_err(e)
+}
+
+fn timeline_chart(path: &Path, res: &Results) -> Out<()> {
+    let panels = res.timelines.len() as u32;
+    let height = HEADER + panels * 380;
+    let root = SVGBackend::new(path, (WIDTH, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let (top, body) = root.split_vertically(HEADER);
+    header(
+        &top,
+        "allocation timeline: the pool's used and reserved bytes while the workload runs",
+        res,
+    )?;
+    let used_c = RGBColor(76, 114, 176);
+    let reserved_c = RGBColor(196, 78, 82);
+    for (area, tl) in body
+        .split_evenly((res.timelines.len(), 1))
+        .iter()
+        .zip(&res.timelines)
+    {
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let t_max = tl.points.iter().map(|p| p.t_ns as f64 / 1e6).fold(1e-3, f64::max);
+        let y_max = tl
+            .points
+            .iter()
+            .map(|p| mib(p.used.max(p.reserved)))
+            .fold(1.0, f64::max);
+        let peak = tl.points.iter().map(|p| p.reserved).max().unwrap_or(0);
+        let caption = format!(
+            "{} on {}: {} samples, one every {} ops; peak reserved {}",
+            tl.workload,
+            tl.allocator,
+            tl.points.len(),
+            tl.every_ops,
+            fmt_bytes(peak as f64)
+        );
+        let mut chart = ChartBuilder::on(area)
+            .caption(caption, (FONT, 16))
+            .margin(12)
+            .margin_right(24)
+            .x_label_area_size(40)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0f64..t_max * 1.02, 0f64..y_max * 1.15)
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .x_desc("ms since the workload started (host clock)")
+            .y_desc("MiB")
+            .label_style((FONT, 13))
+            .draw()
+            .map_err(e)?;
+        for (name, c, pick) in [
+            (
+                "reserved",
+                reserved_c,
+                (|p: &crate::results::TimelinePoint| p.reserved) as fn(_) -> u64,
+            ),
+            ("used", used_c, |p| p.used),
+        ] {
+            let pts = tl.points.iter().map(|p| (p.t_ns as f64 / 1e6, mib(pick(p))));
+            chart
+                .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+                .map_err(e)?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], c.stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .label_font((FONT, 14))
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()
+            .map_err(e)?;
+    }
+    root.present().map_err(e)
+}

@@ -1,0 +1,360 @@
+//! The benchmark's results: what `results.json` holds, how ratios and checks
+//! are derived from the rows, and the table printed on stdout.
+//!
+//! Nothing here touches the GPU: `--plot-only` reads a results file back
+//! into these types.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+/// Format tag written into (and required from) every results file.
+pub const FORMAT: &str = "somalloc-bench/1";
+/// The allocator every row is compared with.
+pub const RAW: &str = "raw";
+/// The synchronous baseline's allocator name (`SyncBuffer`).
+pub const SYNC: &str = "sync";
+
+/// One run of the benchmark.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Results {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// Empty for a measured run; otherwise says what the numbers are (the
+    /// format test writes placeholders and says so here and on every plot).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub label: String,
+    /// Where and how the numbers were taken.
+    pub meta: Meta,
+    /// One row per (workload, parameter, allocator).
+    pub rows: Vec<Row>,
+    /// (time, used, reserved) samples taken while a workload ran.
+    #[serde(default)]
+    pub timelines: Vec<Timeline>,
+    /// The acceptance targets, evaluated on this run.
+    #[serde(default)]
+    pub checks: Vec<Check>,
+}
+
+/// Where and how the numbers were taken.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Meta {
+    /// somalloc's crate version.
+    pub somalloc_version: String,
+    /// `cuda` or `rocm`.
+    pub backend: String,
+    /// The runtime's version number (e.g. 13000).
+    pub runtime_version: i32,
+    /// The device's name.
+    pub device: String,
+    /// Seed of the RNG (churn's operation sequence).
+    pub seed: u64,
+    /// Whether this was a `--quick` run.
+    pub quick: bool,
+    /// How many times each measurement was repeated.
+    pub repeats: usize,
+    /// How the repeats are reduced to one figure.
+    pub statistic: String,
+    /// What each allocator name means in this run.
+    pub allocators: BTreeMap<String, String>,
+    /// Seconds since the Unix epoch when the run started.
+    pub unix_time: u64,
+    /// Wall-clock seconds the whole run took.
+    pub wall_seconds: f64,
+}
+
+/// One figure: a workload with one parameter, on one allocator.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Row {
+    /// Workload family (`pair`, `churn`, ...; see WORKLOADS.md).
+    pub workload: String,
+    /// The parameter within the family (`64 KiB`, `8 threads`, ...).
+    pub param: String,
+    /// Allocator name (`raw`, `somalloc`, `sync`, ...).
+    pub allocator: String,
+    /// Host nanoseconds per operation: the median over the repeats.
+    pub ns_per_op: f64,
+    /// `ns_per_op` over the raw allocator's for the same workload and
+    /// parameter, measured in the same run (for `synchronous`: the raw
+    /// `pair` of the same size).
+    pub ratio_to_raw: Option<f64>,
+    /// Operations timed in one repeat.
+    pub ops: u64,
+    /// `ns_per_op` of every repeat, in the order they ran.
+    pub samples: Vec<f64>,
+    /// Other figures of the row (medians over the repeats): e.g.
+    /// `reserved_after_bytes`, `loop_ms`, `speedup`, `threads`, `bytes`.
+    #[serde(default)]
+    pub extra: BTreeMap<String, f64>,
+    /// What the reader should know about this row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Pool statistics sampled while a workload ran.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Timeline {
+    /// The workload that ran (e.g. `churn`).
+    pub workload: String,
+    /// The allocator it ran on.
+    pub allocator: String,
+    /// A sample was taken every this many operations.
+    pub every_ops: u64,
+    /// The samples, in time order.
+    pub points: Vec<TimelinePoint>,
+}
+
+/// One sample of a [`Timeline`].
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct TimelinePoint {
+    /// Host nanoseconds since the workload started.
+    pub t_ns: u64,
+    /// Operations done so far.
+    pub ops: u64,
+    /// The pool's `used_current` in bytes.
+    pub used: u64,
+    /// The pool's `reserved_current` in bytes.
+    pub reserved: u64,
+}
+
+/// An acceptance target evaluated on the run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Check {
+    /// What is checked.
+    pub name: String,
+    /// The measured value.
+    pub value: f64,
+    /// The target, in words (`<= 1.03`, `within 5% of 1`).
+    pub target: String,
+    /// Whether the value meets it.
+    pub pass: bool,
+}
+
+/// The median of `v` (the mean of the middle two for an even count); NaN
+/// when empty.
+pub fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let m = s.len() / 2;
+    if s.len() % 2 == 1 {
+        s[m]
+    } else {
+        (s[m - 1] + s[m]) / 2.0
+    }
+}
+
+/// Which row a row is compared with: the raw allocator's row for the same
+/// workload and parameter, except `synchronous`, which is compared with the
+/// raw stream-ordered `pair` of the same size.
+fn reference_key(row: &Row) -> (&str, &str) {
+    match row.workload.as_str() {
+        "synchronous" => ("pair", row.param.as_str()),
+        w => (w, row.param.as_str()),
+    }
+}
+
+/// Fills `ratio_to_raw` of every row that has a raw reference in `rows`.
+pub fn fill_ratios(rows: &mut [Row]) {
+    let raw: Vec<(String, String, f64)> = rows
+        .iter()
+        .filter(|r| r.allocator == RAW)
+        .map(|r| (r.workload.clone(), r.param.clone(), r.ns_per_op))
+        .collect();
+    for row in rows.iter_mut() {
+        let (w, p) = reference_key(row);
+        row.ratio_to_raw = raw
+            .iter()
+            .find(|(rw, rp, _)| rw == w && rp == p)
+            .map(|(_, _, ns)| row.ns_per_op / ns);
+    }
+}
+
+/// The targets for the allocators in `checked`: at most 1.03× the
+/// raw pair at every size, and a seed-pipeline speedup within 5% of raw's.
+pub fn compute_checks(rows: &[Row], checked: &[&str]) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for name in checked {
+        for row in rows
+            .iter()
+            .filter(|r| r.workload == "pair" && r.allocator == *name)
+        {
+            if let Some(ratio) = row.ratio_to_raw {
+                checks.push(Check {
+                    name: format!("pair {}: {name} / raw", row.param),
+                    value: ratio,
+                    target: "<= 1.03".into(),
+                    pass: ratio <= 1.03,
+                });
+            }
+        }
+        let speedup = |alloc: &str| {
+            rows.iter()
+                .find(|r| r.workload == "seed_pipeline" && r.allocator == alloc)
+                .and_then(|r| r.extra.get("speedup").copied())
+        };
+        if let (Some(mine), Some(raw)) = (speedup(name), speedup(RAW)) {
+            let v = mine / raw;
+            checks.push(Check {
+                name: format!("seed_pipeline: {name} speedup / raw speedup"),
+                value: v,
+                target: "within 5% of 1".into(),
+                pass: (v - 1.0).abs() <= 0.05,
+            });
+        }
+    }
+    checks
+}
+
+/// `n` bytes for people: `256 B`, `64 KiB`, `1.5 MiB`, `2.0 GiB`.
+pub fn fmt_bytes(n: f64) -> String {
+    const K: f64 = 1024.0;
+    if n < K {
+        format!("{n:.0} B")
+    } else if n < K * K {
+        trim(format!("{:.1}", n / K)) + " KiB"
+    } else if n < K * K * K {
+        trim(format!("{:.1}", n / (K * K))) + " MiB"
+    } else {
+        trim(format!("{:.2}", n / (K * K * K))) + " GiB"
+    }
+}
+
+fn trim(s: String) -> String {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// Nanoseconds for people, three significant digits: `612 ns`, `2.41 µs`,
+/// `81.3 µs`, `7.31 ms`.
+pub fn fmt_ns(ns: f64) -> String {
+    if !ns.is_finite() {
+        return "-".into();
+    }
+    let (v, unit) = if ns < 1e3 {
+        (ns, "ns")
+    } else if ns < 1e6 {
+        (ns / 1e3, "µs")
+    } else if ns < 1e9 {
+        (ns / 1e6, "ms")
+    } else {
+        (ns / 1e9, "s")
+    };
+    let digits = if v >= 100.0 || unit == "ns" {
+        0
+    } else if v >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{v:.digits$} {unit}")
+}
+
+fn notes(row: &Row) -> String {
+    let mut parts = Vec::new();
+    for (key, &v) in &row.extra {
+        match key.as_str() {
+            "reserved_after_bytes" => parts.push(format!("reserved after: {}", fmt_bytes(v))),
+            "loop_ms" => parts.push(format!("loop {v:.3} ms (events)")),
+            "host_loop_ms" => parts.push(format!("host {v:.3} ms")),
+            "speedup" => parts.push(format!("speedup {v:.2}x")),
+            "peak_reserved_bytes" => parts.push(format!("peak reserved: {}", fmt_bytes(v))),
+            // Already in the parameter column.
+            "threads" | "bytes" | "threshold" => {}
+            other => parts.push(format!("{other} {v}")),
+        }
+    }
+    if let Some(n) = &row.note {
+        parts.push(n.clone());
+    }
+    parts.join("; ")
+}
+
+/// Relative spread of the repeats: (max - min) / median.
+fn spread(row: &Row) -> f64 {
+    let lo = row.samples.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = row.samples.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (hi - lo) / row.ns_per_op
+}
+
+/// The table printed on stdout (and written to `table.txt`).
+pub fn table(res: &Results) -> String {
+    let mut s = String::new();
+    let m = &res.meta;
+    if !res.label.is_empty() {
+        let _ = writeln!(s, "*** {} ***", res.label);
+    }
+    let _ = writeln!(
+        s,
+        "somalloc {} bench: {} (backend {}, runtime {}), seed {}{}",
+        m.somalloc_version,
+        m.device,
+        m.backend,
+        m.runtime_version,
+        m.seed,
+        if m.quick { ", --quick" } else { "" }
+    );
+    let _ = writeln!(
+        s,
+        "figures: host ns per operation, {}; ratio: / raw in the same run; spread: (max-min)/median",
+        m.statistic
+    );
+    for (name, what) in &m.allocators {
+        let _ = writeln!(s, "  {name:<9} {what}");
+    }
+    let _ = writeln!(
+        s,
+        "{:<14} {:<26} {:<9} {:>12} {:>8} {:>7}  notes",
+        "workload", "param", "allocator", "ns/op", "x raw", "spread"
+    );
+    let _ = writeln!(s, "{}", "-".repeat(98));
+    // Grouped by workload, then parameter, in the order they first appear;
+    // allocators keep their order.
+    let first = |f: &dyn Fn(&Row) -> bool| res.rows.iter().position(f).unwrap_or(0);
+    let mut rows: Vec<&Row> = res.rows.iter().collect();
+    rows.sort_by_key(|r| {
+        (
+            first(&|x: &Row| x.workload == r.workload),
+            first(&|x: &Row| x.workload == r.workload && x.param == r.param),
+        )
+    });
+    let mut last = "";
+    for row in rows {
+        if !last.is_empty() && last != row.workload {
+            let _ = writeln!(s);
+        }
+        last = &row.workload;
+        let ratio = row.ratio_to_raw.map_or("-".to_string(), |r| format!("{r:.3}"));
+        let _ = writeln!(
+            s,
+            "{:<14} {:<26} {:<9} {:>12.1} {:>8} {:>6.1}%  {}",
+            row.workload,
+            row.param,
+            row.allocator,
+            row.ns_per_op,
+            ratio,
+            spread(row) * 100.0,
+            notes(row)
+        );
+    }
+    if !res.checks.is_empty() {
+        let _ = writeln!(s);
+        for c in &res.checks {
+            let _ = writeln!(
+                s,
+                "check {:<48} {:>8.4}  target {:<15} {}",
+                c.name,
+                c.value,
+                c.target,
+                if c.pass { "PASS" } else { "FAIL" }
+            );
+        }
+    }
+    s
+}
