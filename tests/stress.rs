@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use somalloc::testkit::TestKernels;
 use somalloc::{Device, DeviceBuffer, Error, MemPool, PoolProperties, Stream};
 
-const THREADS: usize = 8;
 const STREAMS_PER_THREAD: usize = 3;
 const MAX_LIVE: usize = 12;
 
@@ -64,19 +63,19 @@ fn threads_streams_random_sizes_cross_stream_use() {
     let pool = MemPool::create(&dev, PoolProperties::default()).unwrap();
     pool.set_release_threshold(u64::MAX).unwrap();
     let used_at_start = pool.stats().unwrap().used_current;
-    let (ops_per_thread, time_limit) = bounds();
+    let (threads, ops_per_thread, time_limit) = bounds();
     let seeds = Arc::new(AtomicU32::new(1));
     let corrupt = Arc::new(AtomicU64::new(0));
     let ops = Arc::new(AtomicU64::new(0));
     let cross = Arc::new(AtomicU64::new(0));
     // Streams of all threads, so a buffer can be used on another thread's stream.
     let streams: Arc<Vec<Stream>> = Arc::new(
-        (0..THREADS * STREAMS_PER_THREAD)
+        (0..threads * STREAMS_PER_THREAD)
             .map(|_| Stream::new(&dev).unwrap())
             .collect(),
     );
     let start = Instant::now();
-    let handles: Vec<_> = (0..THREADS)
+    let handles: Vec<_> = (0..threads)
         .map(|t| {
             let (k, pool, seeds, corrupt, ops, cross, streams) = (
                 k.clone(),
@@ -143,7 +142,7 @@ fn threads_streams_random_sizes_cross_stream_use() {
     );
     let used = pool.stats().unwrap().used_current;
     say(&format!(
-        "{name}: {THREADS} threads x {STREAMS_PER_THREAD} streams, {ops} ops ({cross} cross-stream) in {secs:.2} s = {:.0} ops/s, corrupt bytes {corrupt}, pool used after {used} (start {used_at_start})",
+        "{name}: {threads} threads x {STREAMS_PER_THREAD} streams, {ops} ops ({cross} cross-stream) in {secs:.2} s = {:.0} ops/s, corrupt bytes {corrupt}, pool used after {used} (start {used_at_start})",
         ops as f64 / secs
     ));
     assert_eq!(corrupt, 0, "corrupt bytes");
