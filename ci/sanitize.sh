@@ -12,7 +12,8 @@
 # sanitizer's own allocations would change what they test. Instrumented
 # kernels are slow, so the largest test buffer is 64 MiB instead of 1 GiB
 # (SOMALLOC_TEST_MAX_BYTES) and the stress test is shorter
-# (SOMALLOC_STRESS_OPS); each binary gets SANITIZE_TIMEOUT seconds.
+# (SOMALLOC_STRESS_OPS, SOMALLOC_STRESS_THREADS); each binary gets
+# SANITIZE_TIMEOUT seconds.
 set -uo pipefail
 bundle=${1:-dist/gpu-cuda}
 cs=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
@@ -33,7 +34,8 @@ declare -A flags=(
   [initcheck]="--tool initcheck"
 )
 export SOMALLOC_TEST_MAX_BYTES=${SOMALLOC_TEST_MAX_BYTES:-67108864}
-export SOMALLOC_STRESS_OPS=${SOMALLOC_STRESS_OPS:-1000}
+export SOMALLOC_STRESS_OPS=${SOMALLOC_STRESS_OPS:-500}
+export SOMALLOC_STRESS_THREADS=${SOMALLOC_STRESS_THREADS:-2}
 per_binary=${SANITIZE_TIMEOUT:-240}
 tools=${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}
 bad=0
