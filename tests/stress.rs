@@ -15,9 +15,10 @@ use somalloc::{Device, DeviceBuffer, Error, MemPool, PoolProperties, Stream};
 const STREAMS_PER_THREAD: usize = 3;
 const MAX_LIVE: usize = 12;
 
-/// Operations per thread and the time limit: SOMALLOC_STRESS_OPS (default
-/// 20000) and SOMALLOC_STRESS_SECONDS (default 60), whichever ends first.
-fn bounds() -> (usize, Duration) {
+/// Threads, operations per thread and the time limit: SOMALLOC_STRESS_THREADS
+/// (default 8), SOMALLOC_STRESS_OPS (default 20000) and
+/// SOMALLOC_STRESS_SECONDS (default 60); the run ends at whichever comes first.
+fn bounds() -> (usize, usize, Duration) {
     let var = |name: &str, default: u64| {
         std::env::var(name)
             .ok()
@@ -25,6 +26,7 @@ fn bounds() -> (usize, Duration) {
             .unwrap_or(default)
     };
     (
+        var("SOMALLOC_STRESS_THREADS", 8).max(1) as usize,
         var("SOMALLOC_STRESS_OPS", 20_000) as usize,
         Duration::from_secs(var("SOMALLOC_STRESS_SECONDS", 60)),
     )
