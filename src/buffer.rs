@@ -4,12 +4,14 @@ use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem::size_of;
+use std::sync::Arc;
 
 use bytemuck::Pod;
 
 use crate::backend::{Backend, DevicePtr};
 use crate::error::{record_drop_error, Error, Result};
 use crate::pool::MemPool;
+use crate::resource::MemoryResource;
 use crate::stream::{Event, Stream};
 use crate::Active;
 
@@ -49,12 +51,27 @@ pub struct DeviceBuffer<T: Pod> {
     ptr: DevicePtr,
     len: usize,
     stream: Stream,
-    /// The explicit pool this came from (`new_in`, `import`): keeps a created
-    /// pool alive, and answers whether another device may use the memory.
-    pool: Option<MemPool>,
+    /// Where the memory came from, and so where the free goes.
+    origin: Origin,
     /// Other streams this buffer was used on (see `use_on`).
     users: Vec<Stream>,
     _marker: PhantomData<T>,
+}
+
+/// Where a buffer's memory came from.
+enum Origin {
+    /// `new`: the current pool of the stream's device (freed with the plain
+    /// stream-ordered free).
+    CurrentPool,
+    /// `new_in` from the device's default pool: it lives as long as the
+    /// process, so no reference count is taken on the hot path.
+    DefaultPool(<Active as Backend>::Pool),
+    /// `new_in`, `import`: an explicit pool. Keeps a created pool alive, and
+    /// answers whether another device may use the memory.
+    Pool(MemPool),
+    /// `new_with`: a memory resource, kept alive; the free goes to its
+    /// `deallocate`.
+    Resource(Arc<dyn MemoryResource>),
 }
 
 impl<T: Pod> fmt::Debug for DeviceBuffer<T> {
@@ -74,10 +91,10 @@ impl<T: Pod> DeviceBuffer<T> {
     pub fn new(len: usize, stream: &Stream) -> Result<Self> {
         let bytes = bytes_for::<T>(len)?;
         if bytes == 0 {
-            return Ok(Self::empty(len, stream, None));
+            return Ok(Self::empty(len, stream, Origin::CurrentPool));
         }
         match Active::malloc_async(bytes, stream.raw()) {
-            Ok(ptr) => Ok(Self::wrap(ptr, len, stream, None)),
+            Ok(ptr) => Ok(Self::wrap(ptr, len, stream, Origin::CurrentPool)),
             Err(e) => Err(with_stats(e, MemPool::current(&stream.device()).ok())),
         }
     }
@@ -93,7 +110,11 @@ impl<T: Pod> DeviceBuffer<T> {
             )));
         }
         let bytes = bytes_for::<T>(len)?;
-        let keep = Some(pool.clone());
+        let keep = if pool.is_default() {
+            Origin::DefaultPool(pool.raw())
+        } else {
+            Origin::Pool(pool.clone())
+        };
         if bytes == 0 {
             return Ok(Self::empty(len, stream, keep));
         }
@@ -101,6 +122,46 @@ impl<T: Pod> DeviceBuffer<T> {
             Ok(ptr) => Ok(Self::wrap(ptr, len, stream, keep)),
             Err(e) => Err(with_stats(e, Some(pool.clone()))),
         }
+    }
+
+    /// Allocates `len` elements on `stream` from `resource` (a
+    /// [`MemoryResource`]: a pool, the cache tier, an adaptor stack), which
+    /// must hand out memory of the stream's device. Dropping the buffer gives
+    /// the memory back through the resource's `deallocate`, on `stream`,
+    /// after every stream given to [`DeviceBuffer::use_on`] (as for any
+    /// buffer). A buffer of 0 bytes does not call the resource. Such a buffer
+    /// is never used on another device: `use_on` refuses that.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use somalloc::{CacheConfig, CacheTier, Device, DeviceBuffer, MemPool, MemoryResource, Stream};
+    /// # fn main() -> somalloc::Result<()> {
+    /// let dev = Device::get(0)?;
+    /// let stream = Stream::new(&dev)?;
+    /// let tier = CacheTier::new(Arc::new(MemPool::default_for(&dev)?), CacheConfig::default())?;
+    /// let res: Arc<dyn MemoryResource> = tier.for_stream(&stream)?;
+    /// let buf = DeviceBuffer::<f32>::new_with(1 << 20, &res, &stream)?;
+    /// # drop(buf);
+    /// # Ok(()) }
+    /// ```
+    pub fn new_with(len: usize, resource: &Arc<dyn MemoryResource>, stream: &Stream) -> Result<Self> {
+        if resource.device() != stream.device() {
+            return Err(Error::invalid(format!(
+                "resource of device {} used with a stream of device {}",
+                resource.device().ordinal(),
+                stream.device().ordinal()
+            )));
+        }
+        let bytes = bytes_for::<T>(len)?;
+        let keep = Origin::Resource(Arc::clone(resource));
+        if bytes == 0 {
+            return Ok(Self::empty(len, stream, keep));
+        }
+        let ptr = resource.allocate(bytes, stream)?;
+        if ptr.is_null() {
+            return Err(Error::invalid("the memory resource returned a null address"));
+        }
+        Ok(Self::wrap(DevicePtr(ptr as usize), len, stream, keep))
     }
 
     /// Allocates and fills with zero bytes (stream-ordered).
@@ -117,16 +178,16 @@ impl<T: Pod> DeviceBuffer<T> {
         Ok(buf)
     }
 
-    fn empty(len: usize, stream: &Stream, pool: Option<MemPool>) -> Self {
-        Self::wrap(DevicePtr::NULL, len, stream, pool)
+    fn empty(len: usize, stream: &Stream, origin: Origin) -> Self {
+        Self::wrap(DevicePtr::NULL, len, stream, origin)
     }
 
-    fn wrap(ptr: DevicePtr, len: usize, stream: &Stream, pool: Option<MemPool>) -> Self {
+    fn wrap(ptr: DevicePtr, len: usize, stream: &Stream, origin: Origin) -> Self {
         DeviceBuffer {
             ptr,
             len,
             stream: stream.clone(),
-            pool,
+            origin,
             users: Vec::new(),
             _marker: PhantomData,
         }
@@ -177,15 +238,27 @@ impl<T: Pod> DeviceBuffer<T> {
         if mine == theirs {
             return Ok(());
         }
-        let Some(pool) = &self.pool else {
-            return Err(Error::invalid(format!(
-                "a buffer from the current pool of device {} cannot be used on device {}: \
-                 allocate it with new_in from a pool that grants access",
-                mine.ordinal(),
-                theirs.ordinal()
-            )));
+        let raw = match &self.origin {
+            Origin::Pool(pool) => pool.raw(),
+            Origin::DefaultPool(raw) => *raw,
+            Origin::Resource(_) => {
+                return Err(Error::invalid(format!(
+                    "a buffer from a memory resource (new_with) of device {} cannot be used on \
+                     device {}: allocate it with new_in from a pool that grants access",
+                    mine.ordinal(),
+                    theirs.ordinal()
+                )))
+            }
+            Origin::CurrentPool => {
+                return Err(Error::invalid(format!(
+                    "a buffer from the current pool of device {} cannot be used on device {}: \
+                     allocate it with new_in from a pool that grants access",
+                    mine.ordinal(),
+                    theirs.ordinal()
+                )))
+            }
         };
-        match pool.access(&theirs)? {
+        match crate::pool::raw_access(raw, &theirs)? {
             crate::PeerAccess::None => Err(Error::invalid(format!(
                 "the pool of device {} grants device {} no access (MemPool::set_access)",
                 mine.ordinal(),
@@ -205,7 +278,9 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Calling it again for the same stream only repeats step 1. A stream of
     /// another device is accepted only for a buffer from an explicit pool
     /// ([`DeviceBuffer::new_in`]) that grants that device access
-    /// ([`MemPool::set_access`]); otherwise this is `InvalidArgument`.
+    /// ([`MemPool::set_access`]); otherwise (a buffer from the current pool,
+    /// or from a resource through [`DeviceBuffer::new_with`]) this is
+    /// `InvalidArgument`.
     pub fn use_on(&mut self, other: &Stream) -> Result<()> {
         if self.stream.same_as(other) {
             return Ok(());
@@ -357,7 +432,7 @@ impl<T: Pod> DeviceBuffer<T> {
             ));
         }
         let ptr = Active::pool_import_pointer(pool.raw(), &exported.data)?;
-        Ok(Self::wrap(ptr, bytes / size, stream, Some(pool.clone())))
+        Ok(Self::wrap(ptr, bytes / size, stream, Origin::Pool(pool.clone())))
     }
 
     /// Frees now (stream-ordered) and reports an error instead of recording
@@ -386,10 +461,21 @@ impl<T: Pod> DeviceBuffer<T> {
         for user in std::mem::take(&mut self.users) {
             order_after(&self.stream, &user)?;
         }
-        // SAFETY: `ptr` is this buffer's live allocation (now forgotten by
-        // it), and every stream that used it is ordered before this point of
-        // the owning stream.
-        unsafe { Active::free_async(ptr, self.stream.raw()) }
+        match &self.origin {
+            // SAFETY: `ptr` and the size are this buffer's live allocation
+            // from `resource.allocate` (now forgotten by it, so freed once),
+            // and every stream that used it is ordered before this point of
+            // the owning stream.
+            Origin::Resource(resource) => unsafe {
+                resource.deallocate(ptr.as_mut_ptr(), self.size_in_bytes(), &self.stream)
+            },
+            // SAFETY: `ptr` is this buffer's live allocation (now forgotten by
+            // it), and every stream that used it is ordered before this point of
+            // the owning stream.
+            Origin::CurrentPool | Origin::DefaultPool(_) | Origin::Pool(_) => unsafe {
+                Active::free_async(ptr, self.stream.raw())
+            },
+        }
     }
 }
 
@@ -440,7 +526,7 @@ fn order_after(waiter: &Stream, target: &Stream) -> Result<()> {
     // wait is satisfied.
 }
 
-fn with_stats(e: Error, pool: Option<MemPool>) -> Error {
+pub(crate) fn with_stats(e: Error, pool: Option<MemPool>) -> Error {
     match e {
         Error::OutOfMemory {
             requested,

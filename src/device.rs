@@ -45,6 +45,13 @@ impl Device {
         Ok(Device { ordinal })
     }
 
+    /// A device value that was not checked against the runtime: for unit
+    /// tests of host-side bookkeeping, which never hand it to the runtime.
+    #[cfg(test)]
+    pub(crate) fn fake(ordinal: usize) -> Device {
+        Device { ordinal }
+    }
+
     /// The ordinal this device was opened with.
     pub fn ordinal(&self) -> usize {
         self.ordinal

@@ -13,6 +13,11 @@
 //!   [`DeviceBuffer::use_on`].
 //! * Peer access ([`MemPool::set_access`]) and IPC ([`MemPool::export_fd`],
 //!   [`MemPool::import_fd`], [`DeviceBuffer::export`], [`DeviceBuffer::import`]).
+//! * [`MemoryResource`]: where stream-ordered memory comes from (a pool is
+//!   one); [`DeviceBuffer::new_with`] allocates from any. The [`adaptors`]
+//!   wrap any resource (statistics, limiting, tracking, retry on out of
+//!   memory), and the stream cache tier ([`CacheTier`], [`StreamCache`])
+//!   serves repeat allocations on a stream without a driver call.
 //!
 //! Errors are [`Error`] values, never panics: no runtime library
 //! ([`Error::RuntimeNotFound`]), no device ([`Error::NoDevice`]), out of
@@ -40,12 +45,17 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod adaptors;
 mod backend;
 mod buffer;
+pub mod cache;
 mod device;
 mod error;
 mod pool;
+mod resource;
 mod stream;
+#[cfg(test)]
+mod testing;
 #[cfg(somalloc_kernels)]
 pub mod testkit;
 
@@ -64,7 +74,9 @@ pub(crate) type Active = rocm::Rocm;
 
 pub use buffer::{DeviceBuffer, ExportedBuffer};
 pub use bytemuck::Pod;
+pub use cache::{CacheConfig, CacheStats, CacheTier, Headroom, StreamCache, StreamCacheStats};
 pub use device::Device;
 pub use error::{drop_errors, DropErrors, Error, Result, VendorCode};
 pub use pool::{ExportHandle, MemPool, PeerAccess, PoolProperties, PoolStats, ReusePolicy};
+pub use resource::MemoryResource;
 pub use stream::{Event, Stream};

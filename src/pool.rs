@@ -153,6 +153,8 @@ struct PoolInner {
     raw: RawPool,
     device: Device,
     owned: bool,
+    /// The device's default pool, which lives as long as the process.
+    default: bool,
 }
 
 impl Drop for PoolInner {
@@ -187,19 +189,24 @@ pub struct MemPool {
 }
 
 impl MemPool {
-    fn borrowed(device: &Device, raw: RawPool) -> MemPool {
+    fn borrowed(device: &Device, raw: RawPool, default: bool) -> MemPool {
         MemPool {
             inner: Arc::new(PoolInner {
                 raw,
                 device: *device,
                 owned: false,
+                default,
             }),
         }
     }
 
     /// The device's default pool (never destroyed by somalloc).
     pub fn default_for(device: &Device) -> Result<MemPool> {
-        Ok(Self::borrowed(device, Active::default_pool(device.ordinal())?))
+        Ok(Self::borrowed(
+            device,
+            Active::default_pool(device.ordinal())?,
+            true,
+        ))
     }
 
     /// The pool that allocations without an explicit pool use on `device`.
@@ -207,7 +214,11 @@ impl MemPool {
     /// The returned handle does not own the pool. If it is a pool created by
     /// somalloc, keep that `MemPool` alive while you use this one.
     pub fn current(device: &Device) -> Result<MemPool> {
-        Ok(Self::borrowed(device, Active::current_pool(device.ordinal())?))
+        Ok(Self::borrowed(
+            device,
+            Active::current_pool(device.ordinal())?,
+            false,
+        ))
     }
 
     /// Makes `pool` the one allocations without an explicit pool use on its
@@ -238,6 +249,7 @@ impl MemPool {
                 raw,
                 device: *device,
                 owned: true,
+                default: false,
             }),
         })
     }
@@ -332,7 +344,13 @@ impl MemPool {
 
     /// How `device` may access this pool's memory.
     pub fn access(&self, device: &Device) -> Result<PeerAccess> {
-        PeerAccess::from_flags(Active::pool_get_access(self.inner.raw, device.ordinal())?)
+        raw_access(self.inner.raw, device)
+    }
+
+    /// Whether this is the device's default pool (which lives as long as
+    /// the process, so buffers need not hold a reference to it).
+    pub(crate) fn is_default(&self) -> bool {
+        self.inner.default
     }
 
     /// Exports the pool as a new POSIX file descriptor, to be passed to
@@ -360,6 +378,7 @@ impl MemPool {
                 raw,
                 device: *device,
                 owned: true,
+                default: false,
             }),
         })
     }
@@ -372,4 +391,9 @@ impl MemPool {
     pub(crate) fn raw(&self) -> RawPool {
         self.inner.raw
     }
+}
+
+/// How `device` may access the memory of the pool `raw` (which must be alive).
+pub(crate) fn raw_access(raw: RawPool, device: &Device) -> Result<PeerAccess> {
+    PeerAccess::from_flags(Active::pool_get_access(raw, device.ordinal())?)
 }

@@ -116,6 +116,20 @@ impl Stream {
     pub(crate) fn raw(&self) -> RawStream {
         self.inner.raw
     }
+
+    /// A borrowed (never destroyed) handle with the made-up address `id`, on
+    /// [`Device::fake`]`(device)`: unit tests of host-side bookkeeping (the
+    /// resources, the cache tier) key on it and never give it to the runtime.
+    #[cfg(test)]
+    pub(crate) fn fake(id: usize, device: usize) -> Stream {
+        Stream {
+            inner: Arc::new(StreamInner {
+                raw: Active::stream_from_raw(id as *mut c_void),
+                device: Device::fake(device),
+                owned: false,
+            }),
+        }
+    }
 }
 
 /// A marker in a stream's queue; used to order streams and to time work.

@@ -8,6 +8,7 @@
 mod common;
 
 mod bad_input;
+mod cache;
 mod cross_stream;
 mod device;
 mod peer;

@@ -1,0 +1,49 @@
+//! Adaptors: resources that wrap any [`MemoryResource`](crate::MemoryResource)
+//! and add one behaviour each, so that they compose (as RMM's do).
+//!
+//! | adaptor | adds |
+//! |---|---|
+//! | [`StatisticsAdaptor`] | counts, bytes current / peak / total, a power-of-two size histogram |
+//! | [`LimitingAdaptor`] | a byte cap: above it, [`Error::OutOfMemory`](crate::Error::OutOfMemory) |
+//! | [`TrackingAdaptor`] | the outstanding allocations (optionally with backtraces), a leak report |
+//! | [`RetryAdaptor`] | on out of memory: recovery steps (flush a cache, trim a pool, a callback), then one retry |
+//!
+//! Each holds its inner resource as an `Arc<dyn MemoryResource>` and is one
+//! itself, so a stack is built inside out and used through its outermost
+//! layer:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use somalloc::adaptors::{LimitingAdaptor, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor};
+//! use somalloc::{CacheConfig, CacheTier, Device, DeviceBuffer, MemPool, MemoryResource, Stream};
+//!
+//! # fn main() -> somalloc::Result<()> {
+//! let dev = Device::get(0)?;
+//! let stream = Stream::new(&dev)?;
+//! let pool = MemPool::default_for(&dev)?;
+//! let limited = Arc::new(LimitingAdaptor::new(Arc::new(pool.clone()), 8 << 30));
+//! let tier = Arc::new(CacheTier::new(limited, CacheConfig::default())?);
+//! let retry = Arc::new(RetryAdaptor::new(tier.clone()).flush_on_oom(&tier).trim_on_oom(&pool));
+//! let tracked = Arc::new(TrackingAdaptor::new(retry, false));
+//! let stats = Arc::new(StatisticsAdaptor::new(tracked.clone()));
+//! let res: Arc<dyn MemoryResource> = stats.clone();
+//!
+//! let buf = DeviceBuffer::<u8>::new_with(1 << 20, &res, &stream)?;
+//! print!("{}", tracked.leak_report()); // one allocation outstanding
+//! drop(buf);
+//! println!("{}", stats.stats());
+//! # Ok(()) }
+//! ```
+
+mod limit;
+mod retry;
+mod stats;
+mod tracking;
+
+pub use limit::LimitingAdaptor;
+pub use retry::{RetryAdaptor, RetryStats};
+pub use stats::{ResourceStats, StatisticsAdaptor};
+pub use tracking::{Outstanding, TrackingAdaptor};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,117 @@
+//! Memory resources: where stream-ordered device memory comes from.
+//!
+//! A [`MemoryResource`] hands out device memory in stream order and takes it
+//! back in stream order, like RMM's `device_memory_resource`. The vendor pool
+//! ([`MemPool`]) is one; the cache tier ([`CacheTier`](crate::CacheTier),
+//! [`StreamCache`](crate::StreamCache)) and the adaptors in
+//! [`adaptors`](crate::adaptors) are others, and each of those wraps any
+//! resource, so they compose. A [`DeviceBuffer`](crate::DeviceBuffer) comes
+//! from any resource through [`DeviceBuffer::new_with`](crate::DeviceBuffer::new_with).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use somalloc::adaptors::{LimitingAdaptor, StatisticsAdaptor};
+//! use somalloc::{Device, DeviceBuffer, MemPool, MemoryResource, Stream};
+//!
+//! # fn main() -> somalloc::Result<()> {
+//! let dev = Device::get(0)?;
+//! let stream = Stream::new(&dev)?;
+//! let pool = MemPool::default_for(&dev)?;
+//! let limited = Arc::new(LimitingAdaptor::new(Arc::new(pool), 1 << 30));
+//! let stats = Arc::new(StatisticsAdaptor::new(limited));
+//! let res: Arc<dyn MemoryResource> = stats.clone();
+//! let buf = DeviceBuffer::<f32>::new_with(1 << 20, &res, &stream)?;
+//! drop(buf); // the free goes back through the statistics and the limit
+//! println!("{}", stats.stats());
+//! # Ok(()) }
+//! ```
+
+use std::ffi::c_void;
+
+use crate::backend::{Backend, DevicePtr};
+use crate::buffer::with_stats;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::pool::MemPool;
+use crate::stream::Stream;
+use crate::Active;
+
+/// A source of stream-ordered device memory.
+///
+/// * [`allocate`](MemoryResource::allocate) returns memory that work enqueued
+///   on `stream` after the call may use (other streams go through events, as
+///   [`DeviceBuffer::use_on`](crate::DeviceBuffer::use_on) does).
+/// * [`deallocate`](MemoryResource::deallocate) gives it back at the current
+///   end of `stream`'s queue: the resource may hand it to later work on that
+///   stream at once, without waiting for the device.
+///
+/// Callers never pass 0 bytes (a 0-byte [`DeviceBuffer`](crate::DeviceBuffer)
+/// does not call its resource); implementations may answer 0 with
+/// [`Error::InvalidArgument`]. Implementations are shared between threads,
+/// hence `Send + Sync`.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use somalloc::{Device, DeviceBuffer, MemPool, MemoryResource, Stream};
+/// # fn main() -> somalloc::Result<()> {
+/// let dev = Device::get(0)?;
+/// let stream = Stream::new(&dev)?;
+/// let pool: Arc<dyn MemoryResource> = Arc::new(MemPool::default_for(&dev)?);
+/// let ptr = pool.allocate(4096, &stream)?;
+/// // SAFETY: from this resource's allocate, freed once, unused after this point.
+/// unsafe { pool.deallocate(ptr, 4096, &stream)? };
+/// let buf = DeviceBuffer::<u8>::new_with(4096, &pool, &stream)?; // or through a buffer
+/// # drop(buf);
+/// # Ok(()) }
+/// ```
+pub trait MemoryResource: Send + Sync {
+    /// Allocates `bytes` (> 0) in the order of `stream`.
+    fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void>;
+
+    /// Frees `ptr` in the order of `stream`.
+    ///
+    /// # Safety
+    /// `ptr` and `bytes` come from one call of this resource's
+    /// [`allocate`](MemoryResource::allocate), `ptr` is freed once, and every
+    /// use of the memory (on any stream) is ordered before this point of
+    /// `stream`.
+    unsafe fn deallocate(&self, ptr: *mut c_void, bytes: usize, stream: &Stream) -> Result<()>;
+
+    /// The device whose memory this resource hands out.
+    fn device(&self) -> Device;
+}
+
+/// The vendor pool as a resource: `cudaMallocFromPoolAsync` /
+/// `cudaFreeAsync` (HIP: the same names). The stream must belong to the
+/// pool's device; an allocation the pool refuses is
+/// [`Error::OutOfMemory`] with the pool's statistics.
+impl MemoryResource for MemPool {
+    fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
+        if bytes == 0 {
+            return Err(Error::invalid("0-byte allocation from a pool resource"));
+        }
+        let device = MemPool::device(self);
+        if stream.device() != device {
+            return Err(Error::invalid(format!(
+                "pool of device {} used with a stream of device {}",
+                device.ordinal(),
+                stream.device().ordinal()
+            )));
+        }
+        match Active::malloc_from_pool_async(bytes, self.raw(), stream.raw()) {
+            Ok(ptr) => Ok(ptr.as_mut_ptr()),
+            Err(e) => Err(with_stats(e, Some(self.clone()))),
+        }
+    }
+
+    unsafe fn deallocate(&self, ptr: *mut c_void, _bytes: usize, stream: &Stream) -> Result<()> {
+        // SAFETY: the caller guarantees `ptr` came from `allocate` above
+        // (malloc_from_pool_async), is freed once, and that every use of it
+        // is ordered before this point of `stream`.
+        unsafe { Active::free_async(DevicePtr(ptr as usize), stream.raw()) }
+    }
+
+    fn device(&self) -> Device {
+        MemPool::device(self)
+    }
+}
