@@ -40,7 +40,7 @@ per_binary=${SANITIZE_TIMEOUT:-240}
 tools=${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}
 bad=0
 for tool in $tools; do
-  errors=0 runs=0 failed=0 t0=$SECONDS
+  errors=0 runs=0 failed=0 passed=0 skipped=0 t0=$SECONDS
   for b in "${bins[@]}"; do
     name=$(basename "$b")
     log="$logs/$tool-$name.log"
@@ -53,13 +53,19 @@ for tool in $tools; do
     runs=$((runs + 1))
     n=$(grep -oE 'ERROR SUMMARY: [0-9]+ error' "$log" | awk '{s+=$3} END {print s+0}')
     errors=$((errors + n))
+    # A run only counts if the tests really ran on the GPU under the tool.
+    p=$(grep -E '^test result:' "$log" | sed -E 's/.* ([0-9]+) passed.*/\1/' | awk '{s+=$1} END {print s+0}')
+    k=$(grep -oE 'SKIP [A-Za-z0-9_:]+: no GPU' "$log" | wc -l)
+    passed=$((passed + p - k)) skipped=$((skipped + k))
+    echo "sanitize: $tool $name: $((p - k)) tests ran, $k skipped, $n errors" >&2
+    [ "$k" -eq 0 ] || { echo "---- $tool $name: $k tests skipped for lack of a GPU ----"; rc=98; }
     if [ "$rc" -ne 0 ]; then
       failed=$((failed + 1))
       echo "---- $tool $name (exit $rc) ----"
       grep -E 'ERROR SUMMARY|=========|panicked|FAILED' "$log" | head -n 30
     fi
   done
-  echo "sanitize: $tool: $runs binaries, $errors errors, $failed failed runs ($((SECONDS - t0)) s)"
+  echo "sanitize: $tool: $runs binaries, $passed tests ran on the GPU, $skipped skipped, $errors errors, $failed failed runs ($((SECONDS - t0)) s)"
   [ "$errors" -eq 0 ] && [ "$failed" -eq 0 ] || bad=1
 done
 exit "$bad"
