@@ -39,8 +39,8 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// Device memory the test kernels can work on: a [`DeviceBuffer`] or a
-/// [`SyncBuffer`].
+/// Device memory the test kernels can work on: a [`DeviceBuffer`], a
+/// [`SyncBuffer`], or a raw allocation named by a [`RawRange`].
 pub trait KernelTarget: sealed::Sealed {
     /// Device address and size in bytes.
     fn range(&self) -> (*mut c_void, usize);
@@ -98,6 +98,67 @@ impl KernelTarget for SyncBuffer {
     }
     fn usable_on(&self, stream: &Stream) -> bool {
         stream.device() == self.device
+    }
+}
+
+/// A raw device allocation (from [`raw`], a [`MemoryResource`](crate::MemoryResource)'s
+/// `allocate`, ...) named for the test kernels, usable on one stream.
+///
+/// It owns nothing and frees nothing: the caller keeps the allocation alive
+/// and orders its free after the kernels (for a stream-ordered free, enqueue
+/// it on the same stream after them). It holds a raw pointer, so it is
+/// neither `Send` nor `Sync`; make one where the kernels are enqueued.
+///
+/// ```no_run
+/// use somalloc::testkit::{raw, RawRange, TestKernels};
+/// use somalloc::{Device, MemPool, Stream};
+/// # fn main() -> somalloc::Result<()> {
+/// let dev = Device::get(0)?;
+/// let stream = Stream::new(&dev)?;
+/// let pool = MemPool::default_for(&dev)?;
+/// let kernels = TestKernels::load(&dev)?;
+/// let ptr = raw::malloc_from_pool_async(4 << 20, &pool, &stream)?;
+/// // SAFETY: a live 4 MiB allocation usable on `stream`, freed on `stream`
+/// // after the kernel below.
+/// let range = unsafe { RawRange::new(ptr, 4 << 20, &stream) };
+/// kernels.process(&range, &stream)?;
+/// // SAFETY: from malloc_from_pool_async, freed once, after its last use on `stream`.
+/// unsafe { raw::free_async(ptr, &stream)? };
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct RawRange {
+    ptr: *mut c_void,
+    bytes: usize,
+    stream: Stream,
+}
+
+impl RawRange {
+    /// Names `bytes` of device memory at `ptr` for kernels enqueued on
+    /// `stream` (and on no other stream).
+    ///
+    /// # Safety
+    /// `ptr..ptr + bytes` is a live device allocation that work on `stream`
+    /// may use (allocated on `stream`, or ordered before it), and it stays
+    /// allocated until every kernel enqueued with this target has completed
+    /// (a stream-ordered free enqueued on `stream` after those kernels
+    /// does).
+    pub unsafe fn new(ptr: *mut c_void, bytes: usize, stream: &Stream) -> RawRange {
+        RawRange {
+            ptr,
+            bytes,
+            stream: stream.clone(),
+        }
+    }
+}
+
+impl sealed::Sealed for RawRange {}
+impl KernelTarget for RawRange {
+    fn range(&self) -> (*mut c_void, usize) {
+        (self.ptr, self.bytes)
+    }
+    fn usable_on(&self, stream: &Stream) -> bool {
+        stream.same_as(&self.stream)
     }
 }
 

@@ -16,9 +16,11 @@
 //! thread-scaling line chart and the allocation timeline. With no GPU it
 //! prints one line and exits 0.
 //!
-//! The allocators under test are [`Kind::ALL`]; adding one (the resource
-//! trait, the cache tier) is a variant there, a [`StreamAlloc`] impl and one
-//! arm in [`with_alloc!`].
+//! The allocators under test are [`Kind::ALL`]: the raw vendor calls,
+//! somalloc's buffer on the vendor pool, and the stream cache tier, used
+//! through the resource trait (`cache`) and under a buffer (`cache+buf`).
+//! Adding one is a variant there, name/describe arms, a [`StreamAlloc`] impl
+//! and one arm in [`with_alloc!`].
 
 mod plot;
 mod results;
@@ -27,14 +29,17 @@ use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Barrier;
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use somalloc::testkit::{raw, SyncBuffer, TestKernels};
-use somalloc::{Device, DeviceBuffer, Error, Event, MemPool, Stream};
+use somalloc::testkit::{raw, RawRange, SyncBuffer, TestKernels};
+use somalloc::{
+    CacheConfig, CacheTier, Device, DeviceBuffer, Error, Event, MemPool, MemoryResource, Stream, StreamCache,
+    StreamCacheStats,
+};
 
-use results::{Meta, Results, Row, Timeline, TimelinePoint, FORMAT, RAW, SYNC};
+use results::{Meta, Peaks, Results, Row, Timeline, TimelinePoint, FORMAT, RAW, READS, SYNC};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -70,17 +75,18 @@ trait StreamAlloc {
     fn free(&self, block: Self::Block) -> somalloc::Result<()>;
     /// The stream the allocator works on.
     fn stream(&self) -> &Stream;
-    /// Enqueues the seeds' process kernel over `block` (or, where the
-    /// allocator's memory cannot be handed to the test kernels yet, over
-    /// `stand_in`, a buffer of the same size; see [`StreamAlloc::PIPELINE_NOTE`]).
-    fn process(
-        &self,
-        k: &TestKernels,
-        block: &Self::Block,
-        stand_in: &DeviceBuffer<u8>,
-    ) -> somalloc::Result<()>;
-    /// Said on the seed-pipeline row when `process` works on the stand-in.
-    const PIPELINE_NOTE: Option<&'static str> = None;
+    /// Enqueues the seeds' process kernel over `block` (of `bytes` bytes) on
+    /// the allocator's stream.
+    fn process(&self, k: &TestKernels, block: &Self::Block, bytes: usize) -> somalloc::Result<()>;
+    /// The stream cache's counters, for the allocators that go through the
+    /// cache tier.
+    fn cache_stats(&self) -> Option<StreamCacheStats> {
+        None
+    }
+    /// The most bytes the stream cache may keep ([`stream_cap`]).
+    fn cache_cap(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The vendor's calls with nothing on top: `cudaMallocFromPoolAsync` /
@@ -99,25 +105,20 @@ impl StreamAlloc for RawAlloc {
     #[inline]
     fn free(&self, block: *mut c_void) -> somalloc::Result<()> {
         // SAFETY: `block` came from `alloc` on this stream and is freed
-        // once; no work uses it after this point of the stream (the bench
-        // launches nothing on raw blocks).
+        // once; the only work on it (the seed pipeline's kernel) was
+        // enqueued on this stream before this free.
         unsafe { raw::free_async(block, &self.stream) }
     }
     fn stream(&self) -> &Stream {
         &self.stream
     }
-    fn process(
-        &self,
-        k: &TestKernels,
-        _block: &*mut c_void,
-        stand_in: &DeviceBuffer<u8>,
-    ) -> somalloc::Result<()> {
-        // testkit's KernelTarget is sealed and has no impl for a raw
-        // pointer: the kernel runs over a stand-in of the same size.
-        k.process(stand_in, &self.stream)
+    fn process(&self, k: &TestKernels, block: &*mut c_void, bytes: usize) -> somalloc::Result<()> {
+        // SAFETY: `block` is a live allocation of `bytes` from `alloc` on
+        // this stream, and its caller frees it with `free`, on this stream,
+        // after this kernel.
+        let range = unsafe { RawRange::new(*block, bytes, &self.stream) };
+        k.process(&range, &self.stream)
     }
-    const PIPELINE_NOTE: Option<&'static str> =
-        Some("kernel runs on a same-size stand-in buffer: testkit has no KernelTarget for raw pointers yet");
 }
 
 /// somalloc on the vendor pool: `DeviceBuffer::new_in` and its release.
@@ -139,41 +140,174 @@ impl StreamAlloc for SomallocAlloc {
     fn stream(&self) -> &Stream {
         &self.stream
     }
-    fn process(
-        &self,
-        k: &TestKernels,
-        block: &DeviceBuffer<u8>,
-        _: &DeviceBuffer<u8>,
-    ) -> somalloc::Result<()> {
+    fn process(&self, k: &TestKernels, block: &DeviceBuffer<u8>, _: usize) -> somalloc::Result<()> {
         k.process(block, &self.stream)
     }
 }
 
-/// [`StreamAlloc::PIPELINE_NOTE`] of an allocator value's type.
-fn pipeline_note<A: StreamAlloc>(_: &A) -> Option<&'static str> {
-    A::PIPELINE_NOTE
+/// The tier every cache allocator of a measurement uses: the default
+/// configuration over the same pool as the other allocators.
+fn new_tier(pool: &MemPool) -> somalloc::Result<CacheTier> {
+    CacheTier::new(Arc::new(pool.clone()), CacheConfig::default())
 }
 
-/// The allocators under test. A new one (the resource trait, the cache
-/// tier) is a variant here, an entry in `ALL`, a [`StreamAlloc`] impl and
-/// one arm in [`with_alloc!`].
+/// The most bytes one stream may keep cached in a tier of [`new_tier`].
+fn stream_cap(tier: &CacheTier) -> usize {
+    let c = tier.config();
+    c.per_stream_cap.min(c.total_cap)
+}
+
+/// A block of the cache tier used through the resource trait: the address
+/// and the requested size (`deallocate` wants it back).
+struct CacheBlock {
+    ptr: *mut c_void,
+    bytes: usize,
+}
+
+/// The stream cache tier through the resource trait: the workload stream's
+/// [`StreamCache`], `allocate` / `deallocate` called on it directly (no
+/// buffer, no dynamic dispatch).
+struct CacheAlloc {
+    cache: Arc<StreamCache>,
+    cap: usize,
+    stream: Stream,
+}
+
+impl CacheAlloc {
+    fn new(tier: &CacheTier, stream: &Stream) -> somalloc::Result<CacheAlloc> {
+        Ok(CacheAlloc {
+            cache: tier.for_stream(stream)?,
+            cap: stream_cap(tier),
+            stream: stream.clone(),
+        })
+    }
+}
+
+impl StreamAlloc for CacheAlloc {
+    type Block = CacheBlock;
+    #[inline]
+    fn alloc(&self, bytes: usize) -> somalloc::Result<CacheBlock> {
+        let ptr = self.cache.allocate(bytes, &self.stream)?;
+        Ok(CacheBlock { ptr, bytes })
+    }
+    #[inline]
+    fn free(&self, block: CacheBlock) -> somalloc::Result<()> {
+        // SAFETY: `block` came from `allocate` of this cache with these
+        // bytes, on this stream, and is freed once; the only work on it
+        // (the seed pipeline's kernel) was enqueued on this stream before
+        // this free.
+        unsafe { self.cache.deallocate(block.ptr, block.bytes, &self.stream) }
+    }
+    fn stream(&self) -> &Stream {
+        &self.stream
+    }
+    fn process(&self, k: &TestKernels, block: &CacheBlock, _: usize) -> somalloc::Result<()> {
+        // SAFETY: `block` is a live allocation of `block.bytes` from this
+        // stream's cache, usable on this stream, and its caller frees it
+        // with `free`, on this stream, after this kernel.
+        let range = unsafe { RawRange::new(block.ptr, block.bytes, &self.stream) };
+        k.process(&range, &self.stream)
+    }
+    fn cache_stats(&self) -> Option<StreamCacheStats> {
+        Some(self.cache.stats())
+    }
+    fn cache_cap(&self) -> Option<usize> {
+        Some(self.cap)
+    }
+}
+
+/// The stream cache tier under a buffer: `DeviceBuffer::new_with` on the
+/// workload stream's [`StreamCache`] as an `Arc<dyn MemoryResource>`, and
+/// the buffer's release.
+struct CacheBufAlloc {
+    cache: Arc<StreamCache>,
+    cap: usize,
+    resource: Arc<dyn MemoryResource>,
+    stream: Stream,
+}
+
+impl CacheBufAlloc {
+    fn new(tier: &CacheTier, stream: &Stream) -> somalloc::Result<CacheBufAlloc> {
+        let cache = tier.for_stream(stream)?;
+        Ok(CacheBufAlloc {
+            resource: cache.clone(),
+            cache,
+            cap: stream_cap(tier),
+            stream: stream.clone(),
+        })
+    }
+}
+
+impl StreamAlloc for CacheBufAlloc {
+    type Block = DeviceBuffer<u8>;
+    #[inline]
+    fn alloc(&self, bytes: usize) -> somalloc::Result<DeviceBuffer<u8>> {
+        DeviceBuffer::new_with(bytes, &self.resource, &self.stream)
+    }
+    #[inline]
+    fn free(&self, block: DeviceBuffer<u8>) -> somalloc::Result<()> {
+        block.release()
+    }
+    fn stream(&self) -> &Stream {
+        &self.stream
+    }
+    fn process(&self, k: &TestKernels, block: &DeviceBuffer<u8>, _: usize) -> somalloc::Result<()> {
+        k.process(block, &self.stream)
+    }
+    fn cache_stats(&self) -> Option<StreamCacheStats> {
+        Some(self.cache.stats())
+    }
+    fn cache_cap(&self) -> Option<usize> {
+        Some(self.cap)
+    }
+}
+
+/// A row's figures of a stream cache's (or a tier's) counters: hits and
+/// misses since the tier was made, bytes cached now.
+fn cache_extra(c: &StreamCacheStats) -> [(&'static str, f64); 3] {
+    [
+        ("cache_hits", c.hits as f64),
+        ("cache_misses", c.misses as f64),
+        ("cached_bytes", c.cached_bytes as f64),
+    ]
+}
+
+/// `s` with the counters of `a`'s stream cache, for the allocators that
+/// have one.
+fn with_cache_stats<A: StreamAlloc>(a: &A, mut s: Sample) -> Sample {
+    if let Some(c) = a.cache_stats() {
+        s.extra.extend(cache_extra(&c));
+    }
+    s
+}
+
+/// The allocators under test. A new one is a variant here, an entry in
+/// `ALL`, name/describe arms, a [`StreamAlloc`] impl and one arm in
+/// [`with_alloc!`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Raw,
     Somalloc,
+    Cache,
+    CacheBuf,
 }
 
 impl Kind {
-    const ALL: [Kind; 2] = [Kind::Raw, Kind::Somalloc];
+    const ALL: [Kind; 4] = [Kind::Raw, Kind::Somalloc, Kind::Cache, Kind::CacheBuf];
 
     fn name(self) -> &'static str {
         match self {
             Kind::Raw => RAW,
             Kind::Somalloc => "somalloc",
+            Kind::Cache => "cache",
+            Kind::CacheBuf => "cache+buf",
         }
     }
 
     fn describe(self, vendor: &str) -> String {
+        const TIER: &str = "CacheTier::new(Arc::new(pool), CacheConfig::default()), same pool; \
+                            tier.for_stream(&stream) (threads: one tier, a StreamCache per thread's stream); \
+                            a fresh tier per measurement";
         match self {
             Kind::Raw => format!(
                 "{vendor}MallocFromPoolAsync / {vendor}FreeAsync on the device's default pool \
@@ -182,6 +316,13 @@ impl Kind {
             Kind::Somalloc => {
                 "DeviceBuffer::<u8>::new_in(bytes, &pool, &stream) + release(), same pool".into()
             }
+            Kind::Cache => {
+                format!("StreamCache::allocate / deallocate (MemoryResource, static call); {TIER}")
+            }
+            Kind::CacheBuf => format!(
+                "DeviceBuffer::<u8>::new_with(bytes, &Arc<dyn MemoryResource> (the StreamCache), &stream) \
+                 + release(); {TIER}"
+            ),
         }
     }
 
@@ -190,13 +331,43 @@ impl Kind {
     fn checked(self) -> bool {
         matches!(self, Kind::Somalloc)
     }
+
+    /// Goes through the cache tier: held to the tier's targets
+    /// ([`results::compute_tier_checks`]).
+    fn tiered(self) -> bool {
+        matches!(self, Kind::Cache | Kind::CacheBuf)
+    }
+
+    /// Runs the threshold workload. Not the tier: a freed block stays in
+    /// the stream's cache, so the pool sees no free and its release
+    /// threshold never applies ([`THRESHOLD_NOTE`]).
+    fn runs_threshold(self) -> bool {
+        !self.tiered()
+    }
+
+    /// Gets a churn timeline panel (`cache+buf` would repeat `cache`'s: the
+    /// same tier, the same blocks).
+    fn has_timeline(self) -> bool {
+        !matches!(self, Kind::CacheBuf)
+    }
 }
+
+/// Said on the threshold workload's raw rows.
+const THRESHOLD_NOTE: &str = "cache, cache+buf not run: a freed block stays in the stream cache, the pool \
+                              sees no free, so its release threshold never applies";
 
 /// Runs `$body` with `$a` bound to the allocator of kind `$kind` on
 /// (`$pool`, `$stream`); the body is compiled once per allocator type, so
-/// the timed loops make direct calls.
+/// the timed loops make direct calls. The cache allocators take their
+/// stream's cache from `$tier` (an `Option<&CacheTier>`), or, given `None`,
+/// from a fresh tier over `$pool` that is dropped (its cached blocks freed
+/// to the pool, stream-ordered) after the body. Errors in making the
+/// allocator return from the enclosing function with `?`.
 macro_rules! with_alloc {
     ($kind:expr, $pool:expr, $stream:expr, |$a:ident| $body:expr) => {
+        with_alloc!($kind, $pool, $stream, None, |$a| $body)
+    };
+    ($kind:expr, $pool:expr, $stream:expr, $tier:expr, |$a:ident| $body:expr) => {
         match $kind {
             Kind::Raw => {
                 let $a = RawAlloc {
@@ -210,6 +381,30 @@ macro_rules! with_alloc {
                     pool: $pool.clone(),
                     stream: $stream.clone(),
                 };
+                $body
+            }
+            Kind::Cache => {
+                let fresh;
+                let tier: &CacheTier = match $tier {
+                    Some(t) => t,
+                    None => {
+                        fresh = new_tier(&$pool)?;
+                        &fresh
+                    }
+                };
+                let $a = CacheAlloc::new(tier, &$stream)?;
+                $body
+            }
+            Kind::CacheBuf => {
+                let fresh;
+                let tier: &CacheTier = match $tier {
+                    Some(t) => t,
+                    None => {
+                        fresh = new_tier(&$pool)?;
+                        &fresh
+                    }
+                };
+                let $a = CacheBufAlloc::new(tier, &$stream)?;
                 $body
             }
         }
@@ -417,11 +612,12 @@ fn read_results(file: &Path) -> Result<Results, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("reading {}: {e}", file.display()))?;
     let res: Results =
         serde_json::from_str(&text).map_err(|e| format!("{}: not a results file: {e}", file.display()))?;
-    if res.format != FORMAT {
+    if !READS.contains(&res.format.as_str()) {
         return Err(format!(
-            "{}: format '{}', this program reads '{FORMAT}'",
+            "{}: format '{}', this program reads {}",
             file.display(),
-            res.format
+            res.format,
+            READS.join(", ")
         ));
     }
     Ok(res)
@@ -510,7 +706,15 @@ fn placeholder_results(seed: u64) -> Results {
             note: Some("format test".into()),
         });
     };
-    let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+    // Placeholder scales: the raw pair at 600 ns, somalloc about the same,
+    // the cache tier some 20 and 60 ns (cache+buf).
+    let scale = |k: Kind| match k {
+        Kind::Raw => 1.0,
+        Kind::Somalloc => 1.01,
+        Kind::Cache => 0.04,
+        Kind::CacheBuf => 0.09,
+    };
+    let tier_extra = |hits: f64| [("cache_hits", hits), ("cache_misses", 1.0), ("cached_bytes", 4e6)];
     row(
         "seed_pipeline",
         pipeline_param(),
@@ -518,30 +722,38 @@ fn placeholder_results(seed: u64) -> Results {
         70_000.0,
         &[("loop_ms", 7.0), ("speedup", 1.0)],
     );
-    for (i, n) in names.iter().enumerate() {
+    for (i, k) in Kind::ALL.iter().enumerate() {
         let f = 1.0 + 0.01 * i as f64;
-        let extra = [("loop_ms", 0.5 * f), ("speedup", 14.0 / f)];
-        row("seed_pipeline", pipeline_param(), n, 5_000.0 * f, &extra);
+        let mut extra = vec![("loop_ms", 0.5 * f), ("speedup", 14.0 / f)];
+        if k.tiered() {
+            extra.extend(tier_extra(102.0));
+        }
+        row("seed_pipeline", pipeline_param(), k.name(), 5_000.0 * f, &extra);
     }
-    for (i, n) in names.iter().enumerate() {
-        let f = 1.0 + 0.01 * i as f64;
+    for k in Kind::ALL {
+        let (n, f) = (k.name(), scale(k));
+        let te = tier_extra(1000.0);
+        let tier: &[(&str, f64)] = if k.tiered() { &te } else { &[] };
         for &b in &PAIR_SIZES {
-            row("pair", size_param(b), n, 600.0 * f, &[("bytes", b as f64)]);
+            let extra = [&[("bytes", b as f64)][..], tier].concat();
+            row("pair", size_param(b), n, 600.0 * f, &extra);
         }
-        row("churn", churn_param(), n, 800.0 * f, &[]);
+        row("churn", churn_param(), n, 800.0 * f.max(0.07), tier);
         for &t in &THREADS {
-            row(
-                "threads",
-                threads_param(t),
-                n,
-                600.0 * f * (t as f64).sqrt(),
-                &[("threads", t as f64)],
-            );
+            let extra = [&[("threads", t as f64)][..], tier].concat();
+            let contention = if k.tiered() {
+                1.0 / t as f64
+            } else {
+                (t as f64).sqrt()
+            };
+            row("threads", threads_param(t), n, 600.0 * f * contention, &extra);
         }
-        for (th, ns) in [(0u64, 500_000.0), (u64::MAX, 5_000.0)] {
-            let reserved = if th == 0 { 0.0 } else { (64 * MIB) as f64 };
-            let extra = [("threshold", th as f64), ("reserved_after_bytes", reserved)];
-            row("threshold", threshold_param(th), n, ns * f, &extra);
+        if k.runs_threshold() {
+            for (th, ns) in [(0u64, 500_000.0), (u64::MAX, 5_000.0)] {
+                let reserved = if th == 0 { 0.0 } else { (64 * MIB) as f64 };
+                let extra = [("threshold", th as f64), ("reserved_after_bytes", reserved)];
+                row("threshold", threshold_param(th), n, ns * f, &extra);
+            }
         }
     }
     for &b in &PAIR_SIZES {
@@ -554,31 +766,52 @@ fn placeholder_results(seed: u64) -> Results {
         );
     }
     results::fill_ratios(&mut rows);
-    let checks = results::compute_checks(&rows, &["somalloc"]);
-    let timelines = names
-        .iter()
-        .map(|n| {
+    let timelines: Vec<Timeline> = Kind::ALL
+        .into_iter()
+        .filter(|k| k.has_timeline())
+        .map(|k| {
             let (mut used, mut reserved) = (0u64, 0u64);
-            let points = (0..200u64)
+            let mut live_peak = 0u64;
+            let mut cached_peak = 0u64;
+            let points: Vec<TimelinePoint> = (0..200u64)
                 .map(|i| {
                     used = (used as f64 + (rng.unit() - 0.45) * 8e6).max(0.0) as u64;
                     reserved = reserved.max(used + (used >> 3));
+                    let cached = k.tiered().then_some(used / 3);
+                    live_peak = live_peak.max(used - cached.unwrap_or(0));
+                    cached_peak = cached_peak.max(cached.unwrap_or(0));
                     TimelinePoint {
                         t_ns: i * 1_000_000,
                         ops: i * 100,
                         used,
                         reserved,
+                        cached,
                     }
                 })
                 .collect();
+            let used_peak = points.iter().map(|p| p.used).max().unwrap_or(0);
             Timeline {
                 workload: "churn".into(),
-                allocator: n.to_string(),
+                allocator: k.name().to_string(),
                 every_ops: 100,
+                peaks: Some(Peaks {
+                    pool_used: used_peak,
+                    pool_reserved: reserved,
+                    live: live_peak,
+                    cached: k.tiered().then_some(cached_peak),
+                    cache_cap: k.tiered().then_some(256 << 20),
+                }),
                 points,
             }
         })
         .collect();
+    let mut checks = results::compute_checks(&rows, &["somalloc"]);
+    let tiered: Vec<&str> = Kind::ALL
+        .iter()
+        .filter(|k| k.tiered())
+        .map(|k| k.name())
+        .collect();
+    checks.extend(results::compute_tier_checks(&rows, &timelines, &tiered));
     Results {
         format: FORMAT.into(),
         label: "format test: placeholder values, not measurements".into(),
@@ -591,7 +824,7 @@ fn placeholder_results(seed: u64) -> Results {
             quick: false,
             repeats: 3,
             statistic: "median of 3 repeats".into(),
-            allocators: BTreeMap::new(),
+            allocators: allocators("cuda"),
             unix_time: 0,
             wall_seconds: 0.0,
         },
@@ -599,6 +832,19 @@ fn placeholder_results(seed: u64) -> Results {
         timelines,
         checks,
     }
+}
+
+/// What each allocator name means (`vendor`: `cuda` or `hip`).
+fn allocators(vendor: &str) -> BTreeMap<String, String> {
+    let mut all: BTreeMap<String, String> = Kind::ALL
+        .iter()
+        .map(|k| (k.name().to_string(), k.describe(vendor)))
+        .collect();
+    all.insert(
+        SYNC.into(),
+        format!("testkit::SyncBuffer: synchronous {vendor}Malloc / {vendor}Free"),
+    );
+    all
 }
 
 fn size_param(bytes: usize) -> String {
@@ -763,7 +1009,9 @@ fn run(args: &Args) -> somalloc::Result<ExitCode> {
     let kernels = TestKernels::load(&dev)?;
 
     let workloads: Vec<&str> = WORKLOADS.iter().copied().filter(|w| selected(args, w)).collect();
+    let count = |f: fn(Kind) -> bool| Kind::ALL.iter().filter(|k| f(**k)).count() as u64;
     let n_alloc = Kind::ALL.len() as u64;
+    let n_timelines = count(Kind::has_timeline);
     let units: u64 = workloads
         .iter()
         .map(|w| match *w {
@@ -771,12 +1019,16 @@ fn run(args: &Args) -> somalloc::Result<ExitCode> {
             "pair" => PAIR_SIZES.len() as u64 * n_alloc,
             "churn" => n_alloc,
             "threads" => THREADS.len() as u64 * n_alloc,
-            "threshold" => 2 * n_alloc,
+            "threshold" => 2 * count(Kind::runs_threshold),
             _ => PAIR_SIZES.len() as u64,
         })
         .sum::<u64>()
         * plan.repeats as u64
-        + if workloads.contains(&"churn") { n_alloc } else { 0 };
+        + if workloads.contains(&"churn") {
+            n_timelines
+        } else {
+            0
+        };
     let pb = ProgressBar::with_draw_target(Some(units), ProgressDrawTarget::stderr());
     pb.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:32}] {pos}/{len} (eta {eta}) {msg}")
@@ -803,11 +1055,7 @@ fn run(args: &Args) -> somalloc::Result<ExitCode> {
                 let mut who = vec![Who::Sync];
                 who.extend(&all);
                 let params = [(pipeline_param(), ())];
-                let note = |w: Who| match w {
-                    Who::Alloc(k) => with_alloc!(k, ctx.pool, ctx.stream, |a| pipeline_note(&a)),
-                    Who::Sync => None,
-                };
-                let mut r = measure(&ctx, "seed_pipeline", &params, &who, note, |c, (), w| {
+                let mut r = measure(&ctx, "seed_pipeline", &params, &who, note_none, |c, (), w| {
                     seed_pipeline(c, w)
                 })?;
                 // Speedup: the synchronous loop over each stream-ordered one.
@@ -835,25 +1083,27 @@ fn run(args: &Args) -> somalloc::Result<ExitCode> {
                 rows.extend(measure(&ctx, "churn", &params, &all, note_none, |c, (), w| {
                     let Who::Alloc(k) = w else { unreachable!() };
                     with_alloc!(k, c.pool, c.stream, |a| churn(&a, &c.pool, &ops, None)
-                        .map(|r| r.0))
+                        .map(|r| r.sample))
                 })?);
-                // The timeline: the same sequence once more per allocator,
-                // untimed, from a trimmed pool, sampling the pool's stats.
+                // The timeline: the same sequence once more per allocator
+                // (but `cache+buf`: the same tier as `cache`), untimed, from
+                // a trimmed pool, sampling the pool's stats (and the tier's
+                // cached bytes).
                 let every = (ops.len() as u64 / ctx.plan.timeline_points).max(1);
-                for k in Kind::ALL {
+                for k in Kind::ALL.into_iter().filter(|k| k.has_timeline()) {
                     ctx.pb.set_message(format!("churn timeline {}", k.name()));
-                    let points = with_alloc!(k, ctx.pool, ctx.stream, |a| churn(
+                    let run = with_alloc!(k, ctx.pool, ctx.stream, |a| churn(
                         &a,
                         &ctx.pool,
                         &ops,
                         Some(every)
-                    ))?
-                    .1;
+                    ))?;
                     timelines.push(Timeline {
                         workload: "churn".into(),
                         allocator: k.name().into(),
                         every_ops: every,
-                        points,
+                        points: run.points,
+                        peaks: run.peaks,
                     });
                     ctx.pb.inc(1);
                 }
@@ -868,20 +1118,20 @@ fn run(args: &Args) -> somalloc::Result<ExitCode> {
             "threshold" => {
                 let params: Vec<(String, u64)> =
                     [0, u64::MAX].iter().map(|&t| (threshold_param(t), t)).collect();
-                rows.extend(measure(
-                    &ctx,
-                    "threshold",
-                    &params,
-                    &all,
-                    note_none,
-                    |c, th, w| {
-                        let Who::Alloc(k) = w else { unreachable!() };
-                        let r = with_alloc!(k, c.pool, c.stream, |a| threshold(c, &a, th));
-                        // Back to the bench's setting even when it failed.
-                        c.pool.set_release_threshold(u64::MAX)?;
-                        r
-                    },
-                )?);
+                let who: Vec<Who> = Kind::ALL
+                    .into_iter()
+                    .filter(|k| k.runs_threshold())
+                    .map(Who::Alloc)
+                    .collect();
+                let skipped = Kind::ALL.iter().any(|k| !k.runs_threshold());
+                let note = |w: Who| (skipped && w == Who::Alloc(Kind::Raw)).then_some(THRESHOLD_NOTE);
+                rows.extend(measure(&ctx, "threshold", &params, &who, note, |c, th, w| {
+                    let Who::Alloc(k) = w else { unreachable!() };
+                    let r = with_alloc!(k, c.pool, c.stream, |a| threshold(c, &a, th));
+                    // Back to the bench's setting even when it failed.
+                    c.pool.set_release_threshold(u64::MAX)?;
+                    r
+                })?);
             }
             "synchronous" => {
                 let params: Vec<(String, usize)> = PAIR_SIZES.iter().map(|&b| (size_param(b), b)).collect();
@@ -907,15 +1157,13 @@ fn run(args: &Args) -> somalloc::Result<ExitCode> {
         .filter(|k| k.checked())
         .map(|k| k.name())
         .collect();
-    let checks = results::compute_checks(&rows, &checked);
-    let mut allocators: BTreeMap<String, String> = Kind::ALL
+    let tiered: Vec<&str> = Kind::ALL
         .iter()
-        .map(|k| (k.name().to_string(), k.describe(vendor)))
+        .filter(|k| k.tiered())
+        .map(|k| k.name())
         .collect();
-    allocators.insert(
-        SYNC.into(),
-        format!("testkit::SyncBuffer: synchronous {vendor}Malloc / {vendor}Free"),
-    );
+    let mut checks = results::compute_checks(&rows, &checked);
+    checks.extend(results::compute_tier_checks(&rows, &timelines, &tiered));
     let drop_errors = somalloc::drop_errors();
     let res = Results {
         format: FORMAT.into(),
@@ -929,7 +1177,7 @@ fn run(args: &Args) -> somalloc::Result<ExitCode> {
             quick: args.quick,
             repeats: plan.repeats,
             statistic: format!("median of {} repeats", plan.repeats),
-            allocators,
+            allocators: allocators(vendor),
             unix_time,
             wall_seconds: started.elapsed().as_secs_f64(),
         },
@@ -955,7 +1203,8 @@ fn run(args: &Args) -> somalloc::Result<ExitCode> {
 // ---------------------------------------------------------------------------
 // Workloads
 
-/// `n` untimed pairs of `bytes`, then a sync: the pool holds the size.
+/// `n` untimed pairs of `bytes`, then a sync: the pool (or the cache) holds
+/// the size.
 fn warm<A: StreamAlloc>(a: &A, bytes: usize, n: usize) -> somalloc::Result<()> {
     for _ in 0..n {
         let b = a.alloc(bytes)?;
@@ -972,7 +1221,8 @@ fn pair<A: StreamAlloc>(a: &A, bytes: usize, n: u64) -> somalloc::Result<Sample>
         a.free(b)?;
     }
     a.stream().synchronize()?;
-    Ok(Sample::timed(t0.elapsed(), n).with("bytes", bytes as f64))
+    let s = Sample::timed(t0.elapsed(), n).with("bytes", bytes as f64);
+    Ok(with_cache_stats(a, s))
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -1012,15 +1262,42 @@ fn churn_ops(seed: u64, steps: u64, max_live: usize) -> Vec<ChurnOp> {
     ops
 }
 
+/// The most bytes (requested sizes) the churn sequence holds live at once,
+/// after any operation: the same for every allocator.
+fn churn_live_peak(ops: &[ChurnOp]) -> u64 {
+    let mut live: Vec<usize> = Vec::with_capacity(CHURN_MAX_LIVE);
+    let (mut now, mut peak) = (0usize, 0usize);
+    for op in ops {
+        match *op {
+            ChurnOp::Alloc(bytes) => {
+                live.push(bytes);
+                now += bytes;
+                peak = peak.max(now);
+            }
+            ChurnOp::Free(idx) => now -= live.swap_remove(idx),
+        }
+    }
+    peak as u64
+}
+
+/// One run of the churn sequence: the timing, and for a timeline run its
+/// samples and peaks.
+struct ChurnRun {
+    sample: Sample,
+    points: Vec<TimelinePoint>,
+    peaks: Option<Peaks>,
+}
+
 /// Runs the churn sequence. With `sample_every`, it starts from a trimmed
-/// pool and records (time, used, reserved) every that many operations (the
-/// timeline; the time then includes the sampling).
+/// pool with its high-water marks reset, records (time, used, reserved,
+/// and the tier's cached bytes) every that many operations, and reports
+/// the peaks (the timeline; the time then includes the sampling).
 fn churn<A: StreamAlloc>(
     a: &A,
     pool: &MemPool,
     ops: &[ChurnOp],
     sample_every: Option<u64>,
-) -> somalloc::Result<(Sample, Vec<TimelinePoint>)> {
+) -> somalloc::Result<ChurnRun> {
     let mut live: Vec<A::Block> = Vec::with_capacity(CHURN_MAX_LIVE);
     let mut points = Vec::new();
     if sample_every.is_some() {
@@ -1038,6 +1315,7 @@ fn churn<A: StreamAlloc>(
             ops: i,
             used: s.used_current,
             reserved: s.reserved_current,
+            cached: a.cache_stats().map(|c| c.cached_bytes as u64),
         });
         Ok(())
     };
@@ -1058,20 +1336,40 @@ fn churn<A: StreamAlloc>(
     debug_assert!(live.is_empty());
     a.stream().synchronize()?;
     let elapsed = t0.elapsed();
+    let mut peaks = None;
     if sample_every.is_some() {
         sample(ops.len() as u64, &mut points)?;
+        let s = pool.stats()?;
+        peaks = Some(Peaks {
+            pool_used: s.used_high,
+            pool_reserved: s.reserved_high,
+            live: churn_live_peak(ops),
+            cached: points.iter().filter_map(|p| p.cached).max(),
+            cache_cap: a.cache_cap().map(|c| c as u64),
+        });
     }
-    Ok((Sample::timed(elapsed, ops.len() as u64), points))
+    Ok(ChurnRun {
+        sample: with_cache_stats(a, Sample::timed(elapsed, ops.len() as u64)),
+        points,
+        peaks,
+    })
 }
 
 /// `threads` threads, each with its own non-blocking stream, `plan.thread_pairs`
 /// 64 KiB pairs each; aggregate ns per pair = wall / all pairs, the wall
-/// from the common start to the last thread's stream sync.
+/// from the common start to the last thread's stream sync. The cache
+/// allocators share one tier, each thread with its stream's own cache.
 fn threads(ctx: &Ctx, kind: Kind, threads: usize) -> somalloc::Result<Sample> {
     const BYTES: usize = 64 * KIB;
     let n = ctx.plan.thread_pairs;
     let start = Barrier::new(threads + 1);
     let (dev, pool) = (ctx.dev, &ctx.pool);
+    let tier = if kind.tiered() {
+        Some(new_tier(pool)?)
+    } else {
+        None
+    };
+    let tier = tier.as_ref();
     let (t0, ends) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
@@ -1079,25 +1377,28 @@ fn threads(ctx: &Ctx, kind: Kind, threads: usize) -> somalloc::Result<Sample> {
                 s.spawn(move || -> somalloc::Result<Instant> {
                     // Set up, then meet the others at the barrier whatever
                     // happened, so that a failure cannot leave them waiting.
-                    let stream = dev.bind_to_thread().and_then(|()| Stream::new(&dev));
-                    let stream = match stream {
-                        Ok(s) => s,
-                        Err(e) => {
+                    let mut met = false;
+                    let mut go = || -> somalloc::Result<Instant> {
+                        dev.bind_to_thread()?;
+                        let stream = Stream::new(&dev)?;
+                        with_alloc!(kind, pool, stream, tier, |a| {
+                            let warmed = warm(&a, BYTES, 64);
                             start.wait();
-                            return Err(e);
-                        }
+                            met = true;
+                            warmed?;
+                            for _ in 0..n {
+                                let b = a.alloc(BYTES)?;
+                                a.free(b)?;
+                            }
+                            a.stream().synchronize()?;
+                            Ok(Instant::now())
+                        })
                     };
-                    with_alloc!(kind, pool, stream, |a| {
-                        let warmed = warm(&a, BYTES, 64);
+                    let ended = go();
+                    if !met {
                         start.wait();
-                        warmed?;
-                        for _ in 0..n {
-                            let b = a.alloc(BYTES)?;
-                            a.free(b)?;
-                        }
-                        a.stream().synchronize()?;
-                        Ok(Instant::now())
-                    })
+                    }
+                    ended
                 })
             })
             .collect();
@@ -1113,7 +1414,12 @@ fn threads(ctx: &Ctx, kind: Kind, threads: usize) -> somalloc::Result<Sample> {
     for end in ends {
         last = last.max(end?);
     }
-    Ok(Sample::timed(last - t0, n * threads as u64).with("threads", threads as f64))
+    let mut s = Sample::timed(last - t0, n * threads as u64).with("threads", threads as f64);
+    if let Some(tier) = tier {
+        // The sums over the threads' streams.
+        s.extra.extend(cache_extra(&tier.stats().total));
+    }
+    Ok(s)
 }
 
 /// 64 MiB allocate + free + stream sync, with release threshold `th`;
@@ -1159,14 +1465,15 @@ fn synchronous(ctx: &Ctx, bytes: usize) -> somalloc::Result<Sample> {
     Ok(Sample::timed(t0.elapsed(), n).with("bytes", bytes as f64))
 }
 
-/// The seeds' pipeline, one loop: 100 × (allocate 4 MiB, process kernel,
-/// free), timed with events around the loop (and on the host clock).
+/// The seeds' pipeline, one loop: 100 × (allocate 4 MiB, process kernel on
+/// that allocation, free), timed with events around the loop (and on the
+/// host clock).
 fn seed_pipeline(ctx: &Ctx, who: Who) -> somalloc::Result<Sample> {
     let bytes = PIPELINE_FLOATS * std::mem::size_of::<f32>();
     let (dev, stream, k) = (&ctx.dev, &ctx.stream, &ctx.kernels);
     let start = Event::with_timing(dev)?;
     let stop = Event::with_timing(dev)?;
-    let (ms, host) = match who {
+    let (ms, host, cache) = match who {
         Who::Sync => {
             let once = || -> somalloc::Result<()> {
                 let data = SyncBuffer::new(dev, bytes)?; // synchronises
@@ -1185,13 +1492,12 @@ fn seed_pipeline(ctx: &Ctx, who: Who) -> somalloc::Result<Sample> {
             }
             stop.record(stream)?;
             stop.synchronize()?;
-            (start.elapsed_ms(&stop)?, t0.elapsed())
+            (start.elapsed_ms(&stop)?, t0.elapsed(), None)
         }
         Who::Alloc(kind) => with_alloc!(kind, ctx.pool, ctx.stream, |a| {
-            let stand_in = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, stream)?;
             let once = || -> somalloc::Result<()> {
                 let data = a.alloc(bytes)?; // enqueued, no sync
-                a.process(k, &data, &stand_in)?;
+                a.process(k, &data, bytes)?;
                 a.free(data) // enqueued after the kernel
             };
             for _ in 0..3 {
@@ -1205,18 +1511,20 @@ fn seed_pipeline(ctx: &Ctx, who: Who) -> somalloc::Result<Sample> {
             }
             stop.record(stream)?;
             stop.synchronize()?;
-            let timed = (start.elapsed_ms(&stop)?, t0.elapsed());
-            stand_in.release()?;
-            timed
+            (start.elapsed_ms(&stop)?, t0.elapsed(), a.cache_stats())
         }),
     };
     let ns = f64::from(ms) * 1e6 / PIPELINE_ITERS as f64;
+    let mut extra = vec![
+        ("loop_ms", f64::from(ms)),
+        ("host_loop_ms", host.as_secs_f64() * 1e3),
+    ];
+    if let Some(c) = cache {
+        extra.extend(cache_extra(&c));
+    }
     Ok(Sample {
         ns_per_op: ns,
         ops: PIPELINE_ITERS as u64,
-        extra: vec![
-            ("loop_ms", f64::from(ms)),
-            ("host_loop_ms", host.as_secs_f64() * 1e3),
-        ],
+        extra,
     })
 }

@@ -40,18 +40,30 @@ fn colour(name: &str, index: usize) -> RGBColor {
     match name {
         RAW => RGBColor(76, 114, 176),
         "somalloc" => RGBColor(221, 132, 82),
+        "cache" => RGBColor(85, 168, 104),
+        "cache+buf" => RGBColor(129, 114, 179),
         SYNC => RGBColor(196, 78, 82),
         "raw (pair)" => RGBColor(150, 170, 210),
         _ => {
             const MORE: [RGBColor; 5] = [
-                RGBColor(85, 168, 104),
-                RGBColor(129, 114, 179),
+                RGBColor(100, 181, 205),
+                RGBColor(204, 185, 116),
                 RGBColor(147, 120, 96),
                 RGBColor(218, 139, 195),
                 RGBColor(140, 140, 140),
             ];
             MORE[index % MORE.len()]
         }
+    }
+}
+
+/// A ratio to raw for a label: `×1.06`, and three places below 0.1
+/// (`×0.044`), where two would round the cache tier's figures to nothing.
+fn fmt_ratio(x: f64) -> String {
+    if x < 0.1 {
+        format!("×{x:.3}")
+    } else {
+        format!("×{x:.2}")
     }
 }
 
@@ -115,8 +127,9 @@ struct BarSpec {
     series: Vec<String>,
     /// `[series][group]`: the bar's height.
     values: Vec<Vec<Option<f64>>>,
-    /// `[series][group]`: the text above the bar.
-    notes: Vec<Vec<Option<String>>>,
+    /// `[series][group]`: the text above the bar, one entry a line (top
+    /// line first), so that it stays about as narrow as the bar.
+    notes: Vec<Vec<Option<Vec<String>>>>,
     log: bool,
 }
 
@@ -158,12 +171,12 @@ fn bar_spec(res: &Results, family: &str) -> Option<BarSpec> {
         values[s][g] = Some(r.ns_per_op);
         // The value, its ratio to raw (not on raw's own bars) and, in the
         // seed pipeline, the speedup over the synchronous loop.
-        let mut note = fmt_ns(r.ns_per_op);
+        let mut note = vec![fmt_ns(r.ns_per_op)];
         if let (Some(x), false) = (r.ratio_to_raw, name == RAW || name == "raw (pair)") {
-            note += &format!(" ×{x:.2}");
+            note.push(fmt_ratio(x));
         }
         if let (Some(x), true) = (r.extra.get("speedup"), r.allocator != SYNC) {
-            note += &format!(" · {x:.1}× faster than sync");
+            note.push(format!("{x:.1}× sync"));
         }
         notes[s][g] = Some(note);
     }
@@ -293,13 +306,19 @@ where
             .into_font()
             .color(&BLACK)
             .pos(Pos::new(HPos::Center, VPos::Bottom));
+        // Lines stacked upwards from the bar's top, the last line lowest.
+        let style = &style;
         let texts: Vec<_> = spec.values[s]
             .iter()
             .zip(&spec.notes[s])
             .enumerate()
-            .filter_map(|(g, (v, t))| {
-                let (v, t) = (v.as_ref()?, t.as_ref()?);
-                Some(Text::new(t.clone(), (x0(g) + width * 0.46, *v), style.clone()))
+            .filter_map(|(g, (v, t))| Some(((x0(g) + width * 0.46, *v.as_ref()?), t.as_ref()?)))
+            .flat_map(|(at, lines)| {
+                let n = lines.len() as i32;
+                lines.iter().enumerate().map(move |(i, line)| {
+                    let dy = -2 - 13 * (n - 1 - i as i32);
+                    EmptyElement::at(at) + Text::new(line.clone(), (0, dy), style.clone())
+                })
             })
             .collect();
         chart.draw_series(texts).map_err(e)?;
@@ -339,15 +358,17 @@ where
 
 fn threads_chart(path: &Path, res: &Results) -> Out<()> {
     let rows: Vec<&Row> = res.rows.iter().filter(|r| r.workload == "threads").collect();
-    let mut series: Vec<&str> = Vec::new();
-    for r in &rows {
-        if !series.contains(&r.allocator.as_str()) {
-            series.push(&r.allocator);
-        }
-    }
     let threads = |r: &Row| r.extra.get("threads").copied().unwrap_or(f64::NAN);
     let max_t = rows.iter().map(|r| threads(r)).fold(1.0, f64::max);
     let max_y = rows.iter().map(|r| r.ns_per_op).fold(1.0, f64::max);
+    let min_y = rows
+        .iter()
+        .map(|r| r.ns_per_op)
+        .fold(f64::INFINITY, f64::min)
+        .max(1e-3);
+    // The cache tier's figures sit one or two orders of magnitude below the
+    // driver's: a log scale keeps both readable.
+    let log = max_y / min_y > 20.0;
 
     let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(e)?;
@@ -357,55 +378,131 @@ fn threads_chart(path: &Path, res: &Results) -> Out<()> {
         res.meta.repeats
     );
     header(&top, &title, res)?;
-    let mut chart = ChartBuilder::on(&body)
-        .margin(16)
+    let mut b = ChartBuilder::on(&body);
+    b.margin(16)
         .margin_right(24)
         .x_label_area_size(44)
-        .y_label_area_size(92)
-        .build_cartesian_2d(0f64..max_t + 1.0, 0f64..max_y * 1.2)
-        .map_err(e)?;
+        .y_label_area_size(92);
+    let x_range = 0f64..max_t + 1.0;
+    let y_desc = if log {
+        "aggregate host ns per alloc+free pair (log scale)"
+    } else {
+        "aggregate host ns per alloc+free pair"
+    };
     let xfmt = |x: &f64| format!("{x:.0}");
     let yfmt = |v: &f64| fmt_ns(*v);
-    chart
-        .configure_mesh()
-        .x_labels((max_t as usize + 2).min(20))
-        .x_label_formatter(&xfmt)
-        .y_label_formatter(&yfmt)
-        .x_desc("threads")
-        .y_desc("aggregate host ns per alloc+free pair")
-        .label_style((FONT, 14))
-        .draw()
-        .map_err(e)?;
+    let x_labels = (max_t as usize + 2).min(20);
+    // The same mesh on either axis type (their formatting traits differ).
+    macro_rules! mesh {
+        ($chart:expr) => {
+            $chart
+                .configure_mesh()
+                .x_labels(x_labels)
+                .x_label_formatter(&xfmt)
+                .y_label_formatter(&yfmt)
+                .x_desc("threads")
+                .y_desc(y_desc)
+                .label_style((FONT, 14))
+                .draw()
+                .map_err(e)?
+        };
+    }
+    if log {
+        let mut chart = b
+            .build_cartesian_2d(x_range, (min_y / 2.0..max_y * 2.0).log_scale())
+            .map_err(e)?;
+        mesh!(chart);
+        draw_threads(chart, &rows)?;
+    } else {
+        let mut chart = b.build_cartesian_2d(x_range, 0f64..max_y * 1.2).map_err(e)?;
+        mesh!(chart);
+        draw_threads(chart, &rows)?;
+    }
+    root.present().map_err(e)
+}
+
+fn draw_threads<'a, DB, Y>(
+    mut chart: ChartContext<'a, DB, Cartesian2d<RangedCoordf64, Y>>,
+    rows: &[&Row],
+) -> Out<()>
+where
+    DB: DrawingBackend + 'a,
+    Y: Ranged<ValueType = f64>,
+{
+    let threads = |r: &Row| r.extra.get("threads").copied().unwrap_or(f64::NAN);
+    let mut series: Vec<&str> = Vec::new();
+    for r in rows {
+        if !series.contains(&r.allocator.as_str()) {
+            series.push(&r.allocator);
+        }
+    }
+    // Where each point's label goes, in pixels below the point: off the
+    // side its line leaves by (below a rising line, above a falling one,
+    // level at the last point); then, at a thread count, top to bottom,
+    // each pushed down below the one above where they would overlap.
+    const LINE: i32 = 15;
+    const OFF: i32 = 11;
+    let py = |r: &Row| chart.backend_coord(&(threads(r), r.ns_per_op)).1;
+    let side = |r: &Row| {
+        let next = rows
+            .iter()
+            .filter(|o| o.allocator == r.allocator && threads(o) > threads(r))
+            .min_by(|a, b| threads(a).total_cmp(&threads(b)));
+        match next {
+            Some(n) if py(n) <= py(r) => OFF,
+            Some(_) => -OFF,
+            None => 0,
+        }
+    };
+    let mut label_dy: Vec<i32> = vec![0; rows.len()];
+    let mut xs: Vec<f64> = rows
+        .iter()
+        .map(|r| threads(r))
+        .filter(|x| x.is_finite())
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    for x in xs {
+        let mut at: Vec<(usize, i32, i32)> = rows
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| threads(r) == x)
+            .map(|(i, r)| (i, py(r), py(r) + side(r)))
+            .collect();
+        at.sort_by_key(|&(_, _, want)| want);
+        let mut next_free = i32::MIN;
+        for (i, py, want) in at {
+            let y = want.max(next_free);
+            label_dy[i] = y - py;
+            next_free = y + LINE;
+        }
+    }
     for (s, name) in series.iter().enumerate() {
         let c = colour(name, s);
-        let mut pts: Vec<(f64, f64)> = rows
+        let mut pts: Vec<(f64, f64, i32, Option<f64>)> = rows
             .iter()
-            .filter(|r| r.allocator == *name)
-            .map(|r| (threads(r), r.ns_per_op))
-            .filter(|p| p.0.is_finite())
+            .zip(&label_dy)
+            .filter(|(r, _)| r.allocator == *name && threads(r).is_finite())
+            .map(|(r, dy)| (threads(r), r.ns_per_op, *dy, r.ratio_to_raw))
             .collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let line: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, p.1)).collect();
         chart
-            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(3)))
+            .draw_series(LineSeries::new(line.clone(), c.stroke_width(3)))
             .map_err(e)?
             .label(*name)
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], c.stroke_width(3)));
         chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 5, c.filled())))
+            .draw_series(line.iter().map(|&p| Circle::new(p, 5, c.filled())))
             .map_err(e)?;
-        // Labels beside the points: the highest point at a thread count gets
-        // its label above it, the others below, stacked in value order.
-        let style = (FONT, 13).into_font().color(&c);
+        let style = (FONT, 13)
+            .into_font()
+            .color(&c)
+            .pos(Pos::new(HPos::Left, VPos::Center));
         chart
-            .draw_series(pts.iter().map(|&(x, y)| {
-                let higher = rows.iter().filter(|r| threads(r) == x && r.ns_per_op > y).count() as i32;
-                let dy = if higher == 0 { -22 } else { 8 + 16 * (higher - 1) };
-                let ratio = rows
-                    .iter()
-                    .find(|r| r.allocator == *name && threads(r) == x)
-                    .and_then(|r| r.ratio_to_raw);
+            .draw_series(pts.iter().map(|&(x, y, dy, ratio)| {
                 let text = match ratio {
-                    Some(q) if *name != RAW => format!("{} ×{q:.2}", fmt_ns(y)),
+                    Some(q) if *name != RAW => format!("{} {}", fmt_ns(y), fmt_ratio(q)),
                     _ => fmt_ns(y),
                 };
                 EmptyElement::at((x, y)) + Text::new(text, (10, dy), style.clone())
@@ -419,8 +516,7 @@ fn threads_chart(path: &Path, res: &Results) -> Out<()> {
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .draw()
-        .map_err(e)?;
-    root.present().map_err(e)
+        .map_err(e)
 }
 
 fn timeline_chart(path: &Path, res: &Results) -> Out<()> {
@@ -431,11 +527,12 @@ fn timeline_chart(path: &Path, res: &Results) -> Out<()> {
     let (top, body) = root.split_vertically(HEADER);
     header(
         &top,
-        "allocation timeline: the pool's used and reserved bytes while the workload runs",
+        "allocation timeline: the pool's used and reserved bytes (and the cache tier's cached bytes) while the workload runs",
         res,
     )?;
     let used_c = RGBColor(76, 114, 176);
     let reserved_c = RGBColor(196, 78, 82);
+    let cached_c = RGBColor(85, 168, 104);
     for (area, tl) in body
         .split_evenly((res.timelines.len(), 1))
         .iter()
@@ -449,21 +546,41 @@ fn timeline_chart(path: &Path, res: &Results) -> Out<()> {
             .map(|p| mib(p.used.max(p.reserved)))
             .fold(1.0, f64::max);
         let peak = tl.points.iter().map(|p| p.reserved).max().unwrap_or(0);
-        let caption = format!(
-            "{} on {}: {} samples, one every {} ops; peak reserved {}",
+        let mut caption = format!(
+            "{} on {}: {} samples, one every {} ops; ",
             tl.workload,
             tl.allocator,
             tl.points.len(),
             tl.every_ops,
-            fmt_bytes(peak as f64)
         );
+        match tl.peaks {
+            // The pool's own high-water marks, over the whole run.
+            Some(p) => {
+                caption += &format!(
+                    "peak reserved {} = {:.2} × peak used, {:.2} × peak live {}",
+                    fmt_bytes(p.pool_reserved as f64),
+                    p.pool_reserved as f64 / p.pool_used.max(1) as f64,
+                    p.pool_reserved as f64 / p.live.max(1) as f64,
+                    fmt_bytes(p.live as f64),
+                );
+                if let (Some(c), Some(cap)) = (p.cached, p.cache_cap) {
+                    caption += &format!(
+                        "; cached ≤ {} (cap {})",
+                        fmt_bytes(c as f64),
+                        fmt_bytes(cap as f64)
+                    );
+                }
+            }
+            None => caption += &format!("peak reserved {}", fmt_bytes(peak as f64)),
+        }
         let mut chart = ChartBuilder::on(area)
             .caption(caption, (FONT, 16))
             .margin(12)
             .margin_right(24)
             .x_label_area_size(40)
             .y_label_area_size(80)
-            .build_cartesian_2d(0f64..t_max * 1.02, 0f64..y_max * 1.15)
+            // Headroom above the lines for the legend.
+            .build_cartesian_2d(0f64..t_max * 1.02, 0f64..y_max * 1.35)
             .map_err(e)?;
         chart
             .configure_mesh()
@@ -472,15 +589,29 @@ fn timeline_chart(path: &Path, res: &Results) -> Out<()> {
             .label_style((FONT, 13))
             .draw()
             .map_err(e)?;
-        for (name, c, pick) in [
+        let has_cached = tl.points.iter().any(|p| p.cached.is_some());
+        let lines = [
             (
                 "reserved",
                 reserved_c,
-                (|p: &crate::results::TimelinePoint| p.reserved) as fn(_) -> u64,
+                (|p: &crate::results::TimelinePoint| Some(p.reserved)) as fn(_) -> Option<u64>,
             ),
-            ("used", used_c, |p| p.used),
-        ] {
-            let pts = tl.points.iter().map(|p| (p.t_ns as f64 / 1e6, mib(pick(p))));
+            ("used (cached blocks included)", used_c, |p| Some(p.used)),
+            ("cached in the tier", cached_c, |p| p.cached),
+        ];
+        for (name, c, pick) in lines {
+            if name.starts_with("cached") && !has_cached {
+                continue;
+            }
+            let name = if has_cached {
+                name
+            } else {
+                name.split(" (").next().unwrap_or(name)
+            };
+            let pts = tl
+                .points
+                .iter()
+                .filter_map(|p| Some((p.t_ns as f64 / 1e6, mib(pick(p)?))));
             chart
                 .draw_series(LineSeries::new(pts, c.stroke_width(2)))
                 .map_err(e)?
@@ -489,7 +620,7 @@ fn timeline_chart(path: &Path, res: &Results) -> Out<()> {
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            .position(SeriesLabelPosition::UpperRight)
             .label_font((FONT, 14))
             .background_style(WHITE.mix(0.9))
             .border_style(BLACK)

@@ -9,8 +9,14 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-/// Format tag written into (and required from) every results file.
-pub const FORMAT: &str = "somalloc-bench/1";
+/// Format tag written into every results file.
+///
+/// `/2` added the cache-tier rows' figures (only new keys of `extra`), the
+/// timelines' `cached` bytes and `peaks`, and `Check::info`; all optional,
+/// so a `/1` file reads as a `/2` file without them.
+pub const FORMAT: &str = "somalloc-bench/2";
+/// Every format tag this program reads.
+pub const READS: &[&str] = &["somalloc-bench/1", FORMAT];
 /// The allocator every row is compared with.
 pub const RAW: &str = "raw";
 /// The synchronous baseline's allocator name (`SyncBuffer`).
@@ -71,7 +77,7 @@ pub struct Row {
     pub workload: String,
     /// The parameter within the family (`64 KiB`, `8 threads`, ...).
     pub param: String,
-    /// Allocator name (`raw`, `somalloc`, `sync`, ...).
+    /// Allocator name (`raw`, `somalloc`, `cache`, `cache+buf`, `sync`).
     pub allocator: String,
     /// Host nanoseconds per operation: the median over the repeats.
     pub ns_per_op: f64,
@@ -84,7 +90,10 @@ pub struct Row {
     /// `ns_per_op` of every repeat, in the order they ran.
     pub samples: Vec<f64>,
     /// Other figures of the row (medians over the repeats): e.g.
-    /// `reserved_after_bytes`, `loop_ms`, `speedup`, `threads`, `bytes`.
+    /// `reserved_after_bytes`, `loop_ms`, `speedup`, `threads`, `bytes`;
+    /// on the cache tier's rows `cache_hits`, `cache_misses` (allocations
+    /// served from the cache / sent upstream since the tier was made) and
+    /// `cached_bytes` (in the caches when the loop ended).
     #[serde(default)]
     pub extra: BTreeMap<String, f64>,
     /// What the reader should know about this row.
@@ -103,6 +112,31 @@ pub struct Timeline {
     pub every_ops: u64,
     /// The samples, in time order.
     pub points: Vec<TimelinePoint>,
+    /// Peaks over the whole run (not only at the samples); absent in `/1`
+    /// files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peaks: Option<Peaks>,
+}
+
+/// Peaks of a [`Timeline`]'s run, which started from a trimmed pool with its
+/// high-water marks reset.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Peaks {
+    /// The pool's `used_high` after the run: bytes handed out by the pool,
+    /// blocks sitting in a cache tier included (the pool sees them as used).
+    pub pool_used: u64,
+    /// The pool's `reserved_high` after the run.
+    pub pool_reserved: u64,
+    /// The most bytes the workload itself held live at once (the requested
+    /// sizes, counted after every operation).
+    pub live: u64,
+    /// The most bytes in the cache tier at a sample (cache allocators only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached: Option<u64>,
+    /// The cache tier's cap on one stream's cached bytes: the smaller of
+    /// `per_stream_cap` and `total_cap` (cache allocators only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_cap: Option<u64>,
 }
 
 /// One sample of a [`Timeline`].
@@ -116,6 +150,9 @@ pub struct TimelinePoint {
     pub used: u64,
     /// The pool's `reserved_current` in bytes.
     pub reserved: u64,
+    /// Bytes in the cache tier (cache allocators only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached: Option<u64>,
 }
 
 /// An acceptance target evaluated on the run.
@@ -127,8 +164,11 @@ pub struct Check {
     pub value: f64,
     /// The target, in words (`<= 1.03`, `within 5% of 1`).
     pub target: String,
-    /// Whether the value meets it.
+    /// Whether the value meets it (always true for an `info` line).
     pub pass: bool,
+    /// A figure printed for reference beside the checks, with no target.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub info: bool,
 }
 
 /// The median of `v` (the mean of the middle two for an even count); NaN
@@ -188,6 +228,7 @@ pub fn compute_checks(rows: &[Row], checked: &[&str]) -> Vec<Check> {
                     value: ratio,
                     target: "<= 1.03".into(),
                     pass: ratio <= 1.03,
+                    info: false,
                 });
             }
         }
@@ -203,10 +244,97 @@ pub fn compute_checks(rows: &[Row], checked: &[&str]) -> Vec<Check> {
                 value: v,
                 target: "within 5% of 1".into(),
                 pass: (v - 1.0).abs() <= 0.05,
+                info: false,
             });
         }
     }
     checks
+}
+
+/// The cache tier's targets for the allocators in `tiered` (host ns: every
+/// pair size at most 60, churn at most 120 per operation, 8 threads at most
+/// 60 per pair in aggregate), and, from every churn timeline with peaks:
+///
+/// * `pool reserved peak / pool used peak`: the pool's `reserved_high` over
+///   its `used_high`, where "used" is what the pool handed out, cached
+///   blocks included; at most 1.15 for a tiered allocator, for reference
+///   (info) on the others;
+/// * `pool reserved peak / live peak`: the same `reserved_high` over the
+///   most bytes the workload itself held live (requested sizes), for
+///   reference;
+/// * the tier's cached bytes at the samples: never above its cap.
+pub fn compute_tier_checks(rows: &[Row], timelines: &[Timeline], tiered: &[&str]) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for name in tiered {
+        for row in rows.iter().filter(|r| r.allocator == *name) {
+            let ns = row.ns_per_op;
+            match row.workload.as_str() {
+                "pair" => checks.push(Check::at_most(
+                    format!("pair {}: {name} ns", row.param),
+                    ns,
+                    60.0,
+                    " ns",
+                )),
+                "churn" => checks.push(Check::at_most(format!("churn: {name} ns/op"), ns, 120.0, " ns")),
+                "threads" if row.extra.get("threads") == Some(&8.0) => checks.push(Check::at_most(
+                    format!("threads 8: {name} ns/pair, aggregate"),
+                    ns,
+                    60.0,
+                    " ns",
+                )),
+                _ => {}
+            }
+        }
+    }
+    for tl in timelines.iter().filter(|t| t.workload == "churn") {
+        let Some(p) = tl.peaks else { continue };
+        let name = &tl.allocator;
+        let ratio = p.pool_reserved as f64 / p.pool_used.max(1) as f64;
+        let label = format!("churn {name}: pool reserved peak / pool used peak");
+        checks.push(if tiered.contains(&name.as_str()) {
+            Check::at_most(label, ratio, 1.15, "")
+        } else {
+            Check::info(label, ratio)
+        });
+        checks.push(Check::info(
+            format!("churn {name}: pool reserved peak / live peak"),
+            p.pool_reserved as f64 / p.live.max(1) as f64,
+        ));
+        if let (Some(cached), Some(cap)) = (p.cached, p.cache_cap) {
+            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+            checks.push(Check::at_most(
+                format!("churn {name}: cached MiB, peak of the samples"),
+                mib(cached),
+                mib(cap),
+                " MiB",
+            ));
+        }
+    }
+    checks
+}
+
+impl Check {
+    /// `value` against the target `<= limit`.
+    fn at_most(name: String, value: f64, limit: f64, unit: &str) -> Check {
+        Check {
+            name,
+            value,
+            target: format!("<= {limit}{unit}"),
+            pass: value <= limit,
+            info: false,
+        }
+    }
+
+    /// A figure for reference, with no target.
+    fn info(name: String, value: f64) -> Check {
+        Check {
+            name,
+            value,
+            target: "(reference)".into(),
+            pass: true,
+            info: true,
+        }
+    }
 }
 
 /// `n` bytes for people: `256 B`, `64 KiB`, `1.5 MiB`, `2.0 GiB`.
@@ -258,8 +386,16 @@ pub fn fmt_ns(ns: f64) -> String {
 
 fn notes(row: &Row) -> String {
     let mut parts = Vec::new();
+    let hits = row.extra.get("cache_hits").copied();
+    let misses = row.extra.get("cache_misses").copied();
+    if let (Some(h), Some(m)) = (hits, misses) {
+        let rate = if h + m > 0.0 { 100.0 * h / (h + m) } else { 0.0 };
+        parts.push(format!("tier: {rate:.1}% hits ({h:.0} hits, {m:.0} misses)"));
+    }
     for (key, &v) in &row.extra {
         match key.as_str() {
+            "cache_hits" | "cache_misses" if hits.is_some() && misses.is_some() => {}
+            "cached_bytes" => parts.push(format!("cached at end: {}", fmt_bytes(v))),
             "reserved_after_bytes" => parts.push(format!("reserved after: {}", fmt_bytes(v))),
             "loop_ms" => parts.push(format!("loop {v:.3} ms (events)")),
             "host_loop_ms" => parts.push(format!("host {v:.3} ms")),
@@ -306,7 +442,7 @@ pub fn table(res: &Results) -> String {
         m.statistic
     );
     for (name, what) in &m.allocators {
-        let _ = writeln!(s, "  {name:<9} {what}");
+        let _ = writeln!(s, "  {name:<10}{what}");
     }
     let _ = writeln!(
         s,
@@ -348,11 +484,15 @@ pub fn table(res: &Results) -> String {
         for c in &res.checks {
             let _ = writeln!(
                 s,
-                "check {:<48} {:>8.4}  target {:<15} {}",
+                "check {:<52} {:>9.4}  target {:<15} {}",
                 c.name,
                 c.value,
                 c.target,
-                if c.pass { "PASS" } else { "FAIL" }
+                match (c.info, c.pass) {
+                    (true, _) => "info",
+                    (false, true) => "PASS",
+                    (false, false) => "FAIL",
+                }
             );
         }
     }
