@@ -458,8 +458,10 @@ impl<T: Pod> DeviceBuffer<T> {
         let ptr = std::mem::replace(&mut self.ptr, DevicePtr::NULL);
         // Order the free after every other stream's use. If that fails the
         // block is leaked rather than freed under running work.
-        for user in std::mem::take(&mut self.users) {
-            order_after(&self.stream, &user)?;
+        if !self.users.is_empty() {
+            for user in std::mem::take(&mut self.users) {
+                order_after(&self.stream, &user)?;
+            }
         }
         match &self.origin {
             // SAFETY: `ptr` and the size are this buffer's live allocation
@@ -540,7 +542,11 @@ pub(crate) fn with_stats(e: Error, pool: Option<MemPool>) -> Error {
 }
 
 impl<T: Pod> Drop for DeviceBuffer<T> {
+    #[inline]
     fn drop(&mut self) {
-        record_drop_error(self.free());
+        // Nothing to do after `release` or for a 0-byte buffer.
+        if self.ptr != DevicePtr::NULL {
+            record_drop_error(self.free());
+        }
     }
 }

@@ -127,13 +127,19 @@ pub fn drop_errors() -> DropErrors {
 }
 
 /// Records a failure inside `Drop`. Never panics.
+#[inline]
 pub(crate) fn record_drop_error(result: Result<()>) {
     if let Err(e) = result {
-        DROP_ERRORS.fetch_add(1, Ordering::Relaxed);
-        match LAST_DROP_ERROR.lock() {
-            Ok(mut g) => *g = Some(e),
-            Err(poisoned) => *poisoned.into_inner() = Some(e),
-        }
+        record_drop_error_slow(e);
+    }
+}
+
+#[cold]
+fn record_drop_error_slow(e: Error) {
+    DROP_ERRORS.fetch_add(1, Ordering::Relaxed);
+    match LAST_DROP_ERROR.lock() {
+        Ok(mut g) => *g = Some(e),
+        Err(poisoned) => *poisoned.into_inner() = Some(e),
     }
 }
 
