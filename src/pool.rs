@@ -200,6 +200,18 @@ impl MemPool {
         }
     }
 
+    /// A pool somalloc destroys when the last handle and buffer are gone.
+    fn owned(device: &Device, raw: RawPool) -> MemPool {
+        MemPool {
+            inner: Arc::new(PoolInner {
+                raw,
+                device: *device,
+                owned: true,
+                default: false,
+            }),
+        }
+    }
+
     /// The device's default pool (never destroyed by somalloc).
     pub fn default_for(device: &Device) -> Result<MemPool> {
         Ok(Self::borrowed(
@@ -244,14 +256,7 @@ impl MemPool {
             max_size,
             handle_types: props.export.mask(),
         })?;
-        Ok(MemPool {
-            inner: Arc::new(PoolInner {
-                raw,
-                device: *device,
-                owned: true,
-                default: false,
-            }),
-        })
+        Ok(Self::owned(device, raw))
     }
 
     /// The device the pool belongs to.
@@ -372,15 +377,7 @@ impl MemPool {
     /// [`DeviceBuffer::import`](crate::DeviceBuffer::import). It is released
     /// when the last handle and buffer are gone.
     pub fn import_fd(device: &Device, fd: BorrowedFd<'_>) -> Result<MemPool> {
-        let raw = Active::pool_import_fd(fd.as_raw_fd())?;
-        Ok(MemPool {
-            inner: Arc::new(PoolInner {
-                raw,
-                device: *device,
-                owned: true,
-                default: false,
-            }),
-        })
+        Ok(Self::owned(device, Active::pool_import_fd(fd.as_raw_fd())?))
     }
 
     /// The vendor handle, still owned by this `MemPool` when created by it.
