@@ -1,13 +1,18 @@
 //! Out of memory: allocate until the pool or the whole device refuses. The
 //! refusal is a typed error, the pool stays usable afterwards, and nothing
-//! leaks. (Its own binary: exhausting the device must not run beside other
-//! tests. The two tests here take a lock for the same reason.)
+//! leaks. The retry adaptor turns such a refusal into a success when one of
+//! its steps (flushing a cache tier, trimming a pool) frees enough. (Its own
+//! binary: exhausting the device must not run beside other tests. The tests
+//! here take a lock for the same reason.)
 
 use std::io::Write;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use somalloc::adaptors::{RetryAdaptor, RetryStats};
 use somalloc::testkit::TestKernels;
-use somalloc::{Device, DeviceBuffer, Error, MemPool, PoolProperties, Stream};
+use somalloc::{
+    CacheConfig, CacheTier, Device, DeviceBuffer, Error, MemPool, MemoryResource, PoolProperties, Stream,
+};
 
 static EXCLUSIVE: Mutex<()> = Mutex::new(());
 const MIB: usize = 1 << 20;
@@ -141,4 +146,151 @@ fn whole_device_until_out_of_memory() {
     drop(b);
     stream.synchronize().unwrap();
     assert_eq!(pool.stats().unwrap().used_current, 0);
+}
+
+fn is_oom<T>(r: &Result<T, Error>) -> bool {
+    matches!(r, Err(Error::OutOfMemory { .. }))
+}
+
+/// A capped pool is taken whole by buffers of one stream's cache, which are
+/// then freed: the blocks stay in the cache and the pool still counts them
+/// used. An allocation from the pool on another stream is refused; through a
+/// retry adaptor that flushes the tier it succeeds, and the memory it gets
+/// is usable.
+#[test]
+fn retry_recovers_by_flushing_the_cache_tier() {
+    let test = "oom::retry_recovers_by_flushing_the_cache_tier";
+    let _x = EXCLUSIVE.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(dev) = device(test) else { return };
+    let k = TestKernels::load(&dev).unwrap();
+    let chunk = 16 * MIB;
+    let pool = MemPool::create(
+        &dev,
+        PoolProperties {
+            max_size: Some(256 * MIB),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let tier = Arc::new(CacheTier::new(Arc::new(pool.clone()), CacheConfig::default()).unwrap());
+    assert_eq!(tier.block_size(chunk), chunk);
+    let (s1, s2) = (Stream::new(&dev).unwrap(), Stream::new(&dev).unwrap());
+    let c1: Arc<dyn MemoryResource> = tier.for_stream(&s1).unwrap();
+    let mut held = Vec::new();
+    let refusal = loop {
+        match DeviceBuffer::<u8>::new_with(chunk, &c1, &s1) {
+            Ok(b) => {
+                k.fill(&b, held.len() as u32, &s1).unwrap();
+                held.push(b);
+                assert!(held.len() <= 64, "no out-of-memory from a 256 MiB pool");
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(refusal, Error::OutOfMemory { .. }), "{refusal}");
+    let n = held.len();
+    assert!(n >= 12, "{n} x 16 MiB in a 256 MiB pool");
+    drop(held);
+    assert_eq!(tier.stats().total.cached_bytes, n * chunk);
+
+    let plain: Arc<dyn MemoryResource> = Arc::new(pool.clone());
+    let bare = Arc::new(RetryAdaptor::new(plain.clone()));
+    let r: Arc<dyn MemoryResource> = bare.clone();
+    assert!(
+        is_oom(&DeviceBuffer::<u8>::new_with(chunk, &r, &s2)),
+        "the pool had room although the cache holds all of it"
+    );
+    assert_eq!(
+        bare.stats(),
+        RetryStats {
+            out_of_memory: 1,
+            recovered: 0,
+            step_errors: 0
+        }
+    );
+
+    let retry = Arc::new(RetryAdaptor::new(plain).flush_on_oom(&tier));
+    let r: Arc<dyn MemoryResource> = retry.clone();
+    let b = DeviceBuffer::<u8>::new_with(chunk, &r, &s2).unwrap();
+    assert_eq!(
+        retry.stats(),
+        RetryStats {
+            out_of_memory: 1,
+            recovered: 1,
+            step_errors: 0
+        }
+    );
+    assert_eq!(tier.stats().total.cached_bytes, 0, "the flush emptied the tier");
+    k.fill(&b, 1000, &s2).unwrap();
+    assert_eq!(k.verify(&b, 1000, &s2).unwrap(), 0);
+    say(&format!(
+        "{test}: {n} x 16 MiB cached, a direct allocation refused, then granted after the flush"
+    ));
+    drop(b);
+    drop(tier);
+    s1.synchronize().unwrap();
+    s2.synchronize().unwrap();
+    assert_eq!(pool.stats().unwrap().used_current, 0);
+}
+
+/// One pool keeps the whole device reserved after its buffers are freed
+/// (release threshold `u64::MAX`). Another pool is refused 4 GiB; through a
+/// retry adaptor that trims the first pool it gets them, and they are
+/// usable.
+#[test]
+fn retry_recovers_by_trimming_another_pool() {
+    let test = "oom::retry_recovers_by_trimming_another_pool";
+    let _x = EXCLUSIVE.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(dev) = device(test) else { return };
+    let k = TestKernels::load(&dev).unwrap();
+    let stream = Stream::new(&dev).unwrap();
+    let hog = MemPool::create(&dev, PoolProperties::default()).unwrap();
+    hog.set_release_threshold(u64::MAX).unwrap();
+    let (held, e) = fill_up(&hog, &stream, 1 << 30, 4096);
+    assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
+    let gib = held.len();
+    drop(held);
+    stream.synchronize().unwrap();
+    let s = hog.stats().unwrap();
+    assert_eq!(s.used_current, 0, "{s}");
+    assert!(
+        s.reserved_current >= (gib as u64) << 30,
+        "the pool kept its memory: {s}"
+    );
+
+    let other = MemPool::create(&dev, PoolProperties::default()).unwrap();
+    let plain: Arc<dyn MemoryResource> = Arc::new(other.clone());
+    let want = 4usize << 30;
+    let bare = Arc::new(RetryAdaptor::new(plain.clone()));
+    let r: Arc<dyn MemoryResource> = bare.clone();
+    assert!(
+        is_oom(&DeviceBuffer::<u8>::new_with(want, &r, &stream)),
+        "4 GiB granted while another pool holds the device"
+    );
+    assert_eq!(bare.stats().recovered, 0);
+
+    let retry = Arc::new(RetryAdaptor::new(plain).trim_on_oom(&hog));
+    let r: Arc<dyn MemoryResource> = retry.clone();
+    let b = DeviceBuffer::<u8>::new_with(want, &r, &stream).unwrap();
+    assert_eq!(
+        retry.stats(),
+        RetryStats {
+            out_of_memory: 1,
+            recovered: 1,
+            step_errors: 0
+        }
+    );
+    assert_eq!(
+        hog.stats().unwrap().reserved_current,
+        0,
+        "the trim released the pool"
+    );
+    k.fill(&b, 6, &stream).unwrap();
+    assert_eq!(k.verify(&b, 6, &stream).unwrap(), 0);
+    say(&format!(
+        "{test}: one pool kept {gib} GiB reserved; 4 GiB from another refused, then granted after the trim"
+    ));
+    drop(b);
+    stream.synchronize().unwrap();
+    assert_eq!(other.stats().unwrap().used_current, 0);
 }
