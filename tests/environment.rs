@@ -102,6 +102,12 @@ fn main() -> ExitCode {
         ("environment::no_runtime_library", no_runtime_library),
         ("environment::no_visible_device", no_visible_device),
     ];
+    if std::env::args().any(|a| a == "--list") {
+        for (name, _) in cases {
+            println!("{name}: test");
+        }
+        return ExitCode::SUCCESS;
+    }
     println!("\nrunning {} tests", cases.len());
     let mut failed = 0;
     for (name, case) in cases {
