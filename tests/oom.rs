@@ -234,12 +234,17 @@ fn retry_recovers_by_flushing_the_cache_tier() {
 }
 
 /// One pool keeps the whole device reserved after its buffers are freed
-/// (release threshold `u64::MAX`). Another pool is refused 4 GiB; through a
-/// retry adaptor that trims the first pool it gets them, and they are
-/// usable.
+/// (release threshold `u64::MAX`); another pool asks for 4 GiB through a
+/// retry adaptor that trims the first pool. The request is granted and the
+/// memory is usable, by one of two paths, and the test checks the one taken:
+/// either the runtime refuses, the trim releases the first pool and the
+/// retry succeeds; or the runtime takes the first pool's unused memory by
+/// itself (the CUDA driver does: it reclaims unused pool memory when the
+/// device is full, whatever the release threshold), so the first pool gives
+/// up at least the 4 GiB and the adaptor sees no out-of-memory.
 #[test]
-fn retry_recovers_by_trimming_another_pool() {
-    let test = "oom::retry_recovers_by_trimming_another_pool";
+fn retry_with_trim_when_another_pool_holds_the_device() {
+    let test = "oom::retry_with_trim_when_another_pool_holds_the_device";
     let _x = EXCLUSIVE.lock().unwrap_or_else(|p| p.into_inner());
     let Some(dev) = device(test) else { return };
     let k = TestKernels::load(&dev).unwrap();
@@ -253,42 +258,39 @@ fn retry_recovers_by_trimming_another_pool() {
     stream.synchronize().unwrap();
     let s = hog.stats().unwrap();
     assert_eq!(s.used_current, 0, "{s}");
-    assert!(
-        s.reserved_current >= (gib as u64) << 30,
-        "the pool kept its memory: {s}"
-    );
+    let reserved = s.reserved_current;
+    assert!(reserved >= (gib as u64) << 30, "the pool kept its memory: {s}");
 
     let other = MemPool::create(&dev, PoolProperties::default()).unwrap();
-    let plain: Arc<dyn MemoryResource> = Arc::new(other.clone());
     let want = 4usize << 30;
-    let bare = Arc::new(RetryAdaptor::new(plain.clone()));
-    let r: Arc<dyn MemoryResource> = bare.clone();
-    assert!(
-        is_oom(&DeviceBuffer::<u8>::new_with(want, &r, &stream)),
-        "4 GiB granted while another pool holds the device"
-    );
-    assert_eq!(bare.stats().recovered, 0);
-
-    let retry = Arc::new(RetryAdaptor::new(plain).trim_on_oom(&hog));
+    let retry = Arc::new(RetryAdaptor::new(Arc::new(other.clone())).trim_on_oom(&hog));
     let r: Arc<dyn MemoryResource> = retry.clone();
     let b = DeviceBuffer::<u8>::new_with(want, &r, &stream).unwrap();
-    assert_eq!(
-        retry.stats(),
-        RetryStats {
-            out_of_memory: 1,
-            recovered: 1,
-            step_errors: 0
-        }
-    );
-    assert_eq!(
-        hog.stats().unwrap().reserved_current,
-        0,
-        "the trim released the pool"
-    );
+    let kept = hog.stats().unwrap().reserved_current;
+    let path = if retry.stats().out_of_memory == 0 {
+        assert_eq!(retry.stats(), RetryStats::default());
+        assert!(
+            kept + want as u64 <= reserved,
+            "4 GiB granted on a full device, but the other pool still holds {kept} of {reserved} bytes"
+        );
+        "granted at once: the runtime took the unused memory of the other pool itself"
+    } else {
+        assert_eq!(
+            retry.stats(),
+            RetryStats {
+                out_of_memory: 1,
+                recovered: 1,
+                step_errors: 0
+            }
+        );
+        assert_eq!(kept, 0, "the trim released the other pool");
+        "refused, then granted after the trim"
+    };
     k.fill(&b, 6, &stream).unwrap();
     assert_eq!(k.verify(&b, 6, &stream).unwrap(), 0);
     say(&format!(
-        "{test}: one pool kept {gib} GiB reserved; 4 GiB from another refused, then granted after the trim"
+        "{test}: one pool kept {gib} GiB reserved; 4 GiB from another: {path} (first pool now {} MiB)",
+        kept >> 20
     ));
     drop(b);
     stream.synchronize().unwrap();
