@@ -48,11 +48,8 @@ cargo build --release --features "$features" --example pipeline
 cp "${CARGO_TARGET_DIR:-target}/release/examples/pipeline" "$out/bin/example-pipeline"
 strip "$out"/bin/* 2>/dev/null || true
 # The probe ci/sanitize.sh runs before racecheck (plain CUDA, static runtime).
-if [ "$backend" = cuda ] && [ -n "${SOMALLOC_NVCC:-}" ]; then
-  mkdir -p "$out/tools"
-  "$SOMALLOC_NVCC" -std=c++17 -O2 -L"$(dirname "$SOMALLOC_NVCC")/../lib" \
-    -gencode arch=compute_80,code=sm_80 -gencode 'arch=compute_90,code=[sm_90,compute_90]' \
-    ci/racecheck-probe.cu -o "$out/tools/racecheck-probe"
+if [ "$backend" = cuda ]; then
+  bash ci/build-racecheck-probe.sh "$out/tools/racecheck-probe"
 fi
 
 cat > "$out/run.sh" <<'RUN'

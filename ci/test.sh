@@ -91,6 +91,7 @@ for b in "${backends[@]}"; do
 done
 if [ "$only" = all ] || [ "$only" = cuda ]; then
   cell "check-cuda-12080" quiet cargo check --features cuda-12080
+  cell "racecheck-probe" quiet bash ci/build-racecheck-probe.sh "${CARGO_TARGET_DIR:-target}/racecheck-probe"
 fi
 cell bench-plots quiet bash ci/bench-plot-check.sh
 cell no-backend quiet must_fail_with "enable exactly one backend feature" cargo build
