@@ -6,7 +6,7 @@
 //! here take a lock for the same reason.)
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use somalloc::adaptors::{RetryAdaptor, RetryStats};
 use somalloc::testkit::TestKernels;
@@ -21,15 +21,47 @@ fn say(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
-fn device(test: &str) -> Option<Device> {
-    match Device::get(0) {
-        Ok(d) => Some(d),
+/// What every test here starts from: the lock (held while it lives),
+/// device 0, its test kernels and a stream.
+struct Gpu {
+    dev: Device,
+    k: TestKernels,
+    stream: Stream,
+    _exclusive: MutexGuard<'static, ()>,
+}
+
+fn setup(test: &str) -> Option<Gpu> {
+    let exclusive = EXCLUSIVE.lock().unwrap_or_else(|p| p.into_inner());
+    let dev = match Device::get(0) {
+        Ok(d) => d,
         Err(e @ (Error::RuntimeNotFound { .. } | Error::NoDevice { .. })) => {
             say(&format!("SKIP {test}: no GPU ({e})"));
-            None
+            return None;
         }
         Err(e) => panic!("device 0: {e}"),
+    };
+    Some(Gpu {
+        k: TestKernels::load(&dev).unwrap(),
+        stream: Stream::new(&dev).unwrap(),
+        dev,
+        _exclusive: exclusive,
+    })
+}
+
+/// A new pool on `dev`, with an optional size cap and release threshold.
+fn pool(dev: &Device, max_size: Option<usize>, release_threshold: Option<u64>) -> MemPool {
+    let pool = MemPool::create(
+        dev,
+        PoolProperties {
+            max_size,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    if let Some(t) = release_threshold {
+        pool.set_release_threshold(t).unwrap();
     }
+    pool
 }
 
 /// Allocates `chunk` bytes until the first error; returns the buffers and it.
@@ -44,23 +76,27 @@ fn fill_up(pool: &MemPool, stream: &Stream, chunk: usize, limit: usize) -> (Vec<
     panic!("no out-of-memory after {limit} allocations of {chunk} bytes");
 }
 
+/// Fills `buf` by kernel and checks every byte.
+fn assert_usable(k: &TestKernels, buf: &DeviceBuffer<u8>, seed: u32, stream: &Stream) {
+    k.fill(buf, seed, stream).unwrap();
+    assert_eq!(k.verify(buf, seed, stream).unwrap(), 0, "seed {seed}");
+}
+
+/// After the frees enqueued on `stream`, the pool has nothing in use.
+fn assert_drained(pool: &MemPool, stream: &Stream) {
+    stream.synchronize().unwrap();
+    let s = pool.stats().unwrap();
+    assert_eq!(s.used_current, 0, "{s}");
+}
+
 #[test]
 fn capped_pool_until_out_of_memory() {
     let test = "oom::capped_pool_until_out_of_memory";
-    let _x = EXCLUSIVE.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(dev) = device(test) else { return };
-    let k = TestKernels::load(&dev).unwrap();
+    let Some(gpu) = setup(test) else { return };
+    let Gpu { dev, k, stream, .. } = &gpu;
     let cap = 256 * MIB;
-    let pool = MemPool::create(
-        &dev,
-        PoolProperties {
-            max_size: Some(cap),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let stream = Stream::new(&dev).unwrap();
-    let (held, e) = fill_up(&pool, &stream, 16 * MIB, 1000);
+    let pool = pool(dev, Some(cap), None);
+    let (held, e) = fill_up(&pool, stream, 16 * MIB, 1000);
     match &e {
         Error::OutOfMemory {
             requested,
@@ -81,30 +117,24 @@ fn capped_pool_until_out_of_memory() {
         held.len()
     ));
     drop(held);
-    stream.synchronize().unwrap();
-    assert_eq!(pool.stats().unwrap().used_current, 0);
+    assert_drained(&pool, stream);
     // Usable again, up to the cap.
-    let (again, _) = fill_up(&pool, &stream, 16 * MIB, 1000);
+    let (again, _) = fill_up(&pool, stream, 16 * MIB, 1000);
     assert!(again.len() >= 12);
-    k.fill(&again[0], 3, &stream).unwrap();
-    assert_eq!(k.verify(&again[0], 3, &stream).unwrap(), 0);
+    assert_usable(k, &again[0], 3, stream);
     drop(again);
-    stream.synchronize().unwrap();
-    assert_eq!(pool.stats().unwrap().used_current, 0);
+    assert_drained(&pool, stream);
 }
 
 #[test]
 fn whole_device_until_out_of_memory() {
     let test = "oom::whole_device_until_out_of_memory";
-    let _x = EXCLUSIVE.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(dev) = device(test) else { return };
-    let k = TestKernels::load(&dev).unwrap();
-    let pool = MemPool::create(&dev, PoolProperties::default()).unwrap();
-    pool.set_release_threshold(0).unwrap();
-    let stream = Stream::new(&dev).unwrap();
+    let Some(gpu) = setup(test) else { return };
+    let Gpu { dev, k, stream, .. } = &gpu;
+    let pool = pool(dev, None, Some(0));
     let free_before = dev.free_memory().unwrap();
     let chunk = 1usize << 30;
-    let (held, e) = fill_up(&pool, &stream, chunk, 4096);
+    let (held, e) = fill_up(&pool, stream, chunk, 4096);
     assert!(
         matches!(e, Error::OutOfMemory { requested, .. } if requested == chunk),
         "{e}"
@@ -122,7 +152,7 @@ fn whole_device_until_out_of_memory() {
     ));
     // The device is full: a small allocation from another pool may fail too,
     // and must fail typed.
-    match DeviceBuffer::<u8>::new(64 * MIB, &stream) {
+    match DeviceBuffer::<u8>::new(64 * MIB, stream) {
         Ok(b) => drop(b),
         Err(Error::OutOfMemory { .. }) => {}
         Err(other) => panic!("expected OutOfMemory or success, got {other}"),
@@ -140,12 +170,10 @@ fn whole_device_until_out_of_memory() {
         free_after + 256 * MIB >= free_before,
         "leaked: {free_before} free before, {free_after} after"
     );
-    let b = DeviceBuffer::<u8>::new_in(chunk, &pool, &stream).unwrap();
-    k.fill(&b, 4, &stream).unwrap();
-    assert_eq!(k.verify(&b, 4, &stream).unwrap(), 0);
+    let b = DeviceBuffer::<u8>::new_in(chunk, &pool, stream).unwrap();
+    assert_usable(k, &b, 4, stream);
     drop(b);
-    stream.synchronize().unwrap();
-    assert_eq!(pool.stats().unwrap().used_current, 0);
+    assert_drained(&pool, stream);
 }
 
 fn is_oom<T>(r: &Result<T, Error>) -> bool {
@@ -160,27 +188,19 @@ fn is_oom<T>(r: &Result<T, Error>) -> bool {
 #[test]
 fn retry_recovers_by_flushing_the_cache_tier() {
     let test = "oom::retry_recovers_by_flushing_the_cache_tier";
-    let _x = EXCLUSIVE.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(dev) = device(test) else { return };
-    let k = TestKernels::load(&dev).unwrap();
+    let Some(gpu) = setup(test) else { return };
+    let Gpu { dev, k, stream, .. } = &gpu;
     let chunk = 16 * MIB;
-    let pool = MemPool::create(
-        &dev,
-        PoolProperties {
-            max_size: Some(256 * MIB),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let pool = pool(dev, Some(256 * MIB), None);
     let tier = Arc::new(CacheTier::new(Arc::new(pool.clone()), CacheConfig::default()).unwrap());
     assert_eq!(tier.block_size(chunk), chunk);
-    let (s1, s2) = (Stream::new(&dev).unwrap(), Stream::new(&dev).unwrap());
-    let c1: Arc<dyn MemoryResource> = tier.for_stream(&s1).unwrap();
+    let (s1, s2) = (stream, &Stream::new(dev).unwrap());
+    let c1: Arc<dyn MemoryResource> = tier.for_stream(s1).unwrap();
     let mut held = Vec::new();
     let refusal = loop {
-        match DeviceBuffer::<u8>::new_with(chunk, &c1, &s1) {
+        match DeviceBuffer::<u8>::new_with(chunk, &c1, s1) {
             Ok(b) => {
-                k.fill(&b, held.len() as u32, &s1).unwrap();
+                k.fill(&b, held.len() as u32, s1).unwrap();
                 held.push(b);
                 assert!(held.len() <= 64, "no out-of-memory from a 256 MiB pool");
             }
@@ -197,7 +217,7 @@ fn retry_recovers_by_flushing_the_cache_tier() {
     let bare = Arc::new(RetryAdaptor::new(plain.clone()));
     let r: Arc<dyn MemoryResource> = bare.clone();
     assert!(
-        is_oom(&DeviceBuffer::<u8>::new_with(chunk, &r, &s2)),
+        is_oom(&DeviceBuffer::<u8>::new_with(chunk, &r, s2)),
         "the pool had room although the cache holds all of it"
     );
     assert_eq!(
@@ -211,7 +231,7 @@ fn retry_recovers_by_flushing_the_cache_tier() {
 
     let retry = Arc::new(RetryAdaptor::new(plain).flush_on_oom(&tier));
     let r: Arc<dyn MemoryResource> = retry.clone();
-    let b = DeviceBuffer::<u8>::new_with(chunk, &r, &s2).unwrap();
+    let b = DeviceBuffer::<u8>::new_with(chunk, &r, s2).unwrap();
     assert_eq!(
         retry.stats(),
         RetryStats {
@@ -221,16 +241,14 @@ fn retry_recovers_by_flushing_the_cache_tier() {
         }
     );
     assert_eq!(tier.stats().total.cached_bytes, 0, "the flush emptied the tier");
-    k.fill(&b, 1000, &s2).unwrap();
-    assert_eq!(k.verify(&b, 1000, &s2).unwrap(), 0);
+    assert_usable(k, &b, 1000, s2);
     say(&format!(
         "{test}: {n} x 16 MiB cached, a direct allocation refused, then granted after the flush"
     ));
     drop(b);
     drop(tier);
     s1.synchronize().unwrap();
-    s2.synchronize().unwrap();
-    assert_eq!(pool.stats().unwrap().used_current, 0);
+    assert_drained(&pool, s2);
 }
 
 /// One pool keeps the whole device reserved after its buffers are freed
@@ -245,13 +263,10 @@ fn retry_recovers_by_flushing_the_cache_tier() {
 #[test]
 fn retry_with_trim_when_another_pool_holds_the_device() {
     let test = "oom::retry_with_trim_when_another_pool_holds_the_device";
-    let _x = EXCLUSIVE.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(dev) = device(test) else { return };
-    let k = TestKernels::load(&dev).unwrap();
-    let stream = Stream::new(&dev).unwrap();
-    let hog = MemPool::create(&dev, PoolProperties::default()).unwrap();
-    hog.set_release_threshold(u64::MAX).unwrap();
-    let (held, e) = fill_up(&hog, &stream, 1 << 30, 4096);
+    let Some(gpu) = setup(test) else { return };
+    let Gpu { dev, k, stream, .. } = &gpu;
+    let hog = pool(dev, None, Some(u64::MAX));
+    let (held, e) = fill_up(&hog, stream, 1 << 30, 4096);
     assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
     let gib = held.len();
     drop(held);
@@ -261,11 +276,11 @@ fn retry_with_trim_when_another_pool_holds_the_device() {
     let reserved = s.reserved_current;
     assert!(reserved >= (gib as u64) << 30, "the pool kept its memory: {s}");
 
-    let other = MemPool::create(&dev, PoolProperties::default()).unwrap();
+    let other = pool(dev, None, None);
     let want = 4usize << 30;
     let retry = Arc::new(RetryAdaptor::new(Arc::new(other.clone())).trim_on_oom(&hog));
     let r: Arc<dyn MemoryResource> = retry.clone();
-    let b = DeviceBuffer::<u8>::new_with(want, &r, &stream).unwrap();
+    let b = DeviceBuffer::<u8>::new_with(want, &r, stream).unwrap();
     let kept = hog.stats().unwrap().reserved_current;
     let path = if retry.stats().out_of_memory == 0 {
         assert_eq!(retry.stats(), RetryStats::default());
@@ -286,13 +301,11 @@ fn retry_with_trim_when_another_pool_holds_the_device() {
         assert_eq!(kept, 0, "the trim released the other pool");
         "refused, then granted after the trim"
     };
-    k.fill(&b, 6, &stream).unwrap();
-    assert_eq!(k.verify(&b, 6, &stream).unwrap(), 0);
+    assert_usable(k, &b, 6, stream);
     say(&format!(
         "{test}: one pool kept {gib} GiB reserved; 4 GiB from another: {path} (first pool now {} MiB)",
         kept >> 20
     ));
     drop(b);
-    stream.synchronize().unwrap();
-    assert_eq!(other.stats().unwrap().used_current, 0);
+    assert_drained(&other, stream);
 }
