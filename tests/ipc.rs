@@ -168,21 +168,31 @@ fn child(path: &str) -> Res<()> {
     Ok(())
 }
 
+/// Room for one control message that carries one file descriptor.
+fn fd_control() -> Vec<u8> {
+    // SAFETY: CMSG_SPACE only computes a size.
+    vec![0u8; unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize]
+}
+
+/// A message header over one data buffer and a control buffer; both must
+/// outlive every use of the header.
+fn msg_header(iov: &mut libc::iovec, control: &mut [u8]) -> libc::msghdr {
+    // SAFETY: a zeroed msghdr is a valid empty header.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = control.as_mut_ptr().cast();
+    hdr.msg_controllen = control.len() as _;
+    hdr
+}
+
 fn send_with_fd(sock: &UnixStream, payload: &[u8], fd: RawFd) -> Res<()> {
     let mut iov = libc::iovec {
         iov_base: payload.as_ptr() as *mut libc::c_void,
         iov_len: payload.len(),
     };
-    // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut control = vec![0u8; space];
-    // SAFETY: zeroed msghdr is a valid empty header; the pointers set below
-    // point to live buffers of the stated lengths.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    hdr.msg_control = control.as_mut_ptr().cast();
-    hdr.msg_controllen = space as _;
+    let mut control = fd_control();
+    let hdr = msg_header(&mut iov, &mut control);
     // SAFETY: the control buffer holds one header with room for one fd.
     unsafe {
         let cmsg = libc::CMSG_FIRSTHDR(&hdr);
@@ -204,15 +214,8 @@ fn recv_with_fd(sock: &UnixStream, buf: &mut [u8]) -> Res<(usize, Option<OwnedFd
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut control = vec![0u8; space];
-    // SAFETY: as in send_with_fd.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    hdr.msg_control = control.as_mut_ptr().cast();
-    hdr.msg_controllen = space as _;
+    let mut control = fd_control();
+    let mut hdr = msg_header(&mut iov, &mut control);
     // SAFETY: a valid socket and header; MSG_WAITALL for the whole payload.
     let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut hdr, libc::MSG_WAITALL) };
     if n < 0 {

@@ -3,7 +3,7 @@
 //! threads with their own streams, the caps, flush, drop, out-of-memory
 //! recovery, and an adaptor stack on top.
 
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::Arc;
 
 use somalloc::adaptors::{LimitingAdaptor, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor};
 use somalloc::testkit::pattern_byte;
@@ -11,7 +11,10 @@ use somalloc::{
     CacheConfig, CacheTier, DeviceBuffer, Error, MemoryResource, PoolProperties, Stream, StreamCache,
 };
 
-use crate::common::{say, setup, setup_with, spin_cycles, Ctx};
+use crate::common::{
+    eight_threads_never_overlap, say, setup, setup_with, spin_cycles, Ctx, ThreadAlloc, PER_THREAD, ROUNDS,
+    THREADS,
+};
 
 const MIB: usize = 1 << 20;
 
@@ -219,68 +222,13 @@ fn eight_threads_with_own_streams_never_overlap() {
     let Some(ctx) = setup("cache::eight_threads_with_own_streams_never_overlap") else {
         return;
     };
-    const THREADS: usize = 8;
-    const ROUNDS: usize = 4;
-    const PER_THREAD: usize = 6;
     let tier = tier(&ctx, CacheConfig::default());
-    let barrier = Arc::new(Barrier::new(THREADS));
-    let live: Arc<Mutex<Vec<(usize, usize, usize)>>> = Arc::new(Mutex::new(Vec::new()));
     let ctx = Arc::new(ctx);
-    let handles: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (barrier, live, ctx, tier) = (barrier.clone(), live.clone(), ctx.clone(), tier.clone());
-            std::thread::spawn(move || -> Stream {
-                let stream = Stream::new(&ctx.dev).unwrap();
-                let r = res(&tier.for_stream(&stream).unwrap());
-                for round in 0..ROUNDS {
-                    let mut rng = 0x9E37_79B9u32 ^ (t as u32 * 7919); // same sizes each round
-                    let mut bufs = Vec::new();
-                    for j in 0..PER_THREAD {
-                        rng ^= rng << 13;
-                        rng ^= rng >> 17;
-                        rng ^= rng << 5;
-                        let bytes = 256 + (rng as usize % (2 << 20));
-                        let seed = ((t * ROUNDS + round) * PER_THREAD + j) as u32;
-                        let b = DeviceBuffer::<u8>::new_with(bytes, &r, &stream).unwrap();
-                        ctx.k.fill(&b, seed, &stream).unwrap();
-                        live.lock().unwrap().push((b.as_raw() as usize, bytes, t));
-                        bufs.push((b, seed));
-                    }
-                    stream.synchronize().unwrap();
-                    barrier.wait(); // every thread's buffers are live and filled
-                    if t == 0 {
-                        let mut all = live.lock().unwrap().clone();
-                        all.sort();
-                        for w in all.windows(2) {
-                            assert!(
-                                w[0].0 + w[0].1 <= w[1].0,
-                                "live buffers overlap: {:?} and {:?}",
-                                w[0],
-                                w[1]
-                            );
-                        }
-                        assert_eq!(all.len(), THREADS * PER_THREAD);
-                    }
-                    for (b, seed) in &bufs {
-                        assert_eq!(
-                            ctx.k.verify(b, *seed, &stream).unwrap(),
-                            0,
-                            "thread {t} round {round}"
-                        );
-                    }
-                    barrier.wait(); // checks done before anyone frees
-                    if t == 0 {
-                        live.lock().unwrap().clear();
-                    }
-                    drop(bufs);
-                    barrier.wait();
-                }
-                stream.synchronize().unwrap();
-                stream
-            })
-        })
-        .collect();
-    let streams: Vec<Stream> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let t = tier.clone();
+    let streams = eight_threads_never_overlap(&ctx, move |stream: &Stream| -> ThreadAlloc {
+        let (r, stream) = (res(&t.for_stream(stream).unwrap()), stream.clone());
+        Box::new(move |bytes| DeviceBuffer::<u8>::new_with(bytes, &r, &stream).unwrap())
+    });
     let st = tier.stats();
     assert_eq!(st.streams.len(), THREADS);
     assert!(

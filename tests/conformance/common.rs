@@ -1,10 +1,10 @@
 //! Shared set-up for the conformance tests.
 
 use std::io::Write;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 
 use somalloc::testkit::TestKernels;
-use somalloc::{Device, Error, MemPool, PoolProperties, Stream};
+use somalloc::{Device, DeviceBuffer, Error, MemPool, PoolProperties, Stream};
 
 /// Everything a GPU test needs: a device, the test kernels, a pool of its own
 /// (release threshold u64::MAX) and a stream.
@@ -100,4 +100,81 @@ pub fn spin_cycles(ms: u64) -> u64 {
 pub fn current_pool_lock() -> MutexGuard<'static, ()> {
     static CURRENT_POOL: Mutex<()> = Mutex::new(());
     CURRENT_POOL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One test thread's allocator: bytes → a buffer on that thread's stream.
+pub type ThreadAlloc = Box<dyn Fn(usize) -> DeviceBuffer<u8>>;
+
+/// Threads in [`eight_threads_never_overlap`], rounds, and buffers per round.
+pub const THREADS: usize = 8;
+pub const ROUNDS: usize = 4;
+pub const PER_THREAD: usize = 6;
+
+/// 8 threads, each with its own stream and the allocator `make` gives for
+/// it, allocate, fill, verify and free in rounds of the same sizes; at a
+/// barrier all live buffers are checked for overlap on the host (address
+/// ranges) and on the device (every buffer still holds its own pattern after
+/// all the others were filled). Returns the threads' streams, synchronized.
+pub fn eight_threads_never_overlap(
+    ctx: &Arc<Ctx>,
+    make: impl Fn(&Stream) -> ThreadAlloc + Send + Sync + 'static,
+) -> Vec<Stream> {
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let live: Arc<Mutex<Vec<(usize, usize, usize)>>> = Arc::new(Mutex::new(Vec::new()));
+    let make = Arc::new(make);
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (barrier, live, ctx, make) = (barrier.clone(), live.clone(), ctx.clone(), make.clone());
+            std::thread::spawn(move || -> Stream {
+                let stream = Stream::new(&ctx.dev).unwrap();
+                let alloc = make(&stream);
+                for round in 0..ROUNDS {
+                    let mut rng = 0x9E37_79B9u32 ^ (t as u32 * 7919); // same sizes each round
+                    let mut bufs = Vec::new();
+                    for j in 0..PER_THREAD {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 17;
+                        rng ^= rng << 5;
+                        let bytes = 256 + (rng as usize % (2 << 20));
+                        let seed = ((t * ROUNDS + round) * PER_THREAD + j) as u32;
+                        let b = alloc(bytes);
+                        ctx.k.fill(&b, seed, &stream).unwrap();
+                        live.lock().unwrap().push((b.as_raw() as usize, bytes, t));
+                        bufs.push((b, seed));
+                    }
+                    stream.synchronize().unwrap();
+                    barrier.wait(); // every thread's buffers are live and filled
+                    if t == 0 {
+                        let mut all = live.lock().unwrap().clone();
+                        all.sort();
+                        for w in all.windows(2) {
+                            assert!(
+                                w[0].0 + w[0].1 <= w[1].0,
+                                "live buffers overlap: {:?} and {:?}",
+                                w[0],
+                                w[1]
+                            );
+                        }
+                        assert_eq!(all.len(), THREADS * PER_THREAD);
+                    }
+                    for (b, seed) in &bufs {
+                        assert_eq!(
+                            ctx.k.verify(b, *seed, &stream).unwrap(),
+                            0,
+                            "thread {t} round {round}"
+                        );
+                    }
+                    barrier.wait(); // checks done before anyone frees
+                    if t == 0 {
+                        live.lock().unwrap().clear();
+                    }
+                    drop(bufs);
+                    barrier.wait();
+                }
+                stream.synchronize().unwrap();
+                stream
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
