@@ -14,7 +14,7 @@
 # (SOMALLOC_TEST_MAX_BYTES) and the stress test is shorter
 # (SOMALLOC_STRESS_OPS); each binary gets SANITIZE_TIMEOUT seconds.
 #
-# Host threads and racecheck: some racecheck versions never finish a program
+# Host threads and racecheck: some racecheck versions do not finish a program
 # whose host threads use the GPU at the same time (compute-sanitizer
 # 2025.3.1 with driver 580 hangs on ci/racecheck-probe.cu, plain CUDA with 8
 # threads, which finishes in a second under the other three tools). So
@@ -65,8 +65,9 @@ if [[ " $tools " == *" racecheck "* ]]; then
   if [ ! -x "$probe" ]; then
     racecheck_serial=1 probe_note="no $probe to ask, so host threads were serialised"
   else
+    probe_timeout=${PROBE_TIMEOUT:-60}
     t0=$SECONDS
-    timeout "${PROBE_TIMEOUT:-120}" "$cs" --tool racecheck --error-exitcode 99 "$probe" 1 200 >"$logs/probe-1.log" 2>&1
+    timeout "$probe_timeout" "$cs" --tool racecheck --error-exitcode 99 "$probe" 1 200 >"$logs/probe-1.log" 2>&1
     rc1=$?
     if [ "$rc1" -ne 0 ]; then
       echo "sanitize: racecheck fails the probe with one host thread (exit $rc1):"
@@ -74,13 +75,13 @@ if [[ " $tools " == *" racecheck "* ]]; then
       exit 1
     fi
     t1=$SECONDS
-    timeout "${PROBE_TIMEOUT:-60}" "$cs" --tool racecheck --error-exitcode 99 "$probe" 8 200 >"$logs/probe-8.log" 2>&1
+    timeout "$probe_timeout" "$cs" --tool racecheck --error-exitcode 99 "$probe" 8 200 >"$logs/probe-8.log" 2>&1
     rc8=$?
     if [ "$rc8" -eq 0 ]; then
       probe_note="probe with 8 host threads finished in $((SECONDS - t1)) s"
     elif [ "$rc8" -eq 124 ]; then
       racecheck_serial=1
-      probe_note="probe: 1 host thread finished in $((t1 - t0)) s, 8 host threads did not finish in ${PROBE_TIMEOUT:-60} s"
+      probe_note="probe: 1 host thread finished in $((t1 - t0)) s, 8 host threads did not finish in $probe_timeout s"
     else
       echo "sanitize: racecheck probe with 8 host threads exited $rc8:"
       tail -n 20 "$logs/probe-8.log"

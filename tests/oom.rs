@@ -64,16 +64,20 @@ fn pool(dev: &Device, max_size: Option<usize>, release_threshold: Option<u64>) -
     pool
 }
 
-/// Allocates `chunk` bytes until the first error; returns the buffers and it.
-fn fill_up(pool: &MemPool, stream: &Stream, chunk: usize, limit: usize) -> (Vec<DeviceBuffer<u8>>, Error) {
+/// Calls `alloc` until the first error (at most `limit` times); returns the
+/// buffers and the error.
+fn fill_up(
+    limit: usize,
+    alloc: impl Fn() -> Result<DeviceBuffer<u8>, Error>,
+) -> (Vec<DeviceBuffer<u8>>, Error) {
     let mut held = Vec::new();
     for _ in 0..limit {
-        match DeviceBuffer::<u8>::new_in(chunk, pool, stream) {
+        match alloc() {
             Ok(b) => held.push(b),
             Err(e) => return (held, e),
         }
     }
-    panic!("no out-of-memory after {limit} allocations of {chunk} bytes");
+    panic!("no out-of-memory after {limit} allocations");
 }
 
 /// Fills `buf` by kernel and checks every byte.
@@ -96,7 +100,7 @@ fn capped_pool_until_out_of_memory() {
     let Gpu { dev, k, stream, .. } = &gpu;
     let cap = 256 * MIB;
     let pool = pool(dev, Some(cap), None);
-    let (held, e) = fill_up(&pool, stream, 16 * MIB, 1000);
+    let (held, e) = fill_up(1000, || DeviceBuffer::new_in(16 * MIB, &pool, stream));
     match &e {
         Error::OutOfMemory {
             requested,
@@ -119,7 +123,7 @@ fn capped_pool_until_out_of_memory() {
     drop(held);
     assert_drained(&pool, stream);
     // Usable again, up to the cap.
-    let (again, _) = fill_up(&pool, stream, 16 * MIB, 1000);
+    let (again, _) = fill_up(1000, || DeviceBuffer::new_in(16 * MIB, &pool, stream));
     assert!(again.len() >= 12);
     assert_usable(k, &again[0], 3, stream);
     drop(again);
@@ -134,7 +138,7 @@ fn whole_device_until_out_of_memory() {
     let pool = pool(dev, None, Some(0));
     let free_before = dev.free_memory().unwrap();
     let chunk = 1usize << 30;
-    let (held, e) = fill_up(&pool, stream, chunk, 4096);
+    let (held, e) = fill_up(4096, || DeviceBuffer::new_in(chunk, &pool, stream));
     assert!(
         matches!(e, Error::OutOfMemory { requested, .. } if requested == chunk),
         "{e}"
@@ -176,10 +180,6 @@ fn whole_device_until_out_of_memory() {
     assert_drained(&pool, stream);
 }
 
-fn is_oom<T>(r: &Result<T, Error>) -> bool {
-    matches!(r, Err(Error::OutOfMemory { .. }))
-}
-
 /// A capped pool is taken whole by buffers of one stream's cache, which are
 /// then freed: the blocks stay in the cache and the pool still counts them
 /// used. An allocation from the pool on another stream is refused; through a
@@ -196,17 +196,10 @@ fn retry_recovers_by_flushing_the_cache_tier() {
     assert_eq!(tier.block_size(chunk), chunk);
     let (s1, s2) = (stream, &Stream::new(dev).unwrap());
     let c1: Arc<dyn MemoryResource> = tier.for_stream(s1).unwrap();
-    let mut held = Vec::new();
-    let refusal = loop {
-        match DeviceBuffer::<u8>::new_with(chunk, &c1, s1) {
-            Ok(b) => {
-                k.fill(&b, held.len() as u32, s1).unwrap();
-                held.push(b);
-                assert!(held.len() <= 64, "no out-of-memory from a 256 MiB pool");
-            }
-            Err(e) => break e,
-        }
-    };
+    let (held, refusal) = fill_up(64, || DeviceBuffer::new_with(chunk, &c1, s1));
+    for (i, b) in held.iter().enumerate() {
+        k.fill(b, i as u32, s1).unwrap();
+    }
     assert!(matches!(refusal, Error::OutOfMemory { .. }), "{refusal}");
     let n = held.len();
     assert!(n >= 12, "{n} x 16 MiB in a 256 MiB pool");
@@ -217,7 +210,10 @@ fn retry_recovers_by_flushing_the_cache_tier() {
     let bare = Arc::new(RetryAdaptor::new(plain.clone()));
     let r: Arc<dyn MemoryResource> = bare.clone();
     assert!(
-        is_oom(&DeviceBuffer::<u8>::new_with(chunk, &r, s2)),
+        matches!(
+            DeviceBuffer::<u8>::new_with(chunk, &r, s2),
+            Err(Error::OutOfMemory { .. })
+        ),
         "the pool had room although the cache holds all of it"
     );
     assert_eq!(
@@ -266,7 +262,7 @@ fn retry_with_trim_when_another_pool_holds_the_device() {
     let Some(gpu) = setup(test) else { return };
     let Gpu { dev, k, stream, .. } = &gpu;
     let hog = pool(dev, None, Some(u64::MAX));
-    let (held, e) = fill_up(&hog, stream, 1 << 30, 4096);
+    let (held, e) = fill_up(4096, || DeviceBuffer::new_in(1 << 30, &hog, stream));
     assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
     let gib = held.len();
     drop(held);
