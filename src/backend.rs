@@ -63,6 +63,53 @@ pub(crate) struct RawPoolProps {
     pub handle_types: u32,
 }
 
+/// What a stream is doing with respect to graph capture
+/// (`cudaStreamCaptureStatus` / `hipStreamCaptureStatus`: 0, 1, 2 on both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CaptureStatus {
+    /// Not capturing: work runs.
+    None,
+    /// Capturing: work is recorded into a graph.
+    Active,
+    /// The capture was invalidated by an illegal call; it must still be
+    /// ended (which fails).
+    Invalidated,
+}
+
+/// The capture state of a stream, with the capture's identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CaptureInfo<G> {
+    pub status: CaptureStatus,
+    /// Unique per capture in the process; 0 when not capturing.
+    pub id: u64,
+    /// The graph being captured into (only while `Active`).
+    pub graph: Option<G>,
+}
+
+/// How a capture guards against unsafe calls from other threads
+/// (`cudaStreamCaptureMode` / `hipStreamCaptureMode`: 0, 1, 2 on both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RawCaptureMode {
+    Global,
+    ThreadLocal,
+    Relaxed,
+}
+
+/// The graph-memory attributes of a device
+/// (`cudaGraphMemAttributeType` / `hipGraphMemAttributeType`: 0..=3 on both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GraphMemAttr {
+    UsedMemCurrent,
+    UsedMemHigh,
+    ReservedMemCurrent,
+    ReservedMemHigh,
+}
+
+/// A host function the runtime calls once, on a thread of its own, when a
+/// graph that retains it (and every executable graph made from it) has been
+/// destroyed and their launches have completed. It must not call the runtime.
+pub(crate) type GraphRelease = unsafe extern "C" fn(data: *mut c_void);
+
 /// The contract each vendor backend implements.
 ///
 /// Safe functions here may be called with any handle the backend itself
@@ -80,6 +127,11 @@ pub(crate) trait Backend: Sized + 'static {
     type Module: Copy + Debug + Send + Sync;
     /// A kernel inside a module.
     type Function: Copy + Debug + Send + Sync;
+
+    /// A graph (`cudaGraph_t` / `hipGraph_t`).
+    type Graph: Copy + Debug + PartialEq + Send + Sync;
+    /// An executable graph (`cudaGraphExec_t` / `hipGraphExec_t`).
+    type GraphExec: Copy + Debug + PartialEq + Send + Sync;
 
     /// `cuda` or `rocm`.
     const NAME: &'static str;
@@ -174,6 +226,42 @@ pub(crate) trait Backend: Sized + 'static {
     /// # Safety
     /// `dst..dst+bytes` is a live device allocation.
     unsafe fn memset_async(dst: DevicePtr, value: u8, bytes: usize, stream: Self::Stream) -> Result<()>;
+
+    // Stream capture and graphs. Where the loaded runtime lacks a call, the
+    // answer is `Error::Unsupported` naming the runtime version.
+    /// The capture status alone (`cudaStreamIsCapturing`), the cheaper query.
+    fn stream_capture_status(stream: Self::Stream) -> Result<CaptureStatus>;
+    /// Status, capture id and graph (`cudaStreamGetCaptureInfo`).
+    fn stream_capture_info(stream: Self::Stream) -> Result<CaptureInfo<Self::Graph>>;
+    fn stream_begin_capture(stream: Self::Stream, mode: RawCaptureMode) -> Result<()>;
+    /// Ends the capture and returns its graph; an invalidated capture is
+    /// ended too and reported as an error (no graph is returned).
+    fn stream_end_capture(stream: Self::Stream) -> Result<Self::Graph>;
+    fn graph_destroy(graph: Self::Graph) -> Result<()>;
+    /// Instantiates with `cudaGraphInstantiateFlagAutoFreeOnLaunch` when
+    /// `auto_free_on_launch`.
+    fn graph_instantiate(graph: Self::Graph, auto_free_on_launch: bool) -> Result<Self::GraphExec>;
+    fn graph_exec_destroy(exec: Self::GraphExec) -> Result<()>;
+    fn graph_launch(exec: Self::GraphExec, stream: Self::Stream) -> Result<()>;
+    fn graph_upload(exec: Self::GraphExec, stream: Self::Stream) -> Result<()>;
+    /// `cudaDeviceGetGraphMemAttribute` (bytes).
+    fn graph_mem_get(device: usize, attr: GraphMemAttr) -> Result<u64>;
+    /// `cudaDeviceGraphMemTrim`.
+    fn graph_mem_trim(device: usize) -> Result<()>;
+    /// Makes `graph` own a user object whose destructor is `release(data)`
+    /// (`cudaUserObjectCreate` with `cudaUserObjectNoDestructorSync`, then
+    /// `cudaGraphRetainUserObject` with `cudaGraphUserObjectMove`): the
+    /// runtime calls it once the graph and every executable graph made from
+    /// it are destroyed and their launches have completed.
+    ///
+    /// # Safety
+    /// `release(data)` is sound to call once from any thread at any later
+    /// time, and does not call the runtime.
+    unsafe fn graph_retain_release(
+        graph: Self::Graph,
+        release: GraphRelease,
+        data: *mut c_void,
+    ) -> Result<()>;
 
     // Code objects and launches (tests, benchmarks; feature `kernels`)
     #[cfg_attr(not(somalloc_kernels), allow(dead_code))]

@@ -52,7 +52,10 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
 use super::common::{self, c_str, handle, ordinal, runtime_api, Codes};
-use crate::backend::{Backend, DevicePtr, PoolAttr, RawPoolProps};
+use crate::backend::{
+    Backend, CaptureInfo, CaptureStatus, DevicePtr, GraphMemAttr, GraphRelease, PoolAttr, RawCaptureMode,
+    RawPoolProps,
+};
 use crate::error::{Error, Result};
 
 const BACKEND: &str = "rocm";
@@ -285,6 +288,17 @@ fn attr(a: PoolAttr) -> sys::hipMemPoolAttr {
     }
 }
 
+handle!(
+    /// A graph handle (not yet implemented by this backend).
+    GraphHandle,
+    *mut c_void
+);
+handle!(
+    /// An executable graph handle (not yet implemented by this backend).
+    GraphExecHandle,
+    *mut c_void
+);
+
 /// The ROCm (HIP) backend.
 #[derive(Debug)]
 pub(crate) struct Rocm;
@@ -295,6 +309,8 @@ impl Backend for Rocm {
     type Pool = RocmPool;
     type Module = RocmModule;
     type Function = RocmFunction;
+    type Graph = GraphHandle;
+    type GraphExec = GraphExecHandle;
 
     const NAME: &'static str = BACKEND;
 
@@ -774,6 +790,51 @@ impl Backend for Rocm {
             )
         })
     }
+    // Capture and graphs: the calls are wired in a following change.
+    fn stream_capture_status(_stream: Self::Stream) -> Result<CaptureStatus> {
+        Ok(CaptureStatus::None)
+    }
+    fn stream_capture_info(_stream: Self::Stream) -> Result<CaptureInfo<GraphHandle>> {
+        Ok(CaptureInfo {
+            status: CaptureStatus::None,
+            id: 0,
+            graph: None,
+        })
+    }
+    fn stream_begin_capture(_stream: Self::Stream, _mode: RawCaptureMode) -> Result<()> {
+        Err(not_wired())
+    }
+    fn stream_end_capture(_stream: Self::Stream) -> Result<GraphHandle> {
+        Err(not_wired())
+    }
+    fn graph_destroy(_graph: GraphHandle) -> Result<()> {
+        Err(not_wired())
+    }
+    fn graph_instantiate(_graph: GraphHandle, _auto_free_on_launch: bool) -> Result<GraphExecHandle> {
+        Err(not_wired())
+    }
+    fn graph_exec_destroy(_exec: GraphExecHandle) -> Result<()> {
+        Err(not_wired())
+    }
+    fn graph_launch(_exec: GraphExecHandle, _stream: Self::Stream) -> Result<()> {
+        Err(not_wired())
+    }
+    fn graph_upload(_exec: GraphExecHandle, _stream: Self::Stream) -> Result<()> {
+        Err(not_wired())
+    }
+    fn graph_mem_get(_device: usize, _attr: GraphMemAttr) -> Result<u64> {
+        Err(not_wired())
+    }
+    fn graph_mem_trim(_device: usize) -> Result<()> {
+        Err(not_wired())
+    }
+    unsafe fn graph_retain_release(
+        _graph: GraphHandle,
+        _release: GraphRelease,
+        _data: *mut c_void,
+    ) -> Result<()> {
+        Err(not_wired())
+    }
 }
 
 #[cfg(test)]
@@ -892,5 +953,12 @@ mod tests {
             Rocm::pool_create(&props),
             Err(Error::Unsupported { backend: "rocm", .. })
         ));
+    }
+}
+
+fn not_wired() -> Error {
+    Error::Unsupported {
+        backend: "rocm",
+        what: "stream capture and graphs in this build".into(),
     }
 }
