@@ -61,16 +61,23 @@ pub mod testkit;
 
 #[path = "../backends/common.rs"]
 mod common;
-#[cfg(somalloc_cuda)]
-#[path = "../backends/cuda/mod.rs"]
-mod cuda;
-#[cfg(somalloc_cuda)]
-pub(crate) type Active = cuda::Cuda;
-#[cfg(somalloc_rocm)]
-#[path = "../backends/rocm/mod.rs"]
-mod rocm;
-#[cfg(somalloc_rocm)]
-pub(crate) type Active = rocm::Rocm;
+
+// The backend: build.rs sets exactly one of these cfgs (and stops the build
+// with a message naming the features otherwise), so the last arm is only a
+// guard for builds that bypass build.rs.
+cfg_if::cfg_if! {
+    if #[cfg(somalloc_cuda)] {
+        #[path = "../backends/cuda/mod.rs"]
+        mod cuda;
+        pub(crate) type Active = cuda::Cuda;
+    } else if #[cfg(somalloc_rocm)] {
+        #[path = "../backends/rocm/mod.rs"]
+        mod rocm;
+        pub(crate) type Active = rocm::Rocm;
+    } else {
+        compile_error!("somalloc: enable exactly one backend feature: `cuda` or `rocm`");
+    }
+}
 
 pub use buffer::{DeviceBuffer, ExportedBuffer};
 pub use bytemuck::Pod;

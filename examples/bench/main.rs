@@ -1328,7 +1328,7 @@ fn churn<A: StreamAlloc>(
             ChurnOp::Free(idx) => a.free(live.swap_remove(idx))?,
         }
         if let Some(every) = sample_every {
-            if (i as u64 + 1) % every == 0 {
+            if (i as u64 + 1).is_multiple_of(every) {
                 sample(i as u64 + 1, &mut points)?;
             }
         }
