@@ -3,7 +3,7 @@
 use std::ffi::c_void;
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::backend::{Backend, PoolAttr, RawPoolProps};
 use crate::device::Device;
@@ -160,11 +160,81 @@ struct PoolInner {
 impl Drop for PoolInner {
     fn drop(&mut self) {
         if self.owned {
+            // Under the registry's lock, so `MemPool::current` never hands out
+            // a handle to a pool between its destruction and its removal.
+            let mut created = CREATED.lock();
             // Buffers hold a clone of their pool, so none is outstanding on
             // the host side. Frees still queued on streams are fine: the
             // runtime releases the pool's memory once they have run.
             record_drop_error(Active::pool_destroy(self.raw));
+            created.unregister(pool_key(self.raw), self);
         }
+    }
+}
+
+/// The pools somalloc created or imported and has not destroyed, by raw
+/// handle, so that a handle the runtime reports (the current pool) can be
+/// answered with the owning `MemPool` instead of a borrowed one.
+static CREATED: Registry<PoolInner> = Registry::new();
+
+fn pool_key(raw: RawPool) -> usize {
+    Active::pool_as_raw(raw) as usize
+}
+
+/// Raw handle -> weak reference to the owner, for objects that unregister
+/// themselves (under the lock) when destroyed.
+struct Registry<T> {
+    entries: Mutex<Vec<(usize, Weak<T>)>>,
+}
+
+/// What the registry knows about a raw handle.
+#[derive(Debug)]
+enum Lookup<T> {
+    /// A live owner: a new strong reference to it.
+    Live(Arc<T>),
+    /// Registered, but its owner is being destroyed right now (its last
+    /// strong reference is gone and its `Drop` waits for the lock).
+    Dying,
+    /// Not one of ours.
+    Unknown,
+}
+
+impl<T> Registry<T> {
+    const fn new() -> Self {
+        Registry {
+            entries: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The entries, locked. A panic elsewhere while holding the lock cannot
+    /// leave them inconsistent (every change is one `Vec` call), so a
+    /// poisoned lock is used as is.
+    fn lock(&self) -> RegistryGuard<'_, T> {
+        RegistryGuard(self.entries.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+struct RegistryGuard<'a, T>(MutexGuard<'a, Vec<(usize, Weak<T>)>>);
+
+impl<T> RegistryGuard<'_, T> {
+    /// Records `owner` as the owner of `key` (replacing a stale entry: the
+    /// runtime may reuse the handle of a destroyed object).
+    fn register(&mut self, key: usize, owner: &Arc<T>) {
+        self.0.retain(|(k, _)| *k != key);
+        self.0.push((key, Arc::downgrade(owner)));
+    }
+
+    fn lookup(&self, key: usize) -> Lookup<T> {
+        match self.0.iter().find(|(k, _)| *k == key) {
+            Some((_, weak)) => weak.upgrade().map_or(Lookup::Dying, Lookup::Live),
+            None => Lookup::Unknown,
+        }
+    }
+
+    /// Removes `key` if it is still registered to `owner` (the object at
+    /// that address), not to a newer object that reused the handle.
+    fn unregister(&mut self, key: usize, owner: *const T) {
+        self.0.retain(|(k, weak)| !(*k == key && weak.as_ptr() == owner));
     }
 }
 
@@ -202,13 +272,27 @@ impl MemPool {
 
     /// A pool somalloc destroys when the last handle and buffer are gone.
     fn owned(device: &Device, raw: RawPool) -> MemPool {
-        MemPool {
-            inner: Arc::new(PoolInner {
-                raw,
-                device: *device,
-                owned: true,
-                default: false,
-            }),
+        let inner = Arc::new(PoolInner {
+            raw,
+            device: *device,
+            owned: true,
+            default: false,
+        });
+        CREATED.lock().register(pool_key(raw), &inner);
+        MemPool { inner }
+    }
+
+    /// The handle for `raw`, a pool of `device` that `found` tells about:
+    /// the owning handle when somalloc created the pool and it is alive, the
+    /// device's default pool when somalloc is destroying it right now (the
+    /// runtime then makes the default pool current again), else a borrowed
+    /// handle. Called after the registry's lock is released, so that
+    /// dropping a strong reference here cannot wait for that lock.
+    fn for_raw(device: &Device, raw: RawPool, found: Lookup<PoolInner>) -> Result<MemPool> {
+        match found {
+            Lookup::Live(inner) if inner.device == *device => Ok(MemPool { inner }),
+            Lookup::Dying => Self::default_for(device),
+            Lookup::Live(_) | Lookup::Unknown => Ok(Self::borrowed(device, raw, false)),
         }
     }
 
@@ -223,14 +307,38 @@ impl MemPool {
 
     /// The pool that allocations without an explicit pool use on `device`.
     ///
-    /// The returned handle does not own the pool. If it is a pool created by
-    /// somalloc, keep that `MemPool` alive while you use this one.
+    /// When that is a pool somalloc created ([`MemPool::create`]), the
+    /// answer is a clone of its owning handle: it keeps the pool alive, so
+    /// [`MemPool::stats`] and the setters stay valid after the creator's
+    /// handle is dropped. Any other pool (the default pool, or one made
+    /// outside somalloc) comes back as a borrowed handle that never destroys
+    /// it ([`MemPool::is_owned`] is `false`). Being current does not keep a
+    /// created pool alive: when its last handle goes, it is destroyed and
+    /// the runtime makes the default pool current again.
+    ///
+    /// ```no_run
+    /// use somalloc::{Device, MemPool, PoolProperties};
+    /// # fn main() -> somalloc::Result<()> {
+    /// let dev = Device::get(0)?;
+    /// let pool = MemPool::create(&dev, PoolProperties::default())?;
+    /// MemPool::set_current(&pool)?;
+    /// let current = MemPool::current(&dev)?;
+    /// assert!(current.is_owned() && current.same_as(&pool));
+    /// drop(pool);
+    /// println!("{}", current.stats()?); // `current` keeps the pool alive
+    /// MemPool::set_current(&MemPool::default_for(&dev)?)?;
+    /// # Ok(()) }
+    /// ```
     pub fn current(device: &Device) -> Result<MemPool> {
-        Ok(Self::borrowed(
-            device,
-            Active::current_pool(device.ordinal())?,
-            false,
-        ))
+        // The lock is held across the query so that a pool being destroyed
+        // is seen either before (registered, dying) or after (no longer
+        // current) its destruction.
+        let (raw, found) = {
+            let created = CREATED.lock();
+            let raw = Active::current_pool(device.ordinal())?;
+            (raw, created.lookup(pool_key(raw)))
+        };
+        Self::for_raw(device, raw, found)
     }
 
     /// Makes `pool` the one allocations without an explicit pool use on its
@@ -393,4 +501,54 @@ impl MemPool {
 /// How `device` may access the memory of the pool `raw` (which must be alive).
 pub(crate) fn raw_access(raw: RawPool, device: &Device) -> Result<PeerAccess> {
     PeerAccess::from_flags(Active::pool_get_access(raw, device.ordinal())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_answers_live_dying_and_unknown() {
+        let reg: Registry<u32> = Registry::new();
+        let a = Arc::new(1u32);
+        reg.lock().register(0x10, &a);
+        match reg.lock().lookup(0x10) {
+            Lookup::Live(found) => assert!(Arc::ptr_eq(&found, &a)),
+            other => panic!("expected live, got {other:?}"),
+        }
+        assert!(matches!(reg.lock().lookup(0x20), Lookup::Unknown));
+        // A lookup hands out a strong reference: the owner stays alive.
+        let Lookup::Live(extra) = reg.lock().lookup(0x10) else {
+            panic!("expected live")
+        };
+        let addr = Arc::as_ptr(&a);
+        drop(a);
+        assert_eq!(*extra, 1);
+        drop(extra);
+        // The last strong reference is gone but the owner has not
+        // unregistered yet: the pool is being destroyed.
+        assert!(matches!(reg.lock().lookup(0x10), Lookup::Dying));
+        reg.lock().unregister(0x10, addr);
+        assert!(matches!(reg.lock().lookup(0x10), Lookup::Unknown));
+    }
+
+    #[test]
+    fn registry_handle_reuse_replaces_and_keeps_the_newer_owner() {
+        let reg: Registry<u32> = Registry::new();
+        let old = Arc::new(1u32);
+        let new = Arc::new(2u32);
+        reg.lock().register(0x10, &old);
+        // The runtime reused the handle for a new object before the old
+        // owner unregistered: the newer registration wins ...
+        reg.lock().register(0x10, &new);
+        // ... and the old owner's unregister does not remove it.
+        reg.lock().unregister(0x10, Arc::as_ptr(&old));
+        match reg.lock().lookup(0x10) {
+            Lookup::Live(found) => assert_eq!(*found, 2),
+            other => panic!("expected the newer owner, got {other:?}"),
+        }
+        assert_eq!(reg.lock().0.len(), 1);
+        reg.lock().unregister(0x10, Arc::as_ptr(&new));
+        assert!(reg.lock().0.is_empty());
+    }
 }

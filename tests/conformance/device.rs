@@ -1,6 +1,6 @@
-use somalloc::{Device, Error, Event, Stream};
+use somalloc::{Device, DeviceBuffer, Error, Event, MemPool, PoolProperties, Stream};
 
-use crate::common::{device, setup, spin_cycles};
+use crate::common::{current_pool_lock, device, setup, spin_cycles};
 
 /// Runs everywhere: without a runtime or device the answer is a typed error,
 /// never a panic.
@@ -55,6 +55,51 @@ fn borrowed_streams_are_not_destroyed() {
     // SAFETY: a null handle is refused before it is used.
     let null = unsafe { Stream::from_raw(&dev, std::ptr::null_mut()) };
     assert!(matches!(null, Err(Error::InvalidArgument { .. })));
+}
+
+/// `MemPool::current` answers with the owning handle of a pool somalloc
+/// created, so the pool outlives the creator's handle while it is in use.
+#[test]
+fn current_handle_of_a_created_pool_owns_it() {
+    let Some(dev) = device("device::current_handle_of_a_created_pool_owns_it") else {
+        return;
+    };
+    let _current = current_pool_lock();
+    let default = MemPool::default_for(&dev).unwrap();
+    assert!(
+        !MemPool::current(&dev).unwrap().is_owned(),
+        "the default pool is borrowed"
+    );
+
+    let created = MemPool::create(&dev, PoolProperties::default()).unwrap();
+    MemPool::set_current(&created).unwrap();
+    let current = MemPool::current(&dev).unwrap();
+    assert!(
+        current.is_owned(),
+        "somalloc created this pool: the handle must own it"
+    );
+    assert!(current.same_as(&created));
+    // The creator's handle goes; `current` keeps the pool alive (a borrowed
+    // handle would now name a destroyed pool).
+    drop(created);
+    assert!(!current.same_as(&default));
+    current.set_release_threshold(u64::MAX).unwrap();
+    assert_eq!(current.release_threshold().unwrap(), u64::MAX);
+    let stream = Stream::new(&dev).unwrap();
+    let before = current.stats().unwrap().used_current;
+    let buf = DeviceBuffer::<u8>::new(1 << 20, &stream).unwrap(); // from the current pool
+    assert!(current.stats().unwrap().used_current >= before + (1 << 20));
+    drop(buf);
+    stream.synchronize().unwrap();
+    assert_eq!(current.stats().unwrap().used_current, before);
+    assert!(MemPool::current(&dev).unwrap().same_as(&current));
+
+    // Back to the default pool; the last handle destroys the created one.
+    MemPool::set_current(&default).unwrap();
+    drop(current);
+    let after = MemPool::current(&dev).unwrap();
+    assert!(after.same_as(&default) && !after.is_owned());
+    assert_eq!(somalloc::drop_errors().last.map(|e| e.to_string()), None);
 }
 
 #[test]
