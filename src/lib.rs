@@ -59,6 +59,9 @@ mod testing;
 #[cfg(somalloc_kernels)]
 pub mod testkit;
 
+#[cfg(feature = "cudarc")]
+pub mod interop;
+
 #[path = "../backends/common.rs"]
 mod common;
 

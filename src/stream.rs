@@ -1,5 +1,6 @@
 //! Streams and events.
 
+use std::any::Any;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -16,6 +17,9 @@ struct StreamInner {
     raw: RawStream,
     device: Device,
     owned: bool,
+    /// What keeps a borrowed stream alive (e.g. cudarc's `Arc<CudaStream>`),
+    /// dropped after the last use of `raw`.
+    keep_alive: Option<Box<dyn Any + Send + Sync>>,
 }
 
 impl Drop for StreamInner {
@@ -54,31 +58,75 @@ impl Stream {
                 raw,
                 device: *device,
                 owned: true,
+                keep_alive: None,
             }),
         })
     }
 
     /// Wraps a stream made elsewhere. somalloc never destroys a borrowed
-    /// stream. A null handle (the legacy default stream) is refused with
-    /// [`Error::InvalidArgument`]: create a stream instead.
+    /// stream.
+    ///
+    /// somalloc tells streams apart by their handle, so the three special
+    /// handles that are not one stream are refused with
+    /// [`Error::InvalidArgument`] before anything else happens: null (the
+    /// legacy default stream), `0x1` (`cudaStreamLegacy`) and `0x2`
+    /// (`cudaStreamPerThread` / `hipStreamPerThread`, a different stream on
+    /// every thread). Create a stream with [`Stream::new`] instead, or, with
+    /// the `cudarc` feature, wrap a stream from cudarc's `ctx.new_stream()`
+    /// with `Stream::from_cudarc`.
+    ///
+    /// ```no_run
+    /// # fn main() -> somalloc::Result<()> {
+    /// let dev = somalloc::Device::get(0)?;
+    /// let mine = somalloc::Stream::new(&dev)?;
+    /// // SAFETY: `mine` outlives `borrowed` and every buffer allocated on it.
+    /// let borrowed = unsafe { somalloc::Stream::from_raw(&dev, mine.as_raw()) }?;
+    /// assert!(borrowed.same_as(&mine) && !borrowed.is_owned());
+    /// // SAFETY: refused before the handle is used.
+    /// let per_thread = unsafe { somalloc::Stream::from_raw(&dev, 0x2 as *mut std::ffi::c_void) };
+    /// assert!(per_thread.is_err());
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Safety
     /// `raw` is a live stream of `device` for the vendor this crate was built
     /// for, and it stays alive until the returned `Stream`, all its clones,
     /// and every buffer allocated on it are dropped.
     pub unsafe fn from_raw(device: &Device, raw: *mut c_void) -> Result<Stream> {
-        if raw.is_null() {
-            return Err(Error::invalid(
-                "a null stream handle (the legacy default stream) cannot be borrowed; use Stream::new",
-            ));
+        Self::borrowed(device, raw, None)
+    }
+
+    /// A borrowed stream that owns `keep_alive` (dropped with the last
+    /// clone). Refuses the special handles; calls no runtime function.
+    ///
+    /// The caller guarantees what [`Stream::from_raw`] asks for, with
+    /// `keep_alive` counting as keeping the stream alive when it does.
+    pub(crate) fn borrowed(
+        device: &Device,
+        raw: *mut c_void,
+        keep_alive: Option<Box<dyn Any + Send + Sync>>,
+    ) -> Result<Stream> {
+        if let Some(what) = special_handle(raw) {
+            return Err(Error::invalid(format!(
+                "{what} cannot be borrowed: somalloc tells streams apart by their handle; create a \
+                 stream with Stream::new, or wrap a stream from cudarc's ctx.new_stream() with \
+                 Stream::from_cudarc"
+            )));
         }
         Ok(Stream {
             inner: Arc::new(StreamInner {
                 raw: Active::stream_from_raw(raw),
                 device: *device,
                 owned: false,
+                keep_alive,
             }),
         })
+    }
+
+    /// What a borrowed stream keeps alive, if it is of type `K`.
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    pub(crate) fn keep_alive<K: Any>(&self) -> Option<&K> {
+        self.inner.keep_alive.as_ref()?.downcast_ref::<K>()
     }
 
     /// Blocks until all work queued on the stream has finished.
@@ -127,8 +175,23 @@ impl Stream {
                 raw: Active::stream_from_raw(id as *mut c_void),
                 device: Device::fake(device),
                 owned: false,
+                keep_alive: None,
             }),
         }
+    }
+}
+
+/// Why `raw` cannot stand for one stream, if it cannot: the handles both
+/// vendors reserve for the legacy and per-thread default streams.
+pub(crate) fn special_handle(raw: *mut c_void) -> Option<&'static str> {
+    match raw as usize {
+        0 => Some("a null stream handle (the legacy default stream)"),
+        0x1 => Some("the handle 0x1 (cudaStreamLegacy, the legacy default stream)"),
+        0x2 => Some(
+            "the handle 0x2 (cudaStreamPerThread / hipStreamPerThread, which names another stream \
+             on every thread)",
+        ),
+        _ => None,
     }
 }
 
@@ -191,5 +254,74 @@ impl Event {
 impl Drop for Event {
     fn drop(&mut self) {
         record_drop_error(Active::event_destroy(self.raw));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(raw: usize) -> String {
+        let dev = Device::fake(0);
+        // SAFETY: the special handles are refused before any use (and before
+        // any runtime call, so this runs without a GPU).
+        match unsafe { Stream::from_raw(&dev, raw as *mut c_void) } {
+            Err(Error::InvalidArgument { why }) => why,
+            other => panic!("handle {raw:#x} was not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn special_handles_are_refused_without_a_runtime_call() {
+        for raw in [0usize, 1, 2] {
+            let why = refused(raw);
+            assert!(why.contains("Stream::new"), "{why}");
+            assert!(why.contains("Stream::from_cudarc"), "{why}");
+        }
+        assert!(refused(0).contains("null"));
+        assert!(refused(1).contains("cudaStreamLegacy"));
+        assert!(refused(2).contains("hipStreamPerThread"));
+    }
+
+    #[test]
+    fn ordinary_handles_are_borrowed_by_identity() {
+        let dev = Device::fake(0);
+        // SAFETY: never used with the runtime (dropping a borrowed stream
+        // calls nothing).
+        let a = unsafe { Stream::from_raw(&dev, 0x1000 as *mut c_void) }.unwrap();
+        // SAFETY: as above.
+        let b = unsafe { Stream::from_raw(&dev, 0x1000 as *mut c_void) }.unwrap();
+        // SAFETY: as above.
+        let c = unsafe { Stream::from_raw(&dev, 0x3 as *mut c_void) }.unwrap();
+        assert!(!a.is_owned());
+        assert!(a.same_as(&b));
+        assert!(!a.same_as(&c));
+        assert_eq!(a.as_raw() as usize, 0x1000);
+    }
+
+    #[test]
+    fn keep_alive_lives_as_long_as_the_last_clone() {
+        let token = Arc::new(7u32);
+        let s = Stream::borrowed(
+            &Device::fake(0),
+            0x1000 as *mut c_void,
+            Some(Box::new(Arc::clone(&token))),
+        )
+        .unwrap();
+        assert_eq!(s.keep_alive::<Arc<u32>>().map(|t| **t), Some(7));
+        assert!(s.keep_alive::<String>().is_none());
+        let clone = s.clone();
+        drop(s);
+        assert_eq!(Arc::strong_count(&token), 2);
+        drop(clone);
+        assert_eq!(Arc::strong_count(&token), 1);
+        // A refused handle drops what it was given at once.
+        let refused = Stream::borrowed(
+            &Device::fake(0),
+            0x2 as *mut c_void,
+            Some(Box::new(Arc::clone(&token))),
+        );
+        assert!(refused.is_err());
+        assert_eq!(Arc::strong_count(&token), 1);
     }
 }

@@ -1,3 +1,5 @@
+use std::ffi::c_void;
+
 use somalloc::{Device, DeviceBuffer, Error, Event, MemPool, PoolProperties, Stream};
 
 use crate::common::{current_pool_lock, device, setup, spin_cycles};
@@ -55,6 +57,28 @@ fn borrowed_streams_are_not_destroyed() {
     // SAFETY: a null handle is refused before it is used.
     let null = unsafe { Stream::from_raw(&dev, std::ptr::null_mut()) };
     assert!(matches!(null, Err(Error::InvalidArgument { .. })));
+}
+
+/// The legacy and per-thread handles are not one stream: streams are told
+/// apart by their handle (`same_as`, `use_on`, the cache tier), so these are
+/// refused, with a message naming what to use instead.
+#[test]
+fn legacy_and_per_thread_handles_are_refused() {
+    let Some(dev) = device("device::legacy_and_per_thread_handles_are_refused") else {
+        return;
+    };
+    for raw in [0usize, 0x1, 0x2] {
+        // SAFETY: the special handles are refused before they are used.
+        match unsafe { Stream::from_raw(&dev, raw as *mut c_void) } {
+            Err(Error::InvalidArgument { why }) => {
+                assert!(
+                    why.contains("Stream::new") && why.contains("Stream::from_cudarc"),
+                    "{why}"
+                )
+            }
+            other => panic!("handle {raw:#x} was accepted: {other:?}"),
+        }
+    }
 }
 
 /// `MemPool::current` answers with the owning handle of a pool somalloc

@@ -1,0 +1,323 @@
+//! cudarc interop on a GPU: streams from cudarc, somalloc buffers as
+//! arguments of cudarc kernel launches, copies with `CudaSlice`. The kernels
+//! are somalloc's test kernels (feature `kernels`), loaded through cudarc's
+//! own module loading from the image build.rs embeds. Without a GPU every
+//! test prints one SKIP line.
+
+use std::io::Write;
+use std::panic::catch_unwind;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+use somalloc::interop::cudarc::Launch;
+use somalloc::testkit::pattern_byte;
+use somalloc::{Device, DeviceBuffer, Error, Event, MemPool, PoolProperties, Stream};
+
+/// The test kernels, as build.rs compiled them for this crate.
+static IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/somalloc_kernels.bin"));
+
+const BLOCK: u32 = 256;
+
+struct Env {
+    dev: Device,
+    ctx: Arc<CudaContext>,
+    fill: CudaFunction,
+    verify: CudaFunction,
+    process: CudaFunction,
+    pool: MemPool,
+}
+
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// Device 0 through somalloc first (a typed error when there is no GPU),
+/// then cudarc, whose loader panics when the driver library is missing.
+fn setup(test: &str) -> Option<Env> {
+    let dev = match Device::get(0) {
+        Ok(dev) => dev,
+        Err(e @ (Error::RuntimeNotFound { .. } | Error::NoDevice { .. })) => {
+            say(&format!("SKIP {test}: no GPU ({e})"));
+            return None;
+        }
+        Err(e) => panic!("{test}: unexpected error opening device 0: {e}"),
+    };
+    let ctx = match catch_unwind(|| CudaContext::new(0)) {
+        Ok(Ok(ctx)) => ctx,
+        Ok(Err(e)) => panic!("{test}: somalloc sees device 0 but cudarc cannot open it: {e}"),
+        Err(_) => {
+            say(&format!(
+                "SKIP {test}: no GPU (cudarc could not load the CUDA driver library)"
+            ));
+            return None;
+        }
+    };
+    let module = ctx
+        .load_module(Ptx::from_binary(IMAGE.to_vec()))
+        .expect("load the test kernels through cudarc");
+    let get = |name: &str| module.load_function(name).expect(name);
+    let pool = MemPool::create(&dev, PoolProperties::default()).expect("create pool");
+    pool.set_release_threshold(u64::MAX).expect("threshold");
+    Some(Env {
+        fill: get("somalloc_fill"),
+        verify: get("somalloc_verify"),
+        process: get("somalloc_process"),
+        dev,
+        ctx,
+        pool,
+    })
+}
+
+fn grid(n: u64) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n.div_ceil(u64::from(BLOCK)).clamp(1, 4096) as u32, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+impl Env {
+    fn stream(&self) -> Arc<CudaStream> {
+        self.ctx.new_stream().expect("new cudarc stream")
+    }
+
+    /// `somalloc_fill(buf, len, seed)` on `stream`.
+    fn fill(&self, stream: &Arc<CudaStream>, buf: &mut DeviceBuffer<u8>, seed: u32) -> somalloc::Result<()> {
+        let n = buf.len() as u64;
+        let mut launch = Launch::new(stream, &self.fill)?;
+        launch.arg(&mut *buf).arg(&n).arg(&seed);
+        // SAFETY: (unsigned char*, unsigned long long, unsigned int) is the
+        // kernel's signature; it stays within `n` bytes.
+        unsafe { launch.launch(grid(n)) }.map(|_| ())
+    }
+
+    /// Bytes of `buf` that differ from the pattern of `seed`, counted by
+    /// `somalloc_verify` on `stream` (into a cudarc slice on that stream).
+    fn mismatches(
+        &self,
+        stream: &Arc<CudaStream>,
+        buf: &DeviceBuffer<u8>,
+        seed: u32,
+    ) -> somalloc::Result<u64> {
+        let n = buf.len() as u64;
+        let mut count = stream.alloc_zeros::<u64>(1).expect("counter");
+        let mut launch = Launch::new(stream, &self.verify)?;
+        launch.arg(buf).arg(&n).arg(&seed).arg(&mut count);
+        // SAFETY: (const unsigned char*, unsigned long long, unsigned int,
+        // unsigned long long*) is the kernel's signature.
+        unsafe { launch.launch(grid(n)) }?;
+        drop(launch);
+        Ok(stream.clone_dtoh(&count).expect("read counter")[0])
+    }
+
+    fn used(&self) -> u64 {
+        self.pool.stats().expect("stats").used_current
+    }
+}
+
+/// `waiter` waits for everything queued so far on `target`.
+fn order_after(dev: &Device, waiter: &Stream, target: &Stream) {
+    let done = Event::new(dev).expect("event");
+    done.record(target).expect("record");
+    waiter.wait_event(&done).expect("wait");
+}
+
+/// The seeds' exercise 3 with cudarc streams and kernels: allocate on A,
+/// use on B after A's allocation, compute on B, let A wait for B, read and
+/// free on A.
+#[test]
+fn exercise3_cross_stream_sharing() {
+    let Some(env) = setup("cudarc::exercise3_cross_stream_sharing") else {
+        return;
+    };
+    const N: usize = 1 << 20;
+    let used_at_start = env.used();
+    let (a, b) = (env.stream(), env.stream());
+    let (stream_a, stream_b) = (Stream::from_cudarc(&a).unwrap(), Stream::from_cudarc(&b).unwrap());
+
+    // 1. Allocate on A (stream-ordered, no host sync) and clear it there.
+    let mut data = DeviceBuffer::<f32>::new_in(N, &env.pool, &stream_a).unwrap();
+    data.memset(0xFF).unwrap();
+    // 2-3. B waits for A's allocation and clearing.
+    data.use_on(&stream_b).unwrap();
+    // 4. Use on B: processKernel through cudarc, the buffer as the argument.
+    let n = N as i32;
+    let mut launch = Launch::new(&b, &env.process).unwrap();
+    launch.arg(&mut data).arg(&n);
+    // SAFETY: (float*, int) is somalloc_process's signature; one thread per
+    // element stays in bounds.
+    unsafe { launch.launch(LaunchConfig::for_num_elems(N as u32)) }.unwrap();
+    drop(launch);
+    // 5-6. A waits for B's compute.
+    order_after(&env.dev, &stream_a, &stream_b);
+    // Read back on A and check every element (a host-side reduction too).
+    let host = data.to_vec().unwrap();
+    for (i, v) in host.iter().enumerate() {
+        assert_eq!(*v, (i as f32).sqrt(), "element {i}");
+    }
+    let sum: f64 = host.iter().map(|&v| f64::from(v)).sum();
+    let expected: f64 = (0..N).map(|i| f64::from((i as f32).sqrt())).sum();
+    assert!((sum - expected).abs() <= expected * 1e-9, "{sum} vs {expected}");
+    // 7. Free on A; it waits for B's work through use_on.
+    drop(data);
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    assert_eq!(env.used(), used_at_start, "the pool got its memory back");
+    assert_eq!(somalloc::drop_errors().last.map(|e| e.to_string()), None);
+}
+
+#[test]
+fn launch_on_a_stream_the_buffer_was_not_given_to_is_refused() {
+    let Some(env) = setup("cudarc::launch_on_a_stream_the_buffer_was_not_given_to_is_refused") else {
+        return;
+    };
+    let (a, c) = (env.stream(), env.stream());
+    let stream_a = Stream::from_cudarc(&a).unwrap();
+    let mut buf = DeviceBuffer::<u8>::new_in(3 << 20, &env.pool, &stream_a).unwrap();
+    env.fill(&a, &mut buf, 1).unwrap();
+
+    // `c` was never given the buffer: refused, by `&mut` and by `&`, and
+    // nothing is enqueued.
+    match env.fill(&c, &mut buf, 2) {
+        Err(Error::InvalidArgument { why }) => assert!(why.contains("use_on"), "{why}"),
+        other => panic!("a launch on a stream the buffer was not given to ran: {other:?}"),
+    }
+    match env.mismatches(&c, &buf, 1) {
+        Err(Error::InvalidArgument { why }) => assert!(why.contains("kernel argument 0"), "{why}"),
+        other => panic!("a launch on a stream the buffer was not given to ran: {other:?}"),
+    }
+    c.synchronize().unwrap();
+    assert_eq!(
+        env.mismatches(&a, &buf, 1).unwrap(),
+        0,
+        "the refused fill must not have run"
+    );
+
+    // Given to `c`, the same launch runs and is ordered after `a`'s work.
+    let stream_c = Stream::from_cudarc(&c).unwrap();
+    buf.use_on(&stream_c).unwrap();
+    env.fill(&c, &mut buf, 2).unwrap();
+    assert_eq!(env.mismatches(&c, &buf, 2).unwrap(), 0);
+    order_after(&env.dev, &stream_a, &stream_c);
+    let host = buf.to_vec().unwrap();
+    assert!(host
+        .iter()
+        .enumerate()
+        .all(|(i, &v)| v == pattern_byte(i as u64, 2)));
+    drop(buf);
+    a.synchronize().unwrap();
+    c.synchronize().unwrap();
+}
+
+#[test]
+fn from_cudarc_keeps_the_cudarc_stream_alive() {
+    let Some(env) = setup("cudarc::from_cudarc_keeps_the_cudarc_stream_alive") else {
+        return;
+    };
+    let cs = env.stream();
+    let weak = Arc::downgrade(&cs);
+    let stream = Stream::from_cudarc(&cs).unwrap();
+    assert!(!stream.is_owned());
+    assert_eq!(stream.device(), env.dev);
+    assert!(Arc::ptr_eq(stream.cudarc_stream().unwrap(), &cs));
+    assert_eq!(stream.as_raw(), cs.cu_stream().cast());
+    drop(cs);
+    assert!(weak.upgrade().is_some(), "the Stream keeps the cudarc stream");
+
+    let mut buf = DeviceBuffer::<u8>::new_in(1 << 20, &env.pool, &stream).unwrap();
+    drop(stream);
+    // Only the buffer holds the stream now, and the stream still works.
+    let cs = weak.upgrade().expect("the buffer keeps the cudarc stream");
+    env.fill(&cs, &mut buf, 7).unwrap();
+    assert_eq!(env.mismatches(&cs, &buf, 7).unwrap(), 0);
+    drop(cs);
+    buf.release().unwrap();
+    // The free was the last use; once the buffer is gone so is the stream.
+    assert!(
+        weak.upgrade().is_none(),
+        "the cudarc stream outlived its last user"
+    );
+}
+
+#[test]
+fn default_and_per_thread_streams_are_refused() {
+    let Some(env) = setup("cudarc::default_and_per_thread_streams_are_refused") else {
+        return;
+    };
+    for (name, cs) in [
+        ("default_stream", env.ctx.default_stream()),
+        ("per_thread_stream", env.ctx.per_thread_stream()),
+    ] {
+        match Stream::from_cudarc(&cs) {
+            Err(Error::InvalidArgument { why }) => assert!(why.contains("new_stream"), "{name}: {why}"),
+            other => panic!("{name} was accepted: {other:?}"),
+        }
+        assert!(
+            matches!(Launch::new(&cs, &env.fill), Err(Error::InvalidArgument { .. })),
+            "{name}"
+        );
+    }
+    // The raw path refuses the same handles.
+    for raw in [0usize, 1, 2] {
+        // SAFETY: refused before use.
+        let r = unsafe { Stream::from_raw(&env.dev, raw as *mut std::ffi::c_void) };
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{raw:#x}");
+    }
+}
+
+#[test]
+fn copies_between_cudarc_slices_and_buffers() {
+    let Some(env) = setup("cudarc::copies_between_cudarc_slices_and_buffers") else {
+        return;
+    };
+    const N: usize = 1 << 18;
+    let host: Vec<f32> = (0..N).map(|i| i as f32 * 0.5).collect();
+    let x = env.stream();
+    // Two kinds of buffer streams: one from cudarc, one made by somalloc
+    // (wrapped for cudarc's event tracking inside the copy).
+    let a = env.stream();
+    let streams = [Stream::from_cudarc(&a).unwrap(), Stream::new(&env.dev).unwrap()];
+    for stream in &streams {
+        let slice = x.clone_htod(&host).unwrap(); // on x, not yet complete
+        let mut buf = DeviceBuffer::<f32>::new_in(N, &env.pool, stream).unwrap();
+        buf.copy_from_cudarc(&slice).unwrap();
+        drop(slice); // freed on x after the copy
+        assert_eq!(buf.to_vec().unwrap(), host);
+
+        // Write on the buffer's stream, copy into a slice of x, read on x.
+        let own = Stream::from_cudarc(&a).unwrap();
+        let n = N as i32;
+        if own.same_as(stream) {
+            let mut launch = Launch::new(&a, &env.process).unwrap();
+            launch.arg(&mut buf).arg(&n);
+            // SAFETY: (float*, int), one thread per element.
+            unsafe { launch.launch(LaunchConfig::for_num_elems(N as u32)) }.unwrap();
+        } else {
+            buf.copy_from_host(&vec![3.0f32; N]).unwrap();
+        }
+        let mut out = x.alloc_zeros::<f32>(N).unwrap();
+        buf.copy_to_cudarc(&mut out).unwrap();
+        let back = x.clone_dtoh(&out).unwrap();
+        for (i, v) in back.iter().enumerate() {
+            let want = if own.same_as(stream) {
+                (i as f32).sqrt()
+            } else {
+                3.0
+            };
+            assert_eq!(*v, want, "element {i}");
+        }
+
+        // Views work too, and lengths must match.
+        let view = out.slice(..N / 2);
+        let mut half = DeviceBuffer::<f32>::new_in(N / 2, &env.pool, stream).unwrap();
+        half.copy_from_cudarc(&view).unwrap();
+        assert_eq!(half.to_vec().unwrap(), back[..N / 2]);
+        assert!(matches!(
+            buf.copy_from_cudarc(&view),
+            Err(Error::InvalidArgument { .. })
+        ));
+        stream.synchronize().unwrap();
+    }
+    x.synchronize().unwrap();
+}
