@@ -59,7 +59,7 @@ mod testing;
 #[cfg(somalloc_kernels)]
 pub mod testkit;
 
-#[cfg(feature = "cudarc")]
+#[cfg(any(feature = "cudarc", feature = "hip-sys"))]
 pub mod interop;
 
 #[path = "../backends/common.rs"]

@@ -1,11 +1,13 @@
 //! Working with the GPU crates a program already uses.
 //!
-//! * [`cudarc`](mod@self::cudarc) (feature `cudarc`): a cudarc stream becomes
-//!   a somalloc [`Stream`](crate::Stream) safely
-//!   ([`Stream::from_cudarc`](crate::Stream::from_cudarc)), a
+//! * `cudarc` (feature `cudarc`): a cudarc stream becomes a somalloc
+//!   [`Stream`](crate::Stream) safely (`Stream::from_cudarc`), a
 //!   [`DeviceBuffer`](crate::DeviceBuffer) is an argument of a cudarc kernel
-//!   launch ([`Launch`](self::cudarc::Launch)), and buffers copy to and from
+//!   launch (`interop::cudarc::Launch`), and buffers copy to and from
 //!   cudarc's `CudaSlice`.
+//! * `hip_sys` (feature `hip-sys`): typed constructors from, and getters
+//!   for, the handle types of the `hip-sys` crate (`Stream::from_hip_sys`,
+//!   `as_hip_sys`).
 //!
 //! Neither feature picks anything for the application: cudarc's CUDA version
 //! and loading mode stay the application's choice (they are features of its
@@ -13,3 +15,5 @@
 
 #[cfg(feature = "cudarc")]
 pub mod cudarc;
+#[cfg(feature = "hip-sys")]
+pub mod hip_sys;
