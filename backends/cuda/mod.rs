@@ -9,6 +9,9 @@
 //! ([`VendorCode`](crate::VendorCode)). Loading ourselves also turns a missing library or symbol
 //! into [`Error::RuntimeNotFound`] instead of a panic.
 
+#[path = "sys.rs"]
+mod sys;
+
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
