@@ -19,29 +19,70 @@ pub(crate) const ERROR_NOT_SUPPORTED: i32 = 801;
 /// Declares the runtime functions a backend uses and loads them from a
 /// library. Every function returns the vendor code as a plain `i32`, so a code
 /// the bindings do not know is data, not an invalid enum value.
+///
+/// ```text
+/// runtime_api! {
+///     version: v;                       // names the runtime version in the expressions below
+///     fn name = "symbol\0"; (args) -> ret;          // required: loading fails without it
+///     fn name = if v >= X { "a\0" } else { "b\0" }; (args) -> ret;   // picked by version
+///     optional fn name = "symbol\0" since "ROCm 5.3"; (args) -> ret;  // may be missing
+///     optional fn name = "symbol\0" since "CUDA 13.0" if v >= X; (args) -> ret;
+/// }
+/// ```
+///
+/// The runtime version is read first (with the symbol the backend names, see
+/// [`library_version`]) and passed to `Api::load`, so a declaration can pick
+/// the symbol whose ABI matches the loaded runtime. A missing optional symbol
+/// (or one whose `if` is false) does not fail the load: the field is an
+/// [`Optional`] whose `get` answers [`Error::Unsupported`] naming the call,
+/// the runtime that has it and the runtime that is loaded.
 macro_rules! runtime_api {
-    ($( fn $name:ident = $sym:expr; ($($ty:ty),* $(,)?) -> $ret:ty; )*) => {
+    (@wanted) => { true };
+    (@wanted $cond:expr) => { $cond };
+    (
+        version: $version:ident;
+        $( fn $name:ident = $sym:expr; ($($ty:ty),* $(,)?) -> $ret:ty; )*
+        $( optional fn $oname:ident = $osym:literal since $since:literal $(if $cond:expr)?;
+            ($($oty:ty),* $(,)?) -> $oret:ty; )*
+    ) => {
         #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
         struct Api {
             $( $name: unsafe extern "C" fn($($ty),*) -> $ret, )*
+            $( $oname: crate::common::Optional<unsafe extern "C" fn($($oty),*) -> $oret>, )*
+            /// What the runtime reported before the symbols were loaded.
+            version: i32,
             /// Keeps the library mapped for as long as the pointers above live.
             _lib: libloading::Library,
         }
 
         impl Api {
             /// # Safety
-            /// `lib` is the vendor runtime these declarations describe, so
-            /// each symbol has the signature declared for it here.
-            unsafe fn load(lib: libloading::Library) -> std::result::Result<Api, String> {
+            /// `lib` is the vendor runtime these declarations describe, and
+            /// `version` is what it reports, so each symbol picked for that
+            /// version has the signature declared for it here.
+            unsafe fn load(lib: libloading::Library, $version: i32) -> std::result::Result<Api, String> {
                 $(
+                    let symbol: &'static str = $sym;
                     // SAFETY: the signature matches the runtime's declaration
                     // of this symbol (the caller's contract); the pointer is
                     // copied out and stays valid while `lib`, stored next to
                     // it, stays loaded.
-                    let $name = *unsafe { lib.get::<unsafe extern "C" fn($($ty),*) -> $ret>($sym.as_bytes()) }
-                        .map_err(|e| format!("symbol {} is missing: {e}", $sym.trim_end_matches('\0')))?;
+                    let $name = *unsafe { lib.get::<unsafe extern "C" fn($($ty),*) -> $ret>(symbol.as_bytes()) }
+                        .map_err(|e| format!("symbol {} is missing: {e}", symbol.trim_end_matches('\0')))?;
                 )*
-                Ok(Api { $($name,)* _lib: lib })
+                $(
+                    let wanted: bool = runtime_api!(@wanted $($cond)?);
+                    let found = if wanted {
+                        // SAFETY: as above; a symbol that is absent is `None`.
+                        unsafe { lib.get::<unsafe extern "C" fn($($oty),*) -> $oret>($osym.as_bytes()) }
+                            .ok()
+                            .map(|f| *f)
+                    } else {
+                        None
+                    };
+                    let $oname = crate::common::Optional::new(found, $osym, $since, $version);
+                )*
+                Ok(Api { $($name,)* $($oname,)* version: $version, _lib: lib })
             }
         }
     };
@@ -74,6 +115,74 @@ pub(crate) fn c_str(p: *const c_char) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
+/// A runtime function that older runtimes lack: present, or an
+/// `Unsupported` error that says which runtime has it.
+pub(crate) struct Optional<F> {
+    f: Option<F>,
+    /// The symbol (without the NUL).
+    symbol: &'static str,
+    /// The first runtime that has it, e.g. "ROCm 5.3".
+    since: &'static str,
+    /// The loaded runtime's version number.
+    version: i32,
+}
+
+impl<F: Copy> Optional<F> {
+    pub(crate) fn new(f: Option<F>, symbol: &'static str, since: &'static str, version: i32) -> Self {
+        Optional {
+            f,
+            symbol: symbol.trim_end_matches('\0'),
+            since,
+            version,
+        }
+    }
+
+    /// The function, or `Unsupported` naming the call and both runtimes.
+    #[inline]
+    pub(crate) fn get<C: Codes>(&self) -> Result<F> {
+        match self.f {
+            Some(f) => Ok(f),
+            None => Err(self.missing::<C>()),
+        }
+    }
+
+    #[cold]
+    fn missing<C: Codes>(&self) -> Error {
+        Error::Unsupported {
+            backend: C::BACKEND,
+            what: format!(
+                "{} needs {} or later; this runtime is {}",
+                self.symbol,
+                self.since,
+                C::version_text(self.version)
+            ),
+        }
+    }
+}
+
+/// The version a runtime library reports through `symbol`
+/// (`cudaRuntimeGetVersion` / `hipRuntimeGetVersion`, `int f(int*)` in every
+/// release), read before anything else is loaded from it.
+///
+/// # Safety
+/// `lib` is a runtime whose `symbol` has that signature.
+pub(crate) unsafe fn library_version(
+    lib: &libloading::Library,
+    symbol: &str,
+) -> std::result::Result<i32, String> {
+    // SAFETY: the caller's contract; the pointer is used only while `lib`
+    // is borrowed.
+    let get = unsafe { lib.get::<unsafe extern "C" fn(*mut c_int) -> i32>(symbol.as_bytes()) }
+        .map_err(|e| format!("symbol {} is missing: {e}", symbol.trim_end_matches('\0')))?;
+    let mut version: c_int = 0;
+    // SAFETY: a valid out-pointer.
+    let code = unsafe { get(&mut version) };
+    if code != SUCCESS {
+        return Err(format!("{} returned {code}", symbol.trim_end_matches('\0')));
+    }
+    Ok(version)
+}
+
 pub(crate) fn ordinal(device: usize) -> Result<c_int> {
     c_int::try_from(device)
         .map_err(|_| Error::invalid(format!("device ordinal {device} does not fit in a C int")))
@@ -82,6 +191,8 @@ pub(crate) fn ordinal(device: usize) -> Result<c_int> {
 /// How a backend names its codes and clears the per-thread last error.
 pub(crate) trait Codes {
     const BACKEND: &'static str;
+    /// The runtime's name and version for messages, e.g. "CUDA 12.8".
+    fn version_text(version: i32) -> String;
     /// The runtime's name and description of `code` (empty if unavailable).
     fn texts(code: i32) -> (String, String);
     /// Clears the per-thread "last error" a failed call left behind, so it

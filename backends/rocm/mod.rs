@@ -62,6 +62,7 @@ const BACKEND: &str = "rocm";
 const LIBRARY: &str = "libamdhip64";
 
 runtime_api! {
+    version: version;
     fn get_error_name = "hipGetErrorName\0"; (i32) -> *const c_char;
     fn get_error_string = "hipGetErrorString\0"; (i32) -> *const c_char;
     fn get_last_error = "hipGetLastError\0"; () -> i32;
@@ -145,9 +146,15 @@ fn load_api() -> Result<Api> {
             // another runtime.
             Ok(lib) => {
                 // SAFETY: a library found under these names is a HIP runtime;
-                // every function used here has had the same C signature from
-                // ROCm 5 to ROCm 7.
-                return unsafe { Api::load(lib) }.map_err(|e| {
+                // hipRuntimeGetVersion is `int f(int*)` in every release, and
+                // every function declared above has had the same C signature
+                // from ROCm 5 to ROCm 7.
+                let loaded = match unsafe { common::library_version(&lib, "hipRuntimeGetVersion\0") } {
+                    // SAFETY: as above, and `version` is this library's own.
+                    Ok(version) => unsafe { Api::load(lib, version) },
+                    Err(e) => Err(e),
+                };
+                return loaded.map_err(|e| {
                     failures.push(format!("{name}: {e}"));
                     Error::RuntimeNotFound {
                         library: LIBRARY,
@@ -190,6 +197,10 @@ struct RocmCodes;
 
 impl Codes for RocmCodes {
     const BACKEND: &'static str = BACKEND;
+
+    fn version_text(version: i32) -> String {
+        version_text(version)
+    }
 
     fn texts(code: i32) -> (String, String) {
         match api() {
