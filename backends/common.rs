@@ -4,6 +4,7 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
+use crate::backend::{CaptureInfo, CaptureStatus, GraphMemAttr, RawCaptureMode};
 use crate::error::{Error, Result, VendorCode};
 
 pub(crate) const SUCCESS: i32 = 0;
@@ -15,6 +16,22 @@ pub(crate) const ERROR_INSUFFICIENT_DRIVER: i32 = 35;
 pub(crate) const ERROR_NO_DEVICE: i32 = 100;
 /// cudaErrorNotSupported / hipErrorNotSupported.
 pub(crate) const ERROR_NOT_SUPPORTED: i32 = 801;
+
+// Stream capture and graph memory: CUDA and HIP number these the same (each
+// backend asserts its own constants against these).
+/// `cudaStreamCaptureStatus` / `hipStreamCaptureStatus`.
+pub(crate) const CAPTURE_STATUS_NONE: c_int = 0;
+pub(crate) const CAPTURE_STATUS_ACTIVE: c_int = 1;
+pub(crate) const CAPTURE_STATUS_INVALIDATED: c_int = 2;
+/// `cudaStreamCaptureMode` / `hipStreamCaptureMode`.
+pub(crate) const CAPTURE_MODE_GLOBAL: c_int = 0;
+pub(crate) const CAPTURE_MODE_THREAD_LOCAL: c_int = 1;
+pub(crate) const CAPTURE_MODE_RELAXED: c_int = 2;
+/// `cudaGraphMemAttributeType` / `hipGraphMemAttributeType`.
+pub(crate) const GRAPH_MEM_USED_CURRENT: c_int = 0;
+pub(crate) const GRAPH_MEM_USED_HIGH: c_int = 1;
+pub(crate) const GRAPH_MEM_RESERVED_CURRENT: c_int = 2;
+pub(crate) const GRAPH_MEM_RESERVED_HIGH: c_int = 3;
 
 /// Declares the runtime functions a backend uses and loads them from a
 /// library. Every function returns the vendor code as a plain `i32`, so a code
@@ -183,6 +200,52 @@ pub(crate) unsafe fn library_version(
     Ok(version)
 }
 
+/// A capture status written by `call`; a value no known runtime uses is an
+/// error, not a guess.
+pub(crate) fn capture_status<C: Codes>(call: &'static str, raw: c_int) -> Result<CaptureStatus> {
+    match raw {
+        CAPTURE_STATUS_NONE => Ok(CaptureStatus::None),
+        CAPTURE_STATUS_ACTIVE => Ok(CaptureStatus::Active),
+        CAPTURE_STATUS_INVALIDATED => Ok(CaptureStatus::Invalidated),
+        other => Err(Error::Unsupported {
+            backend: C::BACKEND,
+            what: format!("{call} reported capture status {other}, which somalloc does not know"),
+        }),
+    }
+}
+
+/// The `CaptureInfo` of a query: the id is kept only while capturing (the
+/// runtimes leave it unwritten otherwise), the graph only while `Active`.
+pub(crate) fn capture_info<G, R>(
+    status: CaptureStatus,
+    id: u64,
+    graph: *mut R,
+    wrap: impl FnOnce(*mut R) -> G,
+) -> CaptureInfo<G> {
+    CaptureInfo {
+        status,
+        id: if status == CaptureStatus::None { 0 } else { id },
+        graph: (status == CaptureStatus::Active && !graph.is_null()).then(|| wrap(graph)),
+    }
+}
+
+pub(crate) fn capture_mode(mode: RawCaptureMode) -> c_int {
+    match mode {
+        RawCaptureMode::Global => CAPTURE_MODE_GLOBAL,
+        RawCaptureMode::ThreadLocal => CAPTURE_MODE_THREAD_LOCAL,
+        RawCaptureMode::Relaxed => CAPTURE_MODE_RELAXED,
+    }
+}
+
+pub(crate) fn graph_mem_attr(attr: GraphMemAttr) -> c_int {
+    match attr {
+        GraphMemAttr::UsedMemCurrent => GRAPH_MEM_USED_CURRENT,
+        GraphMemAttr::UsedMemHigh => GRAPH_MEM_USED_HIGH,
+        GraphMemAttr::ReservedMemCurrent => GRAPH_MEM_RESERVED_CURRENT,
+        GraphMemAttr::ReservedMemHigh => GRAPH_MEM_RESERVED_HIGH,
+    }
+}
+
 pub(crate) fn ordinal(device: usize) -> Result<c_int> {
     c_int::try_from(device)
         .map_err(|_| Error::invalid(format!("device ordinal {device} does not fit in a C int")))
@@ -244,5 +307,126 @@ pub(crate) fn check_alloc<C: Codes>(call: &'static str, code: i32, bytes: usize)
             })
         }
         _ => Err(vendor::<C>(call, code)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::c_long;
+
+    use super::*;
+
+    struct FakeCodes;
+
+    impl Codes for FakeCodes {
+        const BACKEND: &'static str = "fake";
+        fn version_text(version: i32) -> String {
+            format!("Fake {version}")
+        }
+        fn texts(_code: i32) -> (String, String) {
+            (String::new(), String::new())
+        }
+        fn clear_last_error() {}
+    }
+
+    extern "C" fn seven() -> c_int {
+        7
+    }
+
+    #[test]
+    fn a_missing_optional_call_is_unsupported_naming_both_runtimes() {
+        let missing: Optional<extern "C" fn() -> c_int> = Optional::new(None, "fakeCall\0", "Fake 5", 4);
+        match missing.get::<FakeCodes>() {
+            Err(Error::Unsupported { backend, what }) => {
+                assert_eq!(backend, "fake");
+                assert_eq!(what, "fakeCall needs Fake 5 or later; this runtime is Fake 4");
+            }
+            other => panic!("unexpected {:?}", other.map(|_| ())),
+        }
+        let present = Optional::new(Some(seven as extern "C" fn() -> c_int), "fakeCall\0", "Fake 5", 6);
+        assert_eq!(present.get::<FakeCodes>().map(|f| f()).ok(), Some(7));
+    }
+
+    // The C library stands in for a runtime: `runtime_api!` loads what it
+    // has, leaves out what it lacks or what the version rules out, and fails
+    // the load for a missing required symbol.
+    mod libc_api {
+        use super::*;
+
+        runtime_api! {
+            version: version;
+            fn abs = "abs\0"; (c_int) -> c_int;
+            fn length = if version >= 2 { "strlen\0" } else { "no_such_symbol_in_libc\0" }; (*const c_char) -> usize;
+            optional fn labs = "labs\0" since "Fake 3" if version >= 3; (c_long) -> c_long;
+            optional fn missing = "no_such_symbol_in_libc\0" since "Fake 9"; () -> c_int;
+        }
+
+        fn libc() -> libloading::Library {
+            // SAFETY: the C library's initialisers have no preconditions.
+            unsafe { libloading::Library::new("libc.so.6") }.expect("libc.so.6 loads")
+        }
+
+        #[test]
+        fn symbols_are_picked_and_made_optional_by_version() {
+            // SAFETY: `abs`, `strlen` and `labs` have these C signatures.
+            let old = unsafe { Api::load(libc(), 1) };
+            match old {
+                Err(e) => assert!(e.contains("no_such_symbol_in_libc is missing"), "{e}"),
+                Ok(_) => panic!("a missing required symbol must fail the load"),
+            }
+            // SAFETY: as above.
+            let two = unsafe { Api::load(libc(), 2) }.expect("version 2 loads");
+            assert_eq!(two.version, 2);
+            // SAFETY: plain values and a NUL-terminated string.
+            unsafe {
+                assert_eq!((two.abs)(-5), 5);
+                assert_eq!((two.length)(c"four".as_ptr()), 4);
+            }
+            let labs = two.labs.get::<FakeCodes>().map(|_| ());
+            assert!(matches!(labs, Err(Error::Unsupported { what, .. })
+                if what == "labs needs Fake 3 or later; this runtime is Fake 2"));
+            // SAFETY: as above.
+            let three = unsafe { Api::load(libc(), 3) }.expect("version 3 loads");
+            let labs = three
+                .labs
+                .get::<FakeCodes>()
+                .expect("labs is loaded from version 3");
+            // SAFETY: a plain value.
+            assert_eq!(unsafe { labs(-9) }, 9);
+            let missing = three.missing.get::<FakeCodes>().map(|_| ());
+            assert!(matches!(missing, Err(Error::Unsupported { what, .. })
+                if what == "no_such_symbol_in_libc needs Fake 9 or later; this runtime is Fake 3"));
+        }
+    }
+
+    #[test]
+    fn capture_values_map_both_ways() {
+        assert_eq!(
+            capture_status::<FakeCodes>("x", 0).ok(),
+            Some(CaptureStatus::None)
+        );
+        assert_eq!(
+            capture_status::<FakeCodes>("x", 1).ok(),
+            Some(CaptureStatus::Active)
+        );
+        assert_eq!(
+            capture_status::<FakeCodes>("x", 2).ok(),
+            Some(CaptureStatus::Invalidated)
+        );
+        assert!(matches!(
+            capture_status::<FakeCodes>("fakeIsCapturing", 3),
+            Err(Error::Unsupported { what, .. }) if what.contains("fakeIsCapturing reported capture status 3")
+        ));
+        assert_eq!(capture_mode(RawCaptureMode::Relaxed), 2);
+        assert_eq!(graph_mem_attr(GraphMemAttr::ReservedMemHigh), 3);
+        let mut g = 0u8;
+        let graph: *mut u8 = &mut g;
+        let active = capture_info(CaptureStatus::Active, 42, graph, |p| p as usize);
+        assert_eq!((active.id, active.graph), (42, Some(graph as usize)));
+        // Outside a capture the runtimes leave id and graph unwritten.
+        let none = capture_info(CaptureStatus::None, 42, graph, |p| p as usize);
+        assert_eq!((none.id, none.graph), (0, None));
+        let invalidated = capture_info(CaptureStatus::Invalidated, 42, graph, |p| p as usize);
+        assert_eq!((invalidated.id, invalidated.graph), (42, None));
     }
 }

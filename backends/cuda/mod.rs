@@ -116,6 +116,38 @@ runtime_api! {
     fn launch_kernel = "cudaLaunchKernel\0"; (
         *const c_void, sys::dim3, sys::dim3, *mut *mut c_void, usize, sys::cudaStream_t,
     ) -> i32;
+    fn stream_is_capturing = "cudaStreamIsCapturing\0"; (sys::cudaStream_t, *mut sys::cudaStreamCaptureStatus) -> i32;
+    fn stream_begin_capture = "cudaStreamBeginCapture\0"; (sys::cudaStream_t, sys::cudaStreamCaptureMode) -> i32;
+    fn stream_end_capture = "cudaStreamEndCapture\0"; (sys::cudaStream_t, *mut sys::cudaGraph_t) -> i32;
+    fn graph_destroy = "cudaGraphDestroy\0"; (sys::cudaGraph_t) -> i32;
+    fn graph_instantiate_with_flags = "cudaGraphInstantiateWithFlags\0"; (
+        *mut sys::cudaGraphExec_t, sys::cudaGraph_t, u64,
+    ) -> i32;
+    fn graph_exec_destroy = "cudaGraphExecDestroy\0"; (sys::cudaGraphExec_t) -> i32;
+    fn graph_launch = "cudaGraphLaunch\0"; (sys::cudaGraphExec_t, sys::cudaStream_t) -> i32;
+    fn graph_upload = "cudaGraphUpload\0"; (sys::cudaGraphExec_t, sys::cudaStream_t) -> i32;
+    fn device_get_graph_mem_attribute = "cudaDeviceGetGraphMemAttribute\0"; (
+        c_int, sys::cudaGraphMemAttributeType, *mut c_void,
+    ) -> i32;
+    fn device_graph_mem_trim = "cudaDeviceGraphMemTrim\0"; (c_int) -> i32;
+    fn user_object_create = "cudaUserObjectCreate\0"; (
+        *mut sys::cudaUserObject_t, *mut c_void, sys::cudaHostFn_t, c_uint, c_uint,
+    ) -> i32;
+    fn graph_retain_user_object = "cudaGraphRetainUserObject\0"; (
+        sys::cudaGraph_t, sys::cudaUserObject_t, c_uint, c_uint,
+    ) -> i32;
+    // cudaStreamGetCaptureInfo: the headers of each major map the name to a
+    // different symbol and signature (see sys.rs); exactly one is loaded.
+    optional fn stream_get_capture_info_v2 = "cudaStreamGetCaptureInfo_v2\0" since "CUDA 11.3"
+        if version < sys::CUDA_VERSION_13; (
+        sys::cudaStream_t, *mut sys::cudaStreamCaptureStatus, *mut u64, *mut sys::cudaGraph_t,
+        *mut *const sys::cudaGraphNode_t, *mut usize,
+    ) -> i32;
+    optional fn stream_get_capture_info = "cudaStreamGetCaptureInfo\0" since "CUDA 13.0"
+        if version >= sys::CUDA_VERSION_13; (
+        sys::cudaStream_t, *mut sys::cudaStreamCaptureStatus, *mut u64, *mut sys::cudaGraph_t,
+        *mut *const sys::cudaGraphNode_t, *mut *const sys::cudaGraphEdgeData, *mut usize,
+    ) -> i32;
     // Only the test kernels are loaded this way; the JIT and library option
     // arrays are always null (their element types are C enums).
     optional fn library_load_data = "cudaLibraryLoadData\0" since "CUDA 12.8"; (
@@ -214,6 +246,16 @@ const _: () = {
     assert!(sys::cudaErrorInsufficientDriver == common::ERROR_INSUFFICIENT_DRIVER);
     assert!(sys::cudaErrorNoDevice == common::ERROR_NO_DEVICE);
     assert!(sys::cudaErrorNotSupported == common::ERROR_NOT_SUPPORTED);
+    assert!(sys::cudaStreamCaptureStatusNone == common::CAPTURE_STATUS_NONE);
+    assert!(sys::cudaStreamCaptureStatusActive == common::CAPTURE_STATUS_ACTIVE);
+    assert!(sys::cudaStreamCaptureStatusInvalidated == common::CAPTURE_STATUS_INVALIDATED);
+    assert!(sys::cudaStreamCaptureModeGlobal == common::CAPTURE_MODE_GLOBAL);
+    assert!(sys::cudaStreamCaptureModeThreadLocal == common::CAPTURE_MODE_THREAD_LOCAL);
+    assert!(sys::cudaStreamCaptureModeRelaxed == common::CAPTURE_MODE_RELAXED);
+    assert!(sys::cudaGraphMemAttrUsedMemCurrent == common::GRAPH_MEM_USED_CURRENT);
+    assert!(sys::cudaGraphMemAttrUsedMemHigh == common::GRAPH_MEM_USED_HIGH);
+    assert!(sys::cudaGraphMemAttrReservedMemCurrent == common::GRAPH_MEM_RESERVED_CURRENT);
+    assert!(sys::cudaGraphMemAttrReservedMemHigh == common::GRAPH_MEM_RESERVED_HIGH);
 };
 
 fn unsupported(what: impl Into<String>) -> Error {
@@ -300,14 +342,14 @@ fn attr(a: PoolAttr) -> sys::cudaMemPoolAttr {
 }
 
 handle!(
-    /// A graph handle (not yet implemented by this backend).
-    GraphHandle,
-    *mut c_void
+    /// `cudaGraph_t`.
+    CudaGraph,
+    sys::cudaGraph_t
 );
 handle!(
-    /// An executable graph handle (not yet implemented by this backend).
-    GraphExecHandle,
-    *mut c_void
+    /// `cudaGraphExec_t`.
+    CudaGraphExec,
+    sys::cudaGraphExec_t
 );
 
 /// The CUDA backend.
@@ -320,8 +362,8 @@ impl Backend for Cuda {
     type Pool = CudaPool;
     type Module = CudaModule;
     type Function = CudaFunction;
-    type Graph = GraphHandle;
-    type GraphExec = GraphExecHandle;
+    type Graph = CudaGraph;
+    type GraphExec = CudaGraphExec;
 
     const NAME: &'static str = "cuda";
 
@@ -778,55 +820,164 @@ impl Backend for Cuda {
         })
     }
 
-    // Capture and graphs: the calls are wired in a following change.
-    fn stream_capture_status(_stream: Self::Stream) -> Result<CaptureStatus> {
-        Ok(CaptureStatus::None)
+    fn stream_capture_status(stream: CudaStream) -> Result<CaptureStatus> {
+        let mut status = sys::cudaStreamCaptureStatusNone;
+        // SAFETY: valid out-pointer; the runtime validates the stream.
+        check("cudaStreamIsCapturing", unsafe {
+            (api()?.stream_is_capturing)(stream.0, &mut status)
+        })?;
+        common::capture_status::<CudaCodes>("cudaStreamIsCapturing", status)
     }
-    fn stream_capture_info(_stream: Self::Stream) -> Result<CaptureInfo<GraphHandle>> {
-        Ok(CaptureInfo {
-            status: CaptureStatus::None,
-            id: 0,
-            graph: None,
+
+    fn stream_capture_info(stream: CudaStream) -> Result<CaptureInfo<CudaGraph>> {
+        let api = api()?;
+        let mut status = sys::cudaStreamCaptureStatusNone;
+        let mut id = 0u64;
+        let mut graph: sys::cudaGraph_t = std::ptr::null_mut();
+        let code = if api.version >= sys::CUDA_VERSION_13 {
+            let get = api.stream_get_capture_info.get::<CudaCodes>()?;
+            // SAFETY: CUDA 13's 7-parameter signature; valid out-pointers
+            // for status, id and graph; the dependency, edge-data and count
+            // outputs are not asked for (null).
+            unsafe {
+                get(
+                    stream.0,
+                    &mut status,
+                    &mut id,
+                    &mut graph,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            }
+        } else {
+            let get = api.stream_get_capture_info_v2.get::<CudaCodes>()?;
+            // SAFETY: CUDA 12's 6-parameter `_v2`; as above.
+            unsafe {
+                get(
+                    stream.0,
+                    &mut status,
+                    &mut id,
+                    &mut graph,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            }
+        };
+        check("cudaStreamGetCaptureInfo", code)?;
+        let status = common::capture_status::<CudaCodes>("cudaStreamGetCaptureInfo", status)?;
+        Ok(common::capture_info(status, id, graph, CudaGraph))
+    }
+
+    fn stream_begin_capture(stream: CudaStream, mode: RawCaptureMode) -> Result<()> {
+        // SAFETY: the runtime validates the stream; the mode is one of the
+        // three enum values.
+        check("cudaStreamBeginCapture", unsafe {
+            (api()?.stream_begin_capture)(stream.0, common::capture_mode(mode))
         })
     }
-    fn stream_begin_capture(_stream: Self::Stream, _mode: RawCaptureMode) -> Result<()> {
-        Err(not_wired())
-    }
-    fn stream_end_capture(_stream: Self::Stream) -> Result<GraphHandle> {
-        Err(not_wired())
-    }
-    fn graph_destroy(_graph: GraphHandle) -> Result<()> {
-        Err(not_wired())
-    }
-    fn graph_instantiate(_graph: GraphHandle, _auto_free_on_launch: bool) -> Result<GraphExecHandle> {
-        Err(not_wired())
-    }
-    fn graph_exec_destroy(_exec: GraphExecHandle) -> Result<()> {
-        Err(not_wired())
-    }
-    fn graph_launch(_exec: GraphExecHandle, _stream: Self::Stream) -> Result<()> {
-        Err(not_wired())
-    }
-    fn graph_upload(_exec: GraphExecHandle, _stream: Self::Stream) -> Result<()> {
-        Err(not_wired())
-    }
-    fn graph_mem_get(_device: usize, _attr: GraphMemAttr) -> Result<u64> {
-        Err(not_wired())
-    }
-    fn graph_mem_trim(_device: usize) -> Result<()> {
-        Err(not_wired())
-    }
-    unsafe fn graph_retain_release(
-        _graph: GraphHandle,
-        _release: GraphRelease,
-        _data: *mut c_void,
-    ) -> Result<()> {
-        Err(not_wired())
-    }
-}
 
-fn not_wired() -> Error {
-    unsupported("stream capture and graphs in this build")
+    fn stream_end_capture(stream: CudaStream) -> Result<CudaGraph> {
+        let api = api()?;
+        let mut graph: sys::cudaGraph_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the runtime validates the stream.
+        let code = unsafe { (api.stream_end_capture)(stream.0, &mut graph) };
+        if code != common::SUCCESS {
+            // An invalidated capture ends too (901, no graph). Should a
+            // runtime still hand one out with the error, it is not leaked.
+            if !graph.is_null() {
+                // SAFETY: the graph came from the runtime just now and is
+                // owned by nobody else.
+                unsafe { (api.graph_destroy)(graph) };
+            }
+            return Err(common::vendor::<CudaCodes>("cudaStreamEndCapture", code));
+        }
+        Ok(CudaGraph(graph))
+    }
+
+    fn graph_destroy(graph: CudaGraph) -> Result<()> {
+        // SAFETY: the caller owns the graph and destroys it once.
+        check("cudaGraphDestroy", unsafe { (api()?.graph_destroy)(graph.0) })
+    }
+
+    fn graph_instantiate(graph: CudaGraph, auto_free_on_launch: bool) -> Result<CudaGraphExec> {
+        let flags = if auto_free_on_launch {
+            sys::cudaGraphInstantiateFlagAutoFreeOnLaunch
+        } else {
+            0
+        };
+        let mut exec: sys::cudaGraphExec_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; a graph made by this backend; a
+        // documented flag.
+        check("cudaGraphInstantiateWithFlags", unsafe {
+            (api()?.graph_instantiate_with_flags)(&mut exec, graph.0, flags)
+        })?;
+        Ok(CudaGraphExec(exec))
+    }
+
+    fn graph_exec_destroy(exec: CudaGraphExec) -> Result<()> {
+        // SAFETY: the caller owns the executable graph and destroys it once.
+        check("cudaGraphExecDestroy", unsafe {
+            (api()?.graph_exec_destroy)(exec.0)
+        })
+    }
+
+    fn graph_launch(exec: CudaGraphExec, stream: CudaStream) -> Result<()> {
+        // SAFETY: handles made by this backend; the runtime validates them.
+        check("cudaGraphLaunch", unsafe {
+            (api()?.graph_launch)(exec.0, stream.0)
+        })
+    }
+
+    fn graph_upload(exec: CudaGraphExec, stream: CudaStream) -> Result<()> {
+        // SAFETY: handles made by this backend; the runtime validates them.
+        check("cudaGraphUpload", unsafe {
+            (api()?.graph_upload)(exec.0, stream.0)
+        })
+    }
+
+    fn graph_mem_get(device: usize, attr: GraphMemAttr) -> Result<u64> {
+        let mut value = 0u64;
+        // SAFETY: every graph-memory attribute is a `cuuint64_t`.
+        check("cudaDeviceGetGraphMemAttribute", unsafe {
+            (api()?.device_get_graph_mem_attribute)(
+                ordinal(device)?,
+                common::graph_mem_attr(attr),
+                (&mut value as *mut u64).cast(),
+            )
+        })?;
+        Ok(value)
+    }
+
+    fn graph_mem_trim(device: usize) -> Result<()> {
+        // SAFETY: plain value argument.
+        check("cudaDeviceGraphMemTrim", unsafe {
+            (api()?.device_graph_mem_trim)(ordinal(device)?)
+        })
+    }
+
+    unsafe fn graph_retain_release(graph: CudaGraph, release: GraphRelease, data: *mut c_void) -> Result<()> {
+        let api = api()?;
+        let mut object: sys::cudaUserObject_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the caller guarantees `release(data)`
+        // may run once, later, on a runtime thread (see the trait).
+        check("cudaUserObjectCreate", unsafe {
+            (api.user_object_create)(
+                &mut object,
+                data,
+                Some(release),
+                1,
+                sys::cudaUserObjectNoDestructorSync,
+            )
+        })?;
+        // SAFETY: both handles are live; with the Move flag the graph takes
+        // over the one reference made above. Should this fail, the object
+        // keeps that reference: it leaks and `release` is never called, so
+        // the caller still owns `data` (the trait's error contract).
+        check("cudaGraphRetainUserObject", unsafe {
+            (api.graph_retain_user_object)(graph.0, object, 1, sys::cudaGraphUserObjectMove)
+        })
+    }
 }
 
 #[cfg(test)]
