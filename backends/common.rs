@@ -3,9 +3,10 @@
 //! use the same numbers for the codes that get their own `Error` variant.
 
 use std::ffi::{c_char, c_int, CStr};
+use std::marker::PhantomData;
 
 use crate::backend::{CaptureInfo, CaptureStatus, GraphMemAttr, RawCaptureMode};
-use crate::error::{Error, Result, VendorCode};
+use crate::error::{record_drop_error, Error, Result, VendorCode};
 
 pub(crate) const SUCCESS: i32 = 0;
 /// cudaErrorMemoryAllocation / hipErrorOutOfMemory.
@@ -251,6 +252,52 @@ pub(crate) fn ordinal(device: usize) -> Result<c_int> {
         .map_err(|_| Error::invalid(format!("device ordinal {device} does not fit in a C int")))
 }
 
+/// The calling thread's current device, as a runtime gets and sets it
+/// (`cudaGetDevice`/`cudaSetDevice`, `hipGetDevice`/`hipSetDevice`).
+pub(crate) trait CurrentDevice {
+    fn current() -> Result<c_int>;
+    fn make_current(device: c_int) -> Result<()>;
+}
+
+/// Makes a device current on the calling thread for as long as it lives,
+/// then makes the thread's previous device current again: the user owns the
+/// thread's current device, and a backend call that needs another one (to
+/// create a stream or an event on it, to ask its free memory, ...) leaves it
+/// as it found it. When the wanted device is already current, nothing is set
+/// and nothing is restored.
+#[must_use = "the device is restored when the guard is dropped"]
+pub(crate) struct DeviceGuard<D: CurrentDevice> {
+    previous: Option<c_int>,
+    _runtime: PhantomData<fn() -> D>,
+}
+
+impl<D: CurrentDevice> DeviceGuard<D> {
+    pub(crate) fn set(device: usize) -> Result<Self> {
+        let wanted = ordinal(device)?;
+        let current = D::current()?;
+        let previous = if current == wanted {
+            None
+        } else {
+            D::make_current(wanted)?;
+            Some(current)
+        };
+        Ok(DeviceGuard {
+            previous,
+            _runtime: PhantomData,
+        })
+    }
+}
+
+impl<D: CurrentDevice> Drop for DeviceGuard<D> {
+    fn drop(&mut self) {
+        if let Some(previous) = self.previous {
+            // A device that was current a moment ago can be made current
+            // again; should the runtime still refuse, it is recorded.
+            record_drop_error(D::make_current(previous));
+        }
+    }
+}
+
 /// How a backend names its codes and clears the per-thread last error.
 pub(crate) trait Codes {
     const BACKEND: &'static str;
@@ -397,6 +444,64 @@ mod tests {
             assert!(matches!(missing, Err(Error::Unsupported { what, .. })
                 if what == "no_such_symbol_in_libc needs Fake 9 or later; this runtime is Fake 3"));
         }
+    }
+
+    // A fake runtime: one current device per thread, every call counted.
+    struct FakeDevice;
+
+    thread_local! {
+        static CURRENT: std::cell::Cell<c_int> = const { std::cell::Cell::new(0) };
+        static SETS: std::cell::RefCell<Vec<c_int>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    impl CurrentDevice for FakeDevice {
+        fn current() -> Result<c_int> {
+            Ok(CURRENT.get())
+        }
+        fn make_current(device: c_int) -> Result<()> {
+            if device >= 4 {
+                return Err(Error::invalid("no such device"));
+            }
+            SETS.with_borrow_mut(|s| s.push(device));
+            CURRENT.set(device);
+            Ok(())
+        }
+    }
+
+    fn sets() -> Vec<c_int> {
+        SETS.with_borrow_mut(std::mem::take)
+    }
+
+    #[test]
+    fn the_device_guard_restores_the_current_device() {
+        CURRENT.set(1);
+        sets();
+        {
+            let _g = DeviceGuard::<FakeDevice>::set(3).unwrap();
+            assert_eq!(CURRENT.get(), 3);
+            {
+                // Nested, already current: no call at all.
+                let _same = DeviceGuard::<FakeDevice>::set(3).unwrap();
+                assert_eq!(sets(), [3]);
+            }
+            assert_eq!(CURRENT.get(), 3);
+        }
+        assert_eq!(CURRENT.get(), 1);
+        assert_eq!(sets(), [1]);
+        {
+            let _g = DeviceGuard::<FakeDevice>::set(1).unwrap();
+        }
+        assert_eq!(
+            sets(),
+            [] as [c_int; 0],
+            "the current device is neither set nor restored"
+        );
+        // A refused set leaves the thread as it was and restores nothing.
+        assert!(DeviceGuard::<FakeDevice>::set(7).is_err());
+        assert_eq!((CURRENT.get(), sets()), (1, vec![]));
+        // So does an ordinal that is no C int.
+        assert!(DeviceGuard::<FakeDevice>::set(usize::MAX).is_err());
+        assert_eq!(sets(), [] as [c_int; 0]);
     }
 
     #[test]

@@ -121,6 +121,13 @@ pub(crate) type GraphRelease = unsafe extern "C" fn(data: *mut c_void);
 /// produced and has not destroyed; the runtime reports misuse as an error.
 /// Functions that touch device memory through a [`DevicePtr`] are `unsafe`:
 /// the caller guarantees the range belongs to a live allocation.
+///
+/// The calling thread's current device belongs to the user: only
+/// `set_device` changes it. Every other function that needs a device current
+/// (creating a stream or an event, `mem_info`, `malloc_sync`, `free_sync`)
+/// makes it current and then restores the previous one (nothing is set when
+/// it already is current). `module_load` and `launch` use the current
+/// device as they find it.
 pub(crate) trait Backend: Sized + 'static {
     /// A stream handle (`cudaStream_t`, `hipStream_t`).
     type Stream: Copy + Debug + PartialEq + Send + Sync;

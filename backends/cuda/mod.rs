@@ -45,7 +45,7 @@ mod sys;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
-use super::common::{self, c_str, handle, ordinal, runtime_api, Codes};
+use super::common::{self, c_str, handle, ordinal, runtime_api, Codes, CurrentDevice, DeviceGuard};
 use crate::backend::{
     Backend, CaptureInfo, CaptureStatus, DevicePtr, GraphMemAttr, GraphRelease, PoolAttr, RawCaptureMode,
     RawPoolProps,
@@ -63,6 +63,7 @@ runtime_api! {
     fn runtime_get_version = "cudaRuntimeGetVersion\0"; (*mut c_int) -> i32;
     fn get_device_count = "cudaGetDeviceCount\0"; (*mut c_int) -> i32;
     fn set_device = "cudaSetDevice\0"; (c_int) -> i32;
+    fn get_device = "cudaGetDevice\0"; (*mut c_int) -> i32;
     fn get_device_properties = if version >= sys::CUDA_VERSION_13 {
         "cudaGetDeviceProperties\0"
     } else {
@@ -356,6 +357,20 @@ handle!(
 #[derive(Debug)]
 pub(crate) struct Cuda;
 
+impl CurrentDevice for Cuda {
+    fn current() -> Result<c_int> {
+        let mut device: c_int = 0;
+        // SAFETY: valid out-pointer.
+        check("cudaGetDevice", unsafe { (api()?.get_device)(&mut device) })?;
+        Ok(device)
+    }
+
+    fn make_current(device: c_int) -> Result<()> {
+        // SAFETY: plain value argument.
+        check("cudaSetDevice", unsafe { (api()?.set_device)(device) })
+    }
+}
+
 impl Backend for Cuda {
     type Stream = CudaStream;
     type Event = CudaEvent;
@@ -388,8 +403,7 @@ impl Backend for Cuda {
     }
 
     fn set_device(device: usize) -> Result<()> {
-        // SAFETY: plain value argument.
-        check("cudaSetDevice", unsafe { (api()?.set_device)(ordinal(device)?) })
+        Self::make_current(ordinal(device)?)
     }
 
     fn device_name(device: usize) -> Result<String> {
@@ -411,7 +425,7 @@ impl Backend for Cuda {
     }
 
     fn mem_info(device: usize) -> Result<(usize, usize)> {
-        Self::set_device(device)?;
+        let _device = DeviceGuard::<Cuda>::set(device)?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid out-pointers.
         check("cudaMemGetInfo", unsafe {
@@ -430,7 +444,7 @@ impl Backend for Cuda {
     }
 
     fn stream_create(device: usize) -> Result<CudaStream> {
-        Self::set_device(device)?;
+        let _device = DeviceGuard::<Cuda>::set(device)?;
         let mut s: sys::cudaStream_t = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the flag is a documented constant.
         check("cudaStreamCreateWithFlags", unsafe {
@@ -467,7 +481,7 @@ impl Backend for Cuda {
     }
 
     fn event_create(device: usize, timing: bool) -> Result<CudaEvent> {
-        Self::set_device(device)?;
+        let _device = DeviceGuard::<Cuda>::set(device)?;
         let flags = if timing { 0 } else { sys::cudaEventDisableTiming };
         let mut e: sys::cudaEvent_t = std::ptr::null_mut();
         // SAFETY: valid out-pointer; documented flags.
@@ -724,7 +738,7 @@ impl Backend for Cuda {
     }
 
     fn malloc_sync(device: usize, bytes: usize) -> Result<DevicePtr> {
-        Self::set_device(device)?;
+        let _device = DeviceGuard::<Cuda>::set(device)?;
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
         let code = unsafe { (api()?.malloc)(&mut p, bytes) };
@@ -733,7 +747,7 @@ impl Backend for Cuda {
     }
 
     unsafe fn free_sync(device: usize, ptr: DevicePtr) -> Result<()> {
-        Self::set_device(device)?;
+        let _device = DeviceGuard::<Cuda>::set(device)?;
         // SAFETY: the caller guarantees `ptr` came from cudaMalloc and is
         // live; cudaFree waits for the device before releasing it.
         check("cudaFree", unsafe { (api()?.free)(ptr.as_mut_ptr()) })

@@ -68,7 +68,7 @@ mod sys;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
-use super::common::{self, c_str, handle, ordinal, runtime_api, Codes};
+use super::common::{self, c_str, handle, ordinal, runtime_api, Codes, CurrentDevice, DeviceGuard};
 use crate::backend::{
     Backend, CaptureInfo, CaptureStatus, DevicePtr, GraphMemAttr, GraphRelease, PoolAttr, RawCaptureMode,
     RawPoolProps,
@@ -86,6 +86,7 @@ runtime_api! {
     fn runtime_get_version = "hipRuntimeGetVersion\0"; (*mut c_int) -> i32;
     fn get_device_count = "hipGetDeviceCount\0"; (*mut c_int) -> i32;
     fn set_device = "hipSetDevice\0"; (c_int) -> i32;
+    fn get_device = "hipGetDevice\0"; (*mut c_int) -> i32;
     fn device_get = "hipDeviceGet\0"; (*mut sys::hipDevice_t, c_int) -> i32;
     fn device_get_name = "hipDeviceGetName\0"; (*mut c_char, c_int, sys::hipDevice_t) -> i32;
     fn device_get_attribute = "hipDeviceGetAttribute\0"; (*mut c_int, sys::hipDeviceAttribute_t, c_int) -> i32;
@@ -405,6 +406,20 @@ handle!(
 #[derive(Debug)]
 pub(crate) struct Rocm;
 
+impl CurrentDevice for Rocm {
+    fn current() -> Result<c_int> {
+        let mut device: c_int = 0;
+        // SAFETY: valid out-pointer.
+        check("hipGetDevice", unsafe { (api()?.get_device)(&mut device) })?;
+        Ok(device)
+    }
+
+    fn make_current(device: c_int) -> Result<()> {
+        // SAFETY: plain value argument.
+        check("hipSetDevice", unsafe { (api()?.set_device)(device) })
+    }
+}
+
 impl Backend for Rocm {
     type Stream = RocmStream;
     type Event = RocmEvent;
@@ -437,8 +452,7 @@ impl Backend for Rocm {
     }
 
     fn set_device(device: usize) -> Result<()> {
-        // SAFETY: plain value argument.
-        check("hipSetDevice", unsafe { (api()?.set_device)(ordinal(device)?) })
+        Self::make_current(ordinal(device)?)
     }
 
     fn device_name(device: usize) -> Result<String> {
@@ -460,7 +474,7 @@ impl Backend for Rocm {
     }
 
     fn mem_info(device: usize) -> Result<(usize, usize)> {
-        Self::set_device(device)?;
+        let _device = DeviceGuard::<Rocm>::set(device)?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid out-pointers.
         check("hipMemGetInfo", unsafe {
@@ -483,7 +497,7 @@ impl Backend for Rocm {
     }
 
     fn stream_create(device: usize) -> Result<RocmStream> {
-        Self::set_device(device)?;
+        let _device = DeviceGuard::<Rocm>::set(device)?;
         let mut s: sys::hipStream_t = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the flag is a documented constant.
         check("hipStreamCreateWithFlags", unsafe {
@@ -520,7 +534,7 @@ impl Backend for Rocm {
     }
 
     fn event_create(device: usize, timing: bool) -> Result<RocmEvent> {
-        Self::set_device(device)?;
+        let _device = DeviceGuard::<Rocm>::set(device)?;
         let flags = if timing { 0 } else { sys::hipEventDisableTiming };
         let mut e: sys::hipEvent_t = std::ptr::null_mut();
         // SAFETY: valid out-pointer; documented flags.
@@ -806,7 +820,7 @@ impl Backend for Rocm {
         if bytes == 0 {
             return Err(Error::invalid("a synchronous allocation of 0 bytes"));
         }
-        Self::set_device(device)?;
+        let _device = DeviceGuard::<Rocm>::set(device)?;
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
         let code = unsafe { (api()?.malloc)(&mut p, bytes) };
@@ -818,7 +832,7 @@ impl Backend for Rocm {
         if ptr == DevicePtr::NULL {
             return Ok(());
         }
-        Self::set_device(device)?;
+        let _device = DeviceGuard::<Rocm>::set(device)?;
         // SAFETY: the caller guarantees `ptr` came from hipMalloc and is
         // live; hipFree waits for the device before releasing it.
         check("hipFree", unsafe { (api()?.free)(ptr.as_mut_ptr()) })
