@@ -1,6 +1,16 @@
 //! What the vendor backends share: the symbol-table macro, the handle
-//! newtype macro, and the mapping of runtime codes to [`Error`]. CUDA and HIP
-//! use the same numbers for the codes that get their own `Error` variant.
+//! newtype macro, the current-device guard, and the mapping of runtime codes
+//! to [`Error`]. CUDA and HIP use the same numbers for the codes that get
+//! their own `Error` variant.
+//!
+//! # The runtime's last error
+//!
+//! A somalloc call that fails leaves the thread's "last error" of the runtime
+//! (what `cudaGetLastError` / `hipGetLastError` return) as the failed
+//! runtime call set it, like any failed runtime call does. somalloc never
+//! reads or resets it: resetting would also swallow a pending error of the
+//! caller's own kernel launch. The error somalloc returns already carries the
+//! code, its name and message.
 
 use std::ffi::{c_char, c_int, CStr};
 use std::marker::PhantomData;
@@ -298,22 +308,18 @@ impl<D: CurrentDevice> Drop for DeviceGuard<D> {
     }
 }
 
-/// How a backend names its codes and clears the per-thread last error.
+/// How a backend names its codes and its runtime.
 pub(crate) trait Codes {
     const BACKEND: &'static str;
     /// The runtime's name and version for messages, e.g. "CUDA 12.8".
     fn version_text(version: i32) -> String;
     /// The runtime's name and description of `code` (empty if unavailable).
     fn texts(code: i32) -> (String, String);
-    /// Clears the per-thread "last error" a failed call left behind, so it
-    /// does not resurface from `cudaGetLastError` / `hipGetLastError`.
-    fn clear_last_error();
 }
 
 /// The `Error` for a failed call.
 pub(crate) fn vendor<C: Codes>(call: &'static str, code: i32) -> Error {
     let (name, message) = C::texts(code);
-    C::clear_last_error();
     match code {
         ERROR_NO_DEVICE | ERROR_INSUFFICIENT_DRIVER => Error::NoDevice {
             backend: C::BACKEND,
@@ -346,13 +352,10 @@ pub(crate) fn check<C: Codes>(call: &'static str, code: i32) -> Result<()> {
 pub(crate) fn check_alloc<C: Codes>(call: &'static str, code: i32, bytes: usize) -> Result<()> {
     match code {
         SUCCESS => Ok(()),
-        ERROR_OUT_OF_MEMORY => {
-            C::clear_last_error();
-            Err(Error::OutOfMemory {
-                requested: bytes,
-                stats: None,
-            })
-        }
+        ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory {
+            requested: bytes,
+            stats: None,
+        }),
         _ => Err(vendor::<C>(call, code)),
     }
 }
@@ -373,7 +376,6 @@ mod tests {
         fn texts(_code: i32) -> (String, String) {
             (String::new(), String::new())
         }
-        fn clear_last_error() {}
     }
 
     extern "C" fn seven() -> c_int {

@@ -13,6 +13,8 @@
 //! `i32`: a `cudaError_t` declared as a Rust enum (as in cudarc) would make a
 //! code that a newer runtime adds an invalid enum value, which is undefined
 //! behaviour; as an `i32` it is just data ([`VendorCode`](crate::VendorCode)).
+//! A failed call leaves the runtime's last error (`cudaGetLastError`) as the
+//! failed runtime call set it; somalloc does not reset it (see `common.rs`).
 //!
 //! # Bindings: hand-written, not generated, no cudarc
 //!
@@ -59,7 +61,6 @@ runtime_api! {
     version: version;
     fn get_error_name = "cudaGetErrorName\0"; (i32) -> *const c_char;
     fn get_error_string = "cudaGetErrorString\0"; (i32) -> *const c_char;
-    fn get_last_error = "cudaGetLastError\0"; () -> i32;
     fn runtime_get_version = "cudaRuntimeGetVersion\0"; (*mut c_int) -> i32;
     fn get_device_count = "cudaGetDeviceCount\0"; (*mut c_int) -> i32;
     fn set_device = "cudaSetDevice\0"; (c_int) -> i32;
@@ -282,13 +283,6 @@ impl Codes for CudaCodes {
             // string (or an "unrecognized error code" string).
             Ok(a) => unsafe { (c_str((a.get_error_name)(code)), c_str((a.get_error_string)(code))) },
             Err(_) => (String::new(), String::new()),
-        }
-    }
-
-    fn clear_last_error() {
-        if let Ok(a) = api() {
-            // SAFETY: no arguments.
-            unsafe { (a.get_last_error)() };
         }
     }
 }
