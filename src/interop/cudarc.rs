@@ -33,13 +33,14 @@
 //!
 //! # Building
 //!
-//! somalloc depends on cudarc with the `driver` feature only: the CUDA
-//! version feature (`cuda-12080`, `cuda-13000`, ...) and the loading mode
-//! (cudarc's default `fallback-dynamic-loading`, or `dynamic-linking`, ...)
-//! come from the application's own cudarc dependency. cudarc's build fails
-//! without a version, so a build of somalloc alone names one:
-//! `cargo build --features cuda,cudarc,cudarc/cuda-13000,cudarc/dynamic-loading`
-//! (or sets `CUDARC_CUDA_VERSION=13000`).
+//! somalloc depends on cudarc with `driver` and no CUDA version feature: the
+//! version (`cuda-12080`, `cuda-13000`, ...) comes from the application's
+//! own cudarc dependency, and so does the loading mode (`dynamic-linking`,
+//! ...; somalloc asks only for cudarc's `fallback-dynamic-loading`, which
+//! yields to any mode the application names). cudarc's build fails without
+//! a version, so a build of somalloc alone names one:
+//! `cargo build --features cuda,cudarc,cudarc/cuda-13000` (or sets
+//! `CUDARC_CUDA_VERSION=13000`).
 //!
 //! ```no_run
 //! use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
