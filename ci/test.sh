@@ -97,6 +97,27 @@ cell bench-plots quiet bash ci/bench-plot-check.sh
 cell no-backend quiet must_fail_with "enable exactly one backend feature" cargo build
 cell both-backends quiet must_fail_with "more than one backend is selected" cargo build --features cuda,rocm
 
+# Interop. `cudarc` picks no CUDA version of cudarc: a build of the library
+# alone names one (an application's own cudarc dependency does otherwise),
+# and two applications with different versions and loading modes must build
+# with it (ci/downstream, each in a target directory of its own).
+if [ "$only" = all ] || [ "$only" = cuda ]; then
+  source ci/setup.sh cuda >/dev/null 2>&1 || true
+  cell check-cudarc quiet cargo check --features cuda,cudarc,cudarc/cuda-13000
+  cell clippy-cudarc quiet cargo clippy --features cuda,cudarc,kernels --all-targets
+  cell test-cudarc show bash -c 'cargo test --features cuda,cudarc,kernels --test cudarc && cargo test --features cuda,cudarc,kernels --doc interop'
+  cell doc-cudarc quiet cargo doc --no-deps --features cuda,cudarc,cudarc/cuda-13000
+  for v in 12080 13000; do
+    cell "downstream-$v" quiet env CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/downstream/cudarc-$v" \
+      cargo build --manifest-path "ci/downstream/cudarc-$v/Cargo.toml"
+  done
+fi
+# hip-sys links libamdhip64 (from the apt ROCm that setup installs).
+if [ "$only" = all ] || [ "$only" = rocm ]; then
+  source ci/setup.sh rocm >/dev/null 2>&1 || true
+  cell hip-sys show bash -c 'cargo clippy --features rocm,hip-sys --all-targets && cargo test --features rocm,hip-sys --lib && cargo test --features rocm,hip-sys --doc interop && cargo doc --no-deps --features rocm,hip-sys'
+fi
+
 echo
 printf '%-18s %-6s %6s  %s\n' cell result secs notes
 for i in "${!names[@]}"; do
