@@ -508,7 +508,7 @@ pub fn run_workload(
             let mut who = vec![Who::Sync];
             who.extend(&all);
             let params = [(pipeline_param(), ())];
-            let mut r = measure(&ctx, "seed_pipeline", &params, &who, note_none, |c, (), w| {
+            let mut r = measure(ctx, "seed_pipeline", &params, &who, note_none, |c, (), w| {
                 seed_pipeline(c, w)
             })?;
             // Speedup: the synchronous loop over each stream-ordered one.
@@ -525,7 +525,7 @@ pub fn run_workload(
         }
         "pair" => {
             let params: Vec<(String, usize)> = PAIR_SIZES.iter().map(|&b| (size_param(b), b)).collect();
-            rows.extend(measure(&ctx, "pair", &params, &all, note_none, |c, bytes, w| {
+            rows.extend(measure(ctx, "pair", &params, &all, note_none, |c, bytes, w| {
                 let Who::Alloc(k) = w else { unreachable!() };
                 with_alloc!(k, c.pool, c.stream, |a| pair(&a, bytes, c.plan.pair_iters))
             })?);
@@ -533,7 +533,7 @@ pub fn run_workload(
         "churn" => {
             let ops = churn_ops(ctx.seed, ctx.plan.churn_steps, CHURN_MAX_LIVE);
             let params = [(churn_param(), ())];
-            rows.extend(measure(&ctx, "churn", &params, &all, note_none, |c, (), w| {
+            rows.extend(measure(ctx, "churn", &params, &all, note_none, |c, (), w| {
                 let Who::Alloc(k) = w else { unreachable!() };
                 with_alloc!(k, c.pool, c.stream, |a| churn(&a, &c.pool, &ops, None)
                     .map(|r| r.sample))
@@ -563,7 +563,7 @@ pub fn run_workload(
         }
         "threads" => {
             let params: Vec<(String, usize)> = THREADS.iter().map(|&t| (threads_param(t), t)).collect();
-            rows.extend(measure(&ctx, "threads", &params, &all, note_none, |c, t, w| {
+            rows.extend(measure(ctx, "threads", &params, &all, note_none, |c, t, w| {
                 let Who::Alloc(k) = w else { unreachable!() };
                 threads(c, k, t)
             })?);
@@ -577,7 +577,7 @@ pub fn run_workload(
                 .collect();
             let skipped = Kind::ALL.iter().any(|k| !k.runs_threshold());
             let note = |w: Who| (skipped && w == Who::Alloc(Kind::Raw)).then_some(THRESHOLD_NOTE);
-            rows.extend(measure(&ctx, "threshold", &params, &who, note, |c, th, w| {
+            rows.extend(measure(ctx, "threshold", &params, &who, note, |c, th, w| {
                 let Who::Alloc(k) = w else { unreachable!() };
                 let r = with_alloc!(k, c.pool, c.stream, |a| threshold(c, &a, th));
                 // Back to the bench's setting even when it failed.
