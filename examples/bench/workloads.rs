@@ -588,7 +588,7 @@ pub fn run_workload(
         "synchronous" => {
             let params: Vec<(String, usize)> = PAIR_SIZES.iter().map(|&b| (size_param(b), b)).collect();
             rows.extend(measure(
-                &ctx,
+                ctx,
                 "synchronous",
                 &params,
                 &[Who::Sync],
