@@ -94,6 +94,7 @@ if [ "$only" = all ] || [ "$only" = cuda ]; then
   cell "racecheck-probe" quiet bash ci/build-racecheck-probe.sh "${CARGO_TARGET_DIR:-target}/racecheck-probe"
 fi
 cell bench-plots quiet bash ci/bench-plot-check.sh
+cell package quiet bash ci/package-check.sh
 cell no-backend quiet must_fail_with "enable exactly one backend feature" cargo build
 cell both-backends quiet must_fail_with "more than one backend is selected" cargo build --features cuda,rocm
 
