@@ -117,6 +117,10 @@ impl Stream {
     ///   somalloc works in each device's primary context, the one
     ///   `CudaContext::new` uses.
     ///
+    /// A stream that cudarc itself only borrows (`wrap_borrowed_stream`)
+    /// lives as long as its real owner keeps it, as cudarc's contract for
+    /// that call says.
+    ///
     /// ```no_run
     /// use somalloc::{DeviceBuffer, Stream};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -192,6 +196,9 @@ impl<T: Pod> DeviceBuffer<T> {
     /// included) and after the writes cudarc's events track; `src`'s stream
     /// waits for the copy (so cudarc frees `src` after it), and cudarc's
     /// read event, where it tracks one, is recorded after it.
+    ///
+    /// An error that cudarc had recorded on the context for later (its
+    /// `CudaContext::check_err`) is returned here, as by any cudarc call.
     pub fn copy_from_cudarc<S: DevicePtr<T>>(&mut self, src: &S) -> Result<()> {
         self.check_cudarc_len(src.len())?;
         let bytes = self.size_in_bytes();
@@ -235,7 +242,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// included) and after the reads and writes cudarc's events track;
     /// `dst`'s stream waits for the copy (so its later work sees the new
     /// contents), and cudarc's write event, where it tracks one, is recorded
-    /// after it.
+    /// after it. Errors as for [`DeviceBuffer::copy_from_cudarc`].
     pub fn copy_to_cudarc<D: DevicePtrMut<T>>(&self, dst: &mut D) -> Result<()> {
         self.check_cudarc_len(dst.len())?;
         let bytes = self.size_in_bytes();
