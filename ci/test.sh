@@ -94,6 +94,10 @@ if [ "$only" = all ] || [ "$only" = cuda ]; then
   cell "racecheck-probe" quiet bash ci/build-racecheck-probe.sh "${CARGO_TARGET_DIR:-target}/racecheck-probe"
 fi
 cell bench-plots quiet bash ci/bench-plot-check.sh
+# The hand-written bindings of both backends against the HIP and CUDA headers.
+if [ "$only" = all ]; then
+  cell bindgen-check quiet bash ci/bindgen-check.sh
+fi
 cell no-backend quiet must_fail_with "enable exactly one backend feature" cargo build
 cell both-backends quiet must_fail_with "more than one backend is selected" cargo build --features cuda,rocm
 
