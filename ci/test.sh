@@ -95,6 +95,10 @@ if [ "$only" = all ] || [ "$only" = cuda ]; then
 fi
 cell bench-plots quiet bash ci/bench-plot-check.sh
 cell package quiet bash ci/package-check.sh
+# The hand-written bindings of both backends against the HIP and CUDA headers.
+if [ "$only" = all ]; then
+  cell bindgen-check quiet bash ci/bindgen-check.sh
+fi
 cell no-backend quiet must_fail_with "enable exactly one backend feature" cargo build
 cell both-backends quiet must_fail_with "more than one backend is selected" cargo build --features cuda,rocm
 
