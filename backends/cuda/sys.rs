@@ -45,6 +45,9 @@ opaque!(
     cudaGraphEdgeData_st,
 );
 
+// header-check cuda<12.8: CUlib_st absent; cudaLibrary_t absent
+// header-check cuda<12.3: cudaGraphEdgeData_st absent; cudaGraphEdgeData absent
+
 pub(crate) type cudaStream_t = *mut CUstream_st;
 pub(crate) type cudaEvent_t = *mut CUevent_st;
 pub(crate) type cudaMemPool_t = *mut CUmemPoolHandle_st;
@@ -144,6 +147,9 @@ pub(crate) const cudaGraphUserObjectMove: c_uint = 0x1;
 // ---------------------------------------------------------------------------
 // Versions (`cudaRuntimeGetVersion`: major * 1000 + minor * 10).
 
+// The library's own numbers, in no header:
+// header-check cuda: CUDA_MAJOR_MIN absent; CUDA_MAJOR_MAX absent; CUDA_VERSION_13 absent; CUDA_VERSION_POOL_MAX_SIZE absent
+
 /// The majors this backend has declarations for.
 pub(crate) const CUDA_MAJOR_MIN: i32 = 12;
 pub(crate) const CUDA_MAJOR_MAX: i32 = 13;
@@ -187,6 +193,8 @@ pub(crate) struct cudaMemAccessDesc {
 /// The size (88) and every earlier offset are the same in all of them, and
 /// reserved bytes must be zero: the backend never writes `usage`, and writes
 /// `maxSize` only on a runtime that reads it.
+// header-check cuda<12.6: cudaMemPoolProps.usage absent; cudaMemPoolProps.reserved offset 32; cudaMemPoolProps.reserved size 56
+// header-check cuda<12.2: cudaMemPoolProps.maxSize absent; cudaMemPoolProps.reserved offset 24; cudaMemPoolProps.reserved size 64
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct cudaMemPoolProps {
@@ -233,6 +241,7 @@ pub(crate) struct dim3 {
 /// CUDA 12's plain symbol). The backend reads only `char name[256]`, the
 /// first field in every version, and never the rest; the spare room makes a
 /// runtime that grew the struct harmless.
+// header-check cuda: cudaDevicePropStorage holds cudaDeviceProp
 #[repr(C, align(8))]
 pub(crate) struct cudaDevicePropStorage {
     pub name: [u8; 256],

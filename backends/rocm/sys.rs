@@ -159,6 +159,9 @@ pub(crate) const hipGraphUserObjectMove: c_uint = 0x1;
 // ---------------------------------------------------------------------------
 // Versions.
 
+// The library's own numbers, in no header:
+// header-check hip: HIP_VERSION_MAJOR_SCALE absent; HIP_VERSION_POOL_MAX_SIZE absent; CUDA_VERSION_POOL_MAX_SIZE absent
+
 /// `HIP_VERSION` = major * 10_000_000 + minor * 100_000 + patch; this is what
 /// `hipRuntimeGetVersion` reports on AMD (e.g. 50_221_153 for ROCm 5.2.3).
 pub(crate) const HIP_VERSION_MAJOR_SCALE: i32 = 10_000_000;
@@ -219,6 +222,7 @@ const _: () = assert!(std::mem::size_of::<hipMemAccessDesc>() == 12);
 /// `hipMemPoolProps`, in its ROCm >= 6.2 shape. In ROCm < 6.2 the eight bytes
 /// of `maxSize` are the start of `unsigned char reserved[64]`, which must be
 /// zero: the backend writes `maxSize` only when the runtime reads it.
+// header-check hip<6.2: hipMemPoolProps.maxSize absent; hipMemPoolProps.reserved offset 24; hipMemPoolProps.reserved size 64
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct hipMemPoolProps {
