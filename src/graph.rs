@@ -13,7 +13,7 @@
 //! | [`DeviceBuffer::new`], [`DeviceBuffer::new_in`], a [`MemPool`](crate::MemPool) as a resource | a graph allocation node; its drop in the same capture is a graph free node |
 //! | the cache tier ([`StreamCache`](crate::StreamCache), [`CacheTier`](crate::CacheTier)) | stands aside: allocations go to the upstream resource (graph memory, counted as `captured` in its statistics) and such a block is never cached, not even when it is freed after the capture; no cached block is handed into a capture; flush, trim and out-of-memory recovery skip a capturing stream |
 //! | a buffer allocated outside the capture and dropped inside it | the graph may use the memory on every replay, so the free waits until the graph and every executable graph made from it are destroyed (and their launches done); it then happens on the buffer's stream, through its pool or resource, at the next safe point (an allocation or a drop through somalloc, a [`Graph`] or [`GraphExec`] drop, or [`reclaim_graph_frees`]) |
-//! | a buffer allocated inside the capture and alive at its end (a graph *output*) | holds the latest launch's result; each launch frees the previous launch's output first (executables are always made with auto-free-on-launch); dropping it frees the latest launch's memory on its stream, or does nothing if the graph was never launched |
+//! | a buffer allocated inside the capture and alive at its end (a graph *output*) | holds the latest launch's result; each launch frees the previous launch's output first (executables are always made with auto-free-on-launch); dropping it frees the latest launch's memory (on the stream of that launch, after the buffer's own stream), or does nothing if the graph was never launched; an executable launched after such a drop frees what that launch allocated again when it is dropped |
 //! | [`DeviceBuffer::use_on`] and [`Stream::wait_event`] between a capturing and a non-capturing stream (or two captures) | [`Error::Capture`]; within one capture (fork/join) they work as usual |
 //! | [`Stream::synchronize`] of a capturing stream | [`Error::Capture`]: the capture goes on |
 //! | the adaptors | count host-side calls: a captured allocation is counted once, at capture, however often the graph is replayed |
@@ -93,7 +93,7 @@ pub enum CaptureMode {
 }
 
 impl CaptureMode {
-    fn to_raw(self) -> RawCaptureMode {
+    pub(crate) fn to_raw(self) -> RawCaptureMode {
         match self {
             CaptureMode::Global => RawCaptureMode::Global,
             CaptureMode::ThreadLocal => RawCaptureMode::ThreadLocal,
@@ -354,14 +354,20 @@ unsafe fn free_graph_output(ptr: DevicePtr, stream: &Stream, alloc: GraphAlloc) 
         }
         state.last_launch.clone()
     };
-    if let Some(last) = last {
-        if !last.same_as(stream) {
-            order_after(stream, &last)?;
+    // Freed on the stream of the latest launch, after everything queued on
+    // `stream` so far: later launches on that stream (which allocate the
+    // address again) are then ordered after the free.
+    let on = match last {
+        Some(last) if !last.same_as(stream) => {
+            order_after(&last, stream)?;
+            last
         }
-    }
+        _ => stream.clone(),
+    };
     // SAFETY: the latest launch allocated it and nothing freed it since;
-    // the caller's guarantees and the wait above order every use before.
-    unsafe { Active::free_async(ptr, stream.raw()) }
+    // every use is ordered before this point of `stream` (the caller's
+    // guarantees), and `on` waits for that point.
+    unsafe { Active::free_async(ptr, on.raw()) }
 }
 
 /// `waiter` waits for everything queued so far on `target`.
