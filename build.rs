@@ -6,6 +6,8 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{exit, Command};
 
+/// `cuda`, and the former CUDA-version features, which are now aliases of
+/// it (each enables `cuda`; kept for one release so existing users build).
 const CUDA_FEATURES: &[&str] = &[
     "CUDA",
     "CUDA_12060",
@@ -36,9 +38,10 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(somalloc_kernels)");
     println!("cargo::rerun-if-changed=build.rs");
 
+    // Any of the CUDA features selects the one CUDA backend.
     let cuda: Vec<&str> = CUDA_FEATURES.iter().copied().filter(|f| feature(f)).collect();
     let rocm = feature("ROCM");
-    let picked = cuda.len() + usize::from(rocm);
+    let picked = usize::from(!cuda.is_empty()) + usize::from(rocm);
     if picked != 1 {
         let what = if picked == 0 {
             "no backend is selected".to_string()
@@ -53,7 +56,7 @@ fn main() {
             &format!("somalloc: {what}."),
             "somalloc: enable exactly one backend feature: `cuda` (NVIDIA) or `rocm` (AMD),",
             "somalloc: e.g. `cargo build --features cuda` or `cargo build --features rocm`.",
-            "somalloc: (`cuda-12060`, `cuda-12080`, ... select other CUDA bindings instead of `cuda`.)",
+            "somalloc: (`cuda-12060`, `cuda-12080`, ... are deprecated aliases of `cuda`.)",
         ]);
     }
     let backend = if rocm { "rocm" } else { "cuda" };

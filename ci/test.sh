@@ -90,7 +90,7 @@ for b in "${backends[@]}"; do
   cell "doc-$b" quiet cargo doc --no-deps --features "$b"
 done
 if [ "$only" = all ] || [ "$only" = cuda ]; then
-  cell "check-cuda-12080" quiet cargo check --features cuda-12080
+  cell "check-cuda-12080" quiet bash -c 'cargo check --features cuda-12080 && ! cargo tree -q --features cuda-12080 -e normal -i cudarc' # deprecated alias of cuda: builds, and pulls in no cudarc
   cell "racecheck-probe" quiet bash ci/build-racecheck-probe.sh "${CARGO_TARGET_DIR:-target}/racecheck-probe"
 fi
 cell bench-plots quiet bash ci/bench-plot-check.sh

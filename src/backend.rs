@@ -65,6 +65,7 @@ pub(crate) struct RawPoolProps {
 
 /// What a stream is doing with respect to graph capture
 /// (`cudaStreamCaptureStatus` / `hipStreamCaptureStatus`: 0, 1, 2 on both).
+#[allow(dead_code)] // called by the capture layer (not in this branch yet)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CaptureStatus {
     /// Not capturing: work runs.
@@ -77,6 +78,7 @@ pub(crate) enum CaptureStatus {
 }
 
 /// The capture state of a stream, with the capture's identity.
+#[allow(dead_code)] // called by the capture layer (not in this branch yet)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CaptureInfo<G> {
     pub status: CaptureStatus,
@@ -88,6 +90,7 @@ pub(crate) struct CaptureInfo<G> {
 
 /// How a capture guards against unsafe calls from other threads
 /// (`cudaStreamCaptureMode` / `hipStreamCaptureMode`: 0, 1, 2 on both).
+#[allow(dead_code)] // called by the capture layer (not in this branch yet)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RawCaptureMode {
     Global,
@@ -97,6 +100,7 @@ pub(crate) enum RawCaptureMode {
 
 /// The graph-memory attributes of a device
 /// (`cudaGraphMemAttributeType` / `hipGraphMemAttributeType`: 0..=3 on both).
+#[allow(dead_code)] // called by the capture layer (not in this branch yet)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum GraphMemAttr {
     UsedMemCurrent,
@@ -108,6 +112,7 @@ pub(crate) enum GraphMemAttr {
 /// A host function the runtime calls once, on a thread of its own, when a
 /// graph that retains it (and every executable graph made from it) has been
 /// destroyed and their launches have completed. It must not call the runtime.
+#[allow(dead_code)] // called by the capture layer (not in this branch yet)
 pub(crate) type GraphRelease = unsafe extern "C" fn(data: *mut c_void);
 
 /// The contract each vendor backend implements.
@@ -116,6 +121,13 @@ pub(crate) type GraphRelease = unsafe extern "C" fn(data: *mut c_void);
 /// produced and has not destroyed; the runtime reports misuse as an error.
 /// Functions that touch device memory through a [`DevicePtr`] are `unsafe`:
 /// the caller guarantees the range belongs to a live allocation.
+///
+/// The calling thread's current device belongs to the user: only
+/// `set_device` changes it. Every other function that needs a device current
+/// (creating a stream or an event, `mem_info`, `malloc_sync`, `free_sync`)
+/// makes it current and then restores the previous one (nothing is set when
+/// it already is current). `module_load` and `launch` use the current
+/// device as they find it.
 pub(crate) trait Backend: Sized + 'static {
     /// A stream handle (`cudaStream_t`, `hipStream_t`).
     type Stream: Copy + Debug + PartialEq + Send + Sync;
@@ -230,23 +242,34 @@ pub(crate) trait Backend: Sized + 'static {
     // Stream capture and graphs. Where the loaded runtime lacks a call, the
     // answer is `Error::Unsupported` naming the runtime version.
     /// The capture status alone (`cudaStreamIsCapturing`), the cheaper query.
+    #[allow(dead_code)] // called by the capture layer
     fn stream_capture_status(stream: Self::Stream) -> Result<CaptureStatus>;
     /// Status, capture id and graph (`cudaStreamGetCaptureInfo`).
+    #[allow(dead_code)] // called by the capture layer
     fn stream_capture_info(stream: Self::Stream) -> Result<CaptureInfo<Self::Graph>>;
+    #[allow(dead_code)] // called by the capture layer
     fn stream_begin_capture(stream: Self::Stream, mode: RawCaptureMode) -> Result<()>;
     /// Ends the capture and returns its graph; an invalidated capture is
     /// ended too and reported as an error (no graph is returned).
+    #[allow(dead_code)] // called by the capture layer
     fn stream_end_capture(stream: Self::Stream) -> Result<Self::Graph>;
+    #[allow(dead_code)] // called by the capture layer
     fn graph_destroy(graph: Self::Graph) -> Result<()>;
     /// Instantiates with `cudaGraphInstantiateFlagAutoFreeOnLaunch` when
     /// `auto_free_on_launch`.
+    #[allow(dead_code)] // called by the capture layer
     fn graph_instantiate(graph: Self::Graph, auto_free_on_launch: bool) -> Result<Self::GraphExec>;
+    #[allow(dead_code)] // called by the capture layer
     fn graph_exec_destroy(exec: Self::GraphExec) -> Result<()>;
+    #[allow(dead_code)] // called by the capture layer
     fn graph_launch(exec: Self::GraphExec, stream: Self::Stream) -> Result<()>;
+    #[allow(dead_code)] // called by the capture layer
     fn graph_upload(exec: Self::GraphExec, stream: Self::Stream) -> Result<()>;
     /// `cudaDeviceGetGraphMemAttribute` (bytes).
+    #[allow(dead_code)] // called by the capture layer
     fn graph_mem_get(device: usize, attr: GraphMemAttr) -> Result<u64>;
     /// `cudaDeviceGraphMemTrim`.
+    #[allow(dead_code)] // called by the capture layer
     fn graph_mem_trim(device: usize) -> Result<()>;
     /// Makes `graph` own a user object whose destructor is `release(data)`
     /// (`cudaUserObjectCreate` with `cudaUserObjectNoDestructorSync`, then
@@ -254,9 +277,14 @@ pub(crate) trait Backend: Sized + 'static {
     /// runtime calls it once the graph and every executable graph made from
     /// it are destroyed and their launches have completed.
     ///
+    /// On an error `release` is never called and the caller still owns
+    /// `data` (a user object made before a failed retain is leaked rather
+    /// than released, since releasing it would run `release`).
+    ///
     /// # Safety
     /// `release(data)` is sound to call once from any thread at any later
     /// time, and does not call the runtime.
+    #[allow(dead_code)] // called by the capture layer
     unsafe fn graph_retain_release(
         graph: Self::Graph,
         release: GraphRelease,

@@ -9,7 +9,9 @@
 //! every reason), never a panic. Every function is declared to return a plain `i32`: crates such as
 //! `hip-runtime-sys` declare `hipError_t` as a Rust enum, and a code that
 //! another runtime version adds would then be an invalid enum value, which is
-//! undefined behaviour. As an `i32` it is just data ([`VendorCode`]).
+//! undefined behaviour. As an `i32` it is just data ([`VendorCode`]). A
+//! failed call leaves the runtime's last error (`hipGetLastError`) as the
+//! failed runtime call set it; somalloc does not reset it (see `common.rs`).
 //!
 //! # Bindings: hand-written, not generated
 //!
@@ -43,7 +45,24 @@
 //!   `Unsupported`. Pool attributes 1..=8 have the same numbers and value
 //!   types as CUDA's.
 //! * Error codes 2, 35, 100 and 801 mean what CUDA's do; the mapping to
-//!   [`Error`] is the same as the CUDA backend's.
+//!   [`Error`] is the same as the CUDA backend's. So do the capture errors
+//!   900-908 (ordinary [`Error::Vendor`]s with the runtime's name).
+//! * Stream capture and graphs: the capture calls, `hipGraphLaunch` and
+//!   `hipGraphInstantiateWithFlags` exist since ROCm 4.5 and are required.
+//!   User objects and the graph-memory attributes came in ROCm 5.3 and
+//!   `hipGraphUpload` in 5.5 (table in `sys.rs`): they are optional symbols,
+//!   so an older runtime still loads, and each of those calls answers
+//!   [`Error::Unsupported`] naming the call, the ROCm that has it and the
+//!   loaded runtime ("hipGraphUpload needs ROCm 5.5 or later; this runtime
+//!   is HIP 5.2").
+//! * Before ROCm 5.5, `hipMallocAsync`, `hipMallocFromPoolAsync` and
+//!   `hipFreeAsync` on a capturing stream are not recorded into the graph:
+//!   they allocate or free at once, which a replay cannot repeat. On such a
+//!   runtime (and only there) the backend asks `hipStreamIsCapturing` first
+//!   and refuses them during a capture with `Unsupported`; on newer runtimes
+//!   the check is a comparison with the version read at load.
+//! * `hipStreamGetCaptureInfo_v2` refuses the null stream (CUDA answers "not
+//!   capturing"); for it the backend asks `hipStreamIsCapturing`.
 
 #[path = "sys.rs"]
 mod sys;
@@ -51,7 +70,7 @@ mod sys;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
-use super::common::{self, c_str, handle, ordinal, runtime_api, Codes};
+use super::common::{self, c_str, handle, ordinal, runtime_api, Codes, CurrentDevice, DeviceGuard};
 use crate::backend::{
     Backend, CaptureInfo, CaptureStatus, DevicePtr, GraphMemAttr, GraphRelease, PoolAttr, RawCaptureMode,
     RawPoolProps,
@@ -62,12 +81,13 @@ const BACKEND: &str = "rocm";
 const LIBRARY: &str = "libamdhip64";
 
 runtime_api! {
+    version: version;
     fn get_error_name = "hipGetErrorName\0"; (i32) -> *const c_char;
     fn get_error_string = "hipGetErrorString\0"; (i32) -> *const c_char;
-    fn get_last_error = "hipGetLastError\0"; () -> i32;
     fn runtime_get_version = "hipRuntimeGetVersion\0"; (*mut c_int) -> i32;
     fn get_device_count = "hipGetDeviceCount\0"; (*mut c_int) -> i32;
     fn set_device = "hipSetDevice\0"; (c_int) -> i32;
+    fn get_device = "hipGetDevice\0"; (*mut c_int) -> i32;
     fn device_get = "hipDeviceGet\0"; (*mut sys::hipDevice_t, c_int) -> i32;
     fn device_get_name = "hipDeviceGetName\0"; (*mut c_char, c_int, sys::hipDevice_t) -> i32;
     fn device_get_attribute = "hipDeviceGetAttribute\0"; (*mut c_int, sys::hipDeviceAttribute_t, c_int) -> i32;
@@ -113,6 +133,33 @@ runtime_api! {
         c_uint, sys::hipStream_t,
         *mut *mut c_void, *mut *mut c_void,
     ) -> i32;
+    // Capture and graphs: in every HIP runtime since ROCm 4.5 (5.2.3's
+    // libamdhip64 exports them in nodes hip_4.3 and hip_4.5).
+    fn stream_is_capturing = "hipStreamIsCapturing\0"; (sys::hipStream_t, *mut sys::hipStreamCaptureStatus) -> i32;
+    fn stream_get_capture_info_v2 = "hipStreamGetCaptureInfo_v2\0"; (
+        sys::hipStream_t, *mut sys::hipStreamCaptureStatus, *mut u64, *mut sys::hipGraph_t,
+        *mut *const sys::hipGraphNode_t, *mut usize,
+    ) -> i32;
+    fn stream_begin_capture = "hipStreamBeginCapture\0"; (sys::hipStream_t, sys::hipStreamCaptureMode) -> i32;
+    fn stream_end_capture = "hipStreamEndCapture\0"; (sys::hipStream_t, *mut sys::hipGraph_t) -> i32;
+    fn graph_destroy = "hipGraphDestroy\0"; (sys::hipGraph_t) -> i32;
+    fn graph_instantiate_with_flags = "hipGraphInstantiateWithFlags\0"; (
+        *mut sys::hipGraphExec_t, sys::hipGraph_t, u64,
+    ) -> i32;
+    fn graph_exec_destroy = "hipGraphExecDestroy\0"; (sys::hipGraphExec_t) -> i32;
+    fn graph_launch = "hipGraphLaunch\0"; (sys::hipGraphExec_t, sys::hipStream_t) -> i32;
+    // Newer than ROCm 5.2 (see the version table in sys.rs).
+    optional fn graph_upload = "hipGraphUpload\0" since "ROCm 5.5"; (sys::hipGraphExec_t, sys::hipStream_t) -> i32;
+    optional fn device_get_graph_mem_attribute = "hipDeviceGetGraphMemAttribute\0" since "ROCm 5.3"; (
+        c_int, sys::hipGraphMemAttributeType, *mut c_void,
+    ) -> i32;
+    optional fn device_graph_mem_trim = "hipDeviceGraphMemTrim\0" since "ROCm 5.3"; (c_int) -> i32;
+    optional fn user_object_create = "hipUserObjectCreate\0" since "ROCm 5.3"; (
+        *mut sys::hipUserObject_t, *mut c_void, sys::hipHostFn_t, c_uint, c_uint,
+    ) -> i32;
+    optional fn graph_retain_user_object = "hipGraphRetainUserObject\0" since "ROCm 5.3"; (
+        sys::hipGraph_t, sys::hipUserObject_t, c_uint, c_uint,
+    ) -> i32;
 }
 
 /// `$SOMALLOC_AMDHIP` alone when it is set (so a deployment, or a test, can
@@ -145,9 +192,15 @@ fn load_api() -> Result<Api> {
             // another runtime.
             Ok(lib) => {
                 // SAFETY: a library found under these names is a HIP runtime;
-                // every function used here has had the same C signature from
-                // ROCm 5 to ROCm 7.
-                return unsafe { Api::load(lib) }.map_err(|e| {
+                // hipRuntimeGetVersion is `int f(int*)` in every release, and
+                // every function declared above has had the same C signature
+                // from ROCm 5 to ROCm 7.
+                let loaded = match unsafe { common::library_version(&lib, "hipRuntimeGetVersion\0") } {
+                    // SAFETY: as above, and `version` is this library's own.
+                    Ok(version) => unsafe { Api::load(lib, version) },
+                    Err(e) => Err(e),
+                };
+                return loaded.map_err(|e| {
                     failures.push(format!("{name}: {e}"));
                     Error::RuntimeNotFound {
                         library: LIBRARY,
@@ -183,6 +236,16 @@ const _: () = {
     assert!(sys::hipErrorInsufficientDriver == common::ERROR_INSUFFICIENT_DRIVER);
     assert!(sys::hipErrorNoDevice == common::ERROR_NO_DEVICE);
     assert!(sys::hipErrorNotSupported == common::ERROR_NOT_SUPPORTED);
+    assert!(sys::hipStreamCaptureStatusNone == common::CAPTURE_STATUS_NONE);
+    assert!(sys::hipStreamCaptureStatusActive == common::CAPTURE_STATUS_ACTIVE);
+    assert!(sys::hipStreamCaptureStatusInvalidated == common::CAPTURE_STATUS_INVALIDATED);
+    assert!(sys::hipStreamCaptureModeGlobal == common::CAPTURE_MODE_GLOBAL);
+    assert!(sys::hipStreamCaptureModeThreadLocal == common::CAPTURE_MODE_THREAD_LOCAL);
+    assert!(sys::hipStreamCaptureModeRelaxed == common::CAPTURE_MODE_RELAXED);
+    assert!(sys::hipGraphMemAttrUsedMemCurrent == common::GRAPH_MEM_USED_CURRENT);
+    assert!(sys::hipGraphMemAttrUsedMemHigh == common::GRAPH_MEM_USED_HIGH);
+    assert!(sys::hipGraphMemAttrReservedMemCurrent == common::GRAPH_MEM_RESERVED_CURRENT);
+    assert!(sys::hipGraphMemAttrReservedMemHigh == common::GRAPH_MEM_RESERVED_HIGH);
 };
 
 /// Error texts of the HIP runtime.
@@ -191,19 +254,16 @@ struct RocmCodes;
 impl Codes for RocmCodes {
     const BACKEND: &'static str = BACKEND;
 
+    fn version_text(version: i32) -> String {
+        version_text(version)
+    }
+
     fn texts(code: i32) -> (String, String) {
         match api() {
             // SAFETY: both functions accept any code and return a static
             // string ("hipErrorUnknown" for codes they do not know).
             Ok(a) => unsafe { (c_str((a.get_error_name)(code)), c_str((a.get_error_string)(code))) },
             Err(_) => (String::new(), String::new()),
-        }
-    }
-
-    fn clear_last_error() {
-        if let Ok(a) = api() {
-            // SAFETY: no arguments.
-            unsafe { (a.get_last_error)() };
         }
     }
 }
@@ -234,6 +294,43 @@ fn pool_max_size_supported(version: i32) -> bool {
         // Not a HIP_VERSION number: HIP on NVIDIA reports the CUDA version.
         version >= sys::CUDA_VERSION_POOL_MAX_SIZE
     }
+}
+
+/// Whether a runtime reporting `version` records stream-ordered allocations
+/// and frees made during a capture as graph memory nodes (ROCm >= 5.5; CUDA,
+/// under HIP on NVIDIA, always).
+fn alloc_in_capture_supported(version: i32) -> bool {
+    // Below the ROCm scale: a CUDA version (HIP on NVIDIA).
+    !(sys::HIP_VERSION_MAJOR_SCALE..sys::HIP_VERSION_ALLOC_IN_CAPTURE).contains(&version)
+}
+
+/// On a runtime without stream-ordered allocation inside a capture, refuses
+/// `call` on a capturing stream: there, hipMallocAsync and hipFreeAsync act
+/// at once instead of being recorded, so a replay of the graph would use
+/// memory that was freed, or free it again. Newer runtimes take no extra
+/// call here.
+#[inline]
+fn refuse_alloc_in_capture(api: &Api, call: &str, stream: RocmStream) -> Result<()> {
+    if alloc_in_capture_supported(api.version) {
+        return Ok(());
+    }
+    refuse_alloc_in_capture_slow(api, call, stream)
+}
+
+#[cold]
+fn refuse_alloc_in_capture_slow(api: &Api, call: &str, stream: RocmStream) -> Result<()> {
+    let mut status = sys::hipStreamCaptureStatusNone;
+    // SAFETY: valid out-pointer; the runtime validates the stream.
+    check("hipStreamIsCapturing", unsafe {
+        (api.stream_is_capturing)(stream.0, &mut status)
+    })?;
+    if status == sys::hipStreamCaptureStatusNone {
+        return Ok(());
+    }
+    Err(unsupported(format!(
+        "{call} inside a stream capture needs ROCm 5.5 or later; this runtime is {}",
+        version_text(api.version)
+    )))
 }
 
 /// `major.minor` of a `hipRuntimeGetVersion` number, for messages.
@@ -289,19 +386,33 @@ fn attr(a: PoolAttr) -> sys::hipMemPoolAttr {
 }
 
 handle!(
-    /// A graph handle (not yet implemented by this backend).
-    GraphHandle,
-    *mut c_void
+    /// `hipGraph_t`.
+    RocmGraph,
+    sys::hipGraph_t
 );
 handle!(
-    /// An executable graph handle (not yet implemented by this backend).
-    GraphExecHandle,
-    *mut c_void
+    /// `hipGraphExec_t`.
+    RocmGraphExec,
+    sys::hipGraphExec_t
 );
 
 /// The ROCm (HIP) backend.
 #[derive(Debug)]
 pub(crate) struct Rocm;
+
+impl CurrentDevice for Rocm {
+    fn current() -> Result<c_int> {
+        let mut device: c_int = 0;
+        // SAFETY: valid out-pointer.
+        check("hipGetDevice", unsafe { (api()?.get_device)(&mut device) })?;
+        Ok(device)
+    }
+
+    fn make_current(device: c_int) -> Result<()> {
+        // SAFETY: plain value argument.
+        check("hipSetDevice", unsafe { (api()?.set_device)(device) })
+    }
+}
 
 impl Backend for Rocm {
     type Stream = RocmStream;
@@ -309,8 +420,8 @@ impl Backend for Rocm {
     type Pool = RocmPool;
     type Module = RocmModule;
     type Function = RocmFunction;
-    type Graph = GraphHandle;
-    type GraphExec = GraphExecHandle;
+    type Graph = RocmGraph;
+    type GraphExec = RocmGraphExec;
 
     const NAME: &'static str = BACKEND;
 
@@ -335,8 +446,7 @@ impl Backend for Rocm {
     }
 
     fn set_device(device: usize) -> Result<()> {
-        // SAFETY: plain value argument.
-        check("hipSetDevice", unsafe { (api()?.set_device)(ordinal(device)?) })
+        Self::make_current(ordinal(device)?)
     }
 
     fn device_name(device: usize) -> Result<String> {
@@ -358,7 +468,7 @@ impl Backend for Rocm {
     }
 
     fn mem_info(device: usize) -> Result<(usize, usize)> {
-        Self::set_device(device)?;
+        let _device = DeviceGuard::<Rocm>::set(device)?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid out-pointers.
         check("hipMemGetInfo", unsafe {
@@ -381,7 +491,7 @@ impl Backend for Rocm {
     }
 
     fn stream_create(device: usize) -> Result<RocmStream> {
-        Self::set_device(device)?;
+        let _device = DeviceGuard::<Rocm>::set(device)?;
         let mut s: sys::hipStream_t = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the flag is a documented constant.
         check("hipStreamCreateWithFlags", unsafe {
@@ -418,7 +528,7 @@ impl Backend for Rocm {
     }
 
     fn event_create(device: usize, timing: bool) -> Result<RocmEvent> {
-        Self::set_device(device)?;
+        let _device = DeviceGuard::<Rocm>::set(device)?;
         let flags = if timing { 0 } else { sys::hipEventDisableTiming };
         let mut e: sys::hipEvent_t = std::ptr::null_mut();
         // SAFETY: valid out-pointer; documented flags.
@@ -662,9 +772,11 @@ impl Backend for Rocm {
             // asks for one.
             return Err(Error::invalid("a stream-ordered allocation of 0 bytes"));
         }
+        let api = api()?;
+        refuse_alloc_in_capture(api, "hipMallocAsync", stream)?;
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the runtime validates the stream.
-        let code = unsafe { (api()?.malloc_async)(&mut p, bytes, stream.0) };
+        let code = unsafe { (api.malloc_async)(&mut p, bytes, stream.0) };
         check_alloc("hipMallocAsync", code, bytes)?;
         Ok(DevicePtr(p as usize))
     }
@@ -674,9 +786,11 @@ impl Backend for Rocm {
         if bytes == 0 {
             return Err(Error::invalid("a stream-ordered allocation of 0 bytes"));
         }
+        let api = api()?;
+        refuse_alloc_in_capture(api, "hipMallocFromPoolAsync", stream)?;
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the runtime validates pool and stream.
-        let code = unsafe { (api()?.malloc_from_pool_async)(&mut p, bytes, pool.0, stream.0) };
+        let code = unsafe { (api.malloc_from_pool_async)(&mut p, bytes, pool.0, stream.0) };
         check_alloc("hipMallocFromPoolAsync", code, bytes)?;
         Ok(DevicePtr(p as usize))
     }
@@ -687,10 +801,12 @@ impl Backend for Rocm {
             // hipFreeAsync(NULL) fails before ROCm 5.6 and is a no-op after.
             return Ok(());
         }
+        let api = api()?;
+        refuse_alloc_in_capture(api, "hipFreeAsync", stream)?;
         // SAFETY: the caller guarantees `ptr` is a live stream-ordered
         // allocation that nothing uses after this point in stream order.
         check("hipFreeAsync", unsafe {
-            (api()?.free_async)(ptr.as_mut_ptr(), stream.0)
+            (api.free_async)(ptr.as_mut_ptr(), stream.0)
         })
     }
 
@@ -698,7 +814,7 @@ impl Backend for Rocm {
         if bytes == 0 {
             return Err(Error::invalid("a synchronous allocation of 0 bytes"));
         }
-        Self::set_device(device)?;
+        let _device = DeviceGuard::<Rocm>::set(device)?;
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
         let code = unsafe { (api()?.malloc)(&mut p, bytes) };
@@ -710,7 +826,7 @@ impl Backend for Rocm {
         if ptr == DevicePtr::NULL {
             return Ok(());
         }
-        Self::set_device(device)?;
+        let _device = DeviceGuard::<Rocm>::set(device)?;
         // SAFETY: the caller guarantees `ptr` came from hipMalloc and is
         // live; hipFree waits for the device before releasing it.
         check("hipFree", unsafe { (api()?.free)(ptr.as_mut_ptr()) })
@@ -790,50 +906,151 @@ impl Backend for Rocm {
             )
         })
     }
-    // Capture and graphs: the calls are wired in a following change.
-    fn stream_capture_status(_stream: Self::Stream) -> Result<CaptureStatus> {
-        Ok(CaptureStatus::None)
+    fn stream_capture_status(stream: RocmStream) -> Result<CaptureStatus> {
+        let mut status = sys::hipStreamCaptureStatusNone;
+        // SAFETY: valid out-pointer; the runtime validates the stream.
+        check("hipStreamIsCapturing", unsafe {
+            (api()?.stream_is_capturing)(stream.0, &mut status)
+        })?;
+        common::capture_status::<RocmCodes>("hipStreamIsCapturing", status)
     }
-    fn stream_capture_info(_stream: Self::Stream) -> Result<CaptureInfo<GraphHandle>> {
-        Ok(CaptureInfo {
-            status: CaptureStatus::None,
-            id: 0,
-            graph: None,
+
+    fn stream_capture_info(stream: RocmStream) -> Result<CaptureInfo<RocmGraph>> {
+        if stream.0.is_null() {
+            // hipStreamGetCaptureInfo_v2 refuses the null stream (CUDA's
+            // answers "not capturing"); hipStreamIsCapturing takes it.
+            let status = Self::stream_capture_status(stream)?;
+            return Ok(common::capture_info(status, 0, std::ptr::null_mut(), RocmGraph));
+        }
+        let mut status = sys::hipStreamCaptureStatusNone;
+        let mut id = 0u64;
+        let mut graph: sys::hipGraph_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointers for status, id and graph; the
+        // dependency outputs are not asked for (null).
+        check("hipStreamGetCaptureInfo_v2", unsafe {
+            (api()?.stream_get_capture_info_v2)(
+                stream.0,
+                &mut status,
+                &mut id,
+                &mut graph,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        })?;
+        let status = common::capture_status::<RocmCodes>("hipStreamGetCaptureInfo_v2", status)?;
+        Ok(common::capture_info(status, id, graph, RocmGraph))
+    }
+
+    fn stream_begin_capture(stream: RocmStream, mode: RawCaptureMode) -> Result<()> {
+        // SAFETY: the runtime validates the stream; the mode is one of the
+        // three enum values.
+        check("hipStreamBeginCapture", unsafe {
+            (api()?.stream_begin_capture)(stream.0, common::capture_mode(mode))
         })
     }
-    fn stream_begin_capture(_stream: Self::Stream, _mode: RawCaptureMode) -> Result<()> {
-        Err(not_wired())
+
+    fn stream_end_capture(stream: RocmStream) -> Result<RocmGraph> {
+        let api = api()?;
+        let mut graph: sys::hipGraph_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the runtime validates the stream.
+        let code = unsafe { (api.stream_end_capture)(stream.0, &mut graph) };
+        if code != common::SUCCESS {
+            // An invalidated capture ends too (901, no graph). Should a
+            // runtime still hand one out with the error, it is not leaked.
+            if !graph.is_null() {
+                // SAFETY: the graph came from the runtime just now and is
+                // owned by nobody else.
+                unsafe { (api.graph_destroy)(graph) };
+            }
+            return Err(common::vendor::<RocmCodes>("hipStreamEndCapture", code));
+        }
+        Ok(RocmGraph(graph))
     }
-    fn stream_end_capture(_stream: Self::Stream) -> Result<GraphHandle> {
-        Err(not_wired())
+
+    fn graph_destroy(graph: RocmGraph) -> Result<()> {
+        // SAFETY: the caller owns the graph and destroys it once.
+        check("hipGraphDestroy", unsafe { (api()?.graph_destroy)(graph.0) })
     }
-    fn graph_destroy(_graph: GraphHandle) -> Result<()> {
-        Err(not_wired())
+
+    fn graph_instantiate(graph: RocmGraph, auto_free_on_launch: bool) -> Result<RocmGraphExec> {
+        let flags = if auto_free_on_launch {
+            sys::hipGraphInstantiateFlagAutoFreeOnLaunch
+        } else {
+            0
+        };
+        let mut exec: sys::hipGraphExec_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; a graph made by this backend; a
+        // documented flag (accepted since ROCm 4.5).
+        check("hipGraphInstantiateWithFlags", unsafe {
+            (api()?.graph_instantiate_with_flags)(&mut exec, graph.0, flags)
+        })?;
+        Ok(RocmGraphExec(exec))
     }
-    fn graph_instantiate(_graph: GraphHandle, _auto_free_on_launch: bool) -> Result<GraphExecHandle> {
-        Err(not_wired())
+
+    fn graph_exec_destroy(exec: RocmGraphExec) -> Result<()> {
+        // SAFETY: the caller owns the executable graph and destroys it once.
+        check("hipGraphExecDestroy", unsafe {
+            (api()?.graph_exec_destroy)(exec.0)
+        })
     }
-    fn graph_exec_destroy(_exec: GraphExecHandle) -> Result<()> {
-        Err(not_wired())
+
+    fn graph_launch(exec: RocmGraphExec, stream: RocmStream) -> Result<()> {
+        // SAFETY: handles made by this backend; the runtime validates them.
+        check("hipGraphLaunch", unsafe {
+            (api()?.graph_launch)(exec.0, stream.0)
+        })
     }
-    fn graph_launch(_exec: GraphExecHandle, _stream: Self::Stream) -> Result<()> {
-        Err(not_wired())
+
+    fn graph_upload(exec: RocmGraphExec, stream: RocmStream) -> Result<()> {
+        let upload = api()?.graph_upload.get::<RocmCodes>()?;
+        // SAFETY: handles made by this backend; the runtime validates them.
+        check("hipGraphUpload", unsafe { upload(exec.0, stream.0) })
     }
-    fn graph_upload(_exec: GraphExecHandle, _stream: Self::Stream) -> Result<()> {
-        Err(not_wired())
+
+    fn graph_mem_get(device: usize, attr: GraphMemAttr) -> Result<u64> {
+        let get = api()?.device_get_graph_mem_attribute.get::<RocmCodes>()?;
+        // Zeroed: ROCm 5.3/5.4 write only 32 bits (a 0) into it.
+        let mut value = 0u64;
+        // SAFETY: every graph-memory attribute is a `uint64_t`.
+        check("hipDeviceGetGraphMemAttribute", unsafe {
+            get(
+                ordinal(device)?,
+                common::graph_mem_attr(attr),
+                (&mut value as *mut u64).cast(),
+            )
+        })?;
+        Ok(value)
     }
-    fn graph_mem_get(_device: usize, _attr: GraphMemAttr) -> Result<u64> {
-        Err(not_wired())
+
+    fn graph_mem_trim(device: usize) -> Result<()> {
+        let trim = api()?.device_graph_mem_trim.get::<RocmCodes>()?;
+        // SAFETY: plain value argument.
+        check("hipDeviceGraphMemTrim", unsafe { trim(ordinal(device)?) })
     }
-    fn graph_mem_trim(_device: usize) -> Result<()> {
-        Err(not_wired())
-    }
-    unsafe fn graph_retain_release(
-        _graph: GraphHandle,
-        _release: GraphRelease,
-        _data: *mut c_void,
-    ) -> Result<()> {
-        Err(not_wired())
+
+    unsafe fn graph_retain_release(graph: RocmGraph, release: GraphRelease, data: *mut c_void) -> Result<()> {
+        let api = api()?;
+        let create = api.user_object_create.get::<RocmCodes>()?;
+        let retain = api.graph_retain_user_object.get::<RocmCodes>()?;
+        let mut object: sys::hipUserObject_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the caller guarantees `release(data)`
+        // may run once, later, on a runtime thread (see the trait).
+        check("hipUserObjectCreate", unsafe {
+            create(
+                &mut object,
+                data,
+                Some(release),
+                1,
+                sys::hipUserObjectNoDestructorSync,
+            )
+        })?;
+        // SAFETY: both handles are live; with the Move flag the graph takes
+        // over the one reference made above. Should this fail, the object
+        // keeps that reference: it leaks and `release` is never called, so
+        // the caller still owns `data` (the trait's error contract).
+        check("hipGraphRetainUserObject", unsafe {
+            retain(graph.0, object, 1, sys::hipGraphUserObjectMove)
+        })
     }
 }
 
@@ -937,6 +1154,87 @@ mod tests {
     }
 
     #[test]
+    fn alloc_in_capture_needs_rocm_5_5() {
+        assert!(!alloc_in_capture_supported(50_221_153)); // ROCm 5.2.3
+        assert!(!alloc_in_capture_supported(50_403_000)); // ROCm 5.4
+        assert!(alloc_in_capture_supported(50_500_000)); // ROCm 5.5.0
+        assert!(alloc_in_capture_supported(60_213_000)); // the HIP-on-CUDA shim
+        assert!(alloc_in_capture_supported(70_000_000));
+        assert!(alloc_in_capture_supported(12_080)); // HIP on NVIDIA: CUDA
+    }
+
+    unsafe extern "C" fn never_called(_: *mut c_void) {
+        unreachable!("no graph exists in this test")
+    }
+
+    #[test]
+    fn graph_calls_an_old_runtime_lacks_are_unsupported_with_both_versions() {
+        let Ok(version) = Rocm::init().and_then(|()| Rocm::runtime_version()) else {
+            return; // no runtime here
+        };
+        if !(sys::HIP_VERSION_MAJOR_SCALE..50_300_000).contains(&version) {
+            return; // a runtime that has them; needs a device to go on
+        }
+        let text = version_text(version);
+        let expect = |r: Result<()>, call: &str, since: &str| match r {
+            Err(Error::Unsupported {
+                backend: "rocm",
+                what,
+            }) => {
+                assert_eq!(
+                    what,
+                    format!("{call} needs {since} or later; this runtime is {text}")
+                )
+            }
+            other => panic!("{call}: expected Unsupported, got {other:?}"),
+        };
+        let (exec, stream) = (
+            RocmGraphExec(std::ptr::null_mut()),
+            RocmStream(std::ptr::null_mut()),
+        );
+        expect(Rocm::graph_upload(exec, stream), "hipGraphUpload", "ROCm 5.5");
+        let used = Rocm::graph_mem_get(0, GraphMemAttr::UsedMemCurrent).map(|_| ());
+        expect(used, "hipDeviceGetGraphMemAttribute", "ROCm 5.3");
+        expect(Rocm::graph_mem_trim(0), "hipDeviceGraphMemTrim", "ROCm 5.3");
+        // SAFETY: refused before any runtime call; `never_called` is not
+        // handed to the runtime.
+        let retained = unsafe {
+            Rocm::graph_retain_release(
+                RocmGraph(std::ptr::null_mut()),
+                never_called,
+                std::ptr::null_mut(),
+            )
+        };
+        expect(retained, "hipUserObjectCreate", "ROCm 5.3");
+    }
+
+    #[test]
+    fn a_failed_call_leaves_the_runtimes_last_error() {
+        if Rocm::init().is_err() {
+            return; // no runtime here
+        }
+        if Rocm::device_count().is_ok() {
+            return; // a GPU: hipGetDeviceCount does not fail
+        }
+        // The same library again (dlopen hands back the loaded one).
+        let lib = library_candidates()
+            .into_iter()
+            // SAFETY: the runtime is loaded already; opening it again runs
+            // no initialiser.
+            .find_map(|name| unsafe { libloading::Library::new(name) }.ok())
+            .expect("the loaded runtime opens again");
+        // SAFETY: `hipError_t hipGetLastError(void)` in every HIP.
+        let last = unsafe { lib.get::<unsafe extern "C" fn() -> i32>(b"hipGetLastError\0") }
+            .expect("hipGetLastError");
+        // SAFETY: no arguments.
+        let code = unsafe { last() };
+        // Not cleared by somalloc. (Which code it is varies: ROCm 5.2
+        // without a GPU reports hipErrorInvalidDevice from its own
+        // initialisation; the HIP-on-CUDA shim reports hipGetDeviceCount's.)
+        assert_ne!(code, sys::hipSuccess, "the failed call's last error was cleared");
+    }
+
+    #[test]
     fn max_size_on_an_old_runtime_is_unsupported() {
         let Ok(version) = Rocm::init().and_then(|()| Rocm::runtime_version()) else {
             return; // no runtime here
@@ -953,12 +1251,5 @@ mod tests {
             Rocm::pool_create(&props),
             Err(Error::Unsupported { backend: "rocm", .. })
         ));
-    }
-}
-
-fn not_wired() -> Error {
-    Error::Unsupported {
-        backend: "rocm",
-        what: "stream capture and graphs in this build".into(),
     }
 }

@@ -41,11 +41,38 @@ pub(crate) struct ihipModuleSymbol_t {
     _opaque: [u8; 0],
 }
 
+/// `struct ihipGraph` (never dereferenced).
+#[repr(C)]
+pub(crate) struct ihipGraph {
+    _opaque: [u8; 0],
+}
+/// `struct hipGraphExec` (never dereferenced).
+#[repr(C)]
+pub(crate) struct hipGraphExec {
+    _opaque: [u8; 0],
+}
+/// `struct hipGraphNode` (never dereferenced).
+#[repr(C)]
+pub(crate) struct hipGraphNode {
+    _opaque: [u8; 0],
+}
+/// `struct hipUserObject` (ROCm >= 5.3; never dereferenced).
+#[repr(C)]
+pub(crate) struct hipUserObject {
+    _opaque: [u8; 0],
+}
+
 pub(crate) type hipStream_t = *mut ihipStream_t;
 pub(crate) type hipEvent_t = *mut ihipEvent_t;
 pub(crate) type hipMemPool_t = *mut ihipMemPoolHandle_t;
 pub(crate) type hipModule_t = *mut ihipModule_t;
 pub(crate) type hipFunction_t = *mut ihipModuleSymbol_t;
+pub(crate) type hipGraph_t = *mut ihipGraph;
+pub(crate) type hipGraphExec_t = *mut hipGraphExec;
+pub(crate) type hipGraphNode_t = *mut hipGraphNode;
+pub(crate) type hipUserObject_t = *mut hipUserObject;
+/// `hipHostFn_t`: `void (*)(void* userData)`.
+pub(crate) type hipHostFn_t = Option<unsafe extern "C" fn(*mut c_void)>;
 /// `hipDevice_t` is a plain `int`.
 pub(crate) type hipDevice_t = c_int;
 
@@ -53,6 +80,11 @@ pub(crate) type hipDevice_t = c_int;
 pub(crate) type hipDeviceAttribute_t = c_int;
 pub(crate) type hipMemPoolAttr = c_int;
 pub(crate) type hipMemcpyKind = c_int;
+pub(crate) type hipStreamCaptureMode = c_int;
+pub(crate) type hipGraphMemAttributeType = c_int;
+/// `hipStreamCaptureStatus`, written by the runtime: an integer, so a value
+/// another runtime adds is data.
+pub(crate) type hipStreamCaptureStatus = c_int;
 
 // ---------------------------------------------------------------------------
 // hipError_t: kept as a plain i32 (see mod.rs). Same values in 5.x, 6.x, 7.x.
@@ -62,6 +94,9 @@ pub(crate) const hipErrorOutOfMemory: i32 = 2;
 pub(crate) const hipErrorInsufficientDriver: i32 = 35;
 pub(crate) const hipErrorNoDevice: i32 = 100;
 pub(crate) const hipErrorNotSupported: i32 = 801;
+// The capture errors run from 900 (hipErrorStreamCaptureUnsupported) to 908
+// (hipErrorStreamCaptureWrongThread), with CUDA's numbers; they reach the
+// caller as ordinary vendor errors with the runtime's name.
 
 // ---------------------------------------------------------------------------
 // Flags and enum values.
@@ -100,6 +135,27 @@ pub(crate) const hipMemHandleTypePosixFileDescriptor: u32 = 0x1;
 /// `hipMemLocationTypeDevice` (5.x has only Invalid = 0 and Device = 1).
 pub(crate) const hipMemLocationTypeDevice: u32 = 1;
 
+// Stream capture and graphs (the same values in ROCm 5.2.3 and the 6.x/7.x
+// headers, and the same as CUDA's).
+pub(crate) const hipStreamCaptureStatusNone: hipStreamCaptureStatus = 0;
+pub(crate) const hipStreamCaptureStatusActive: hipStreamCaptureStatus = 1;
+pub(crate) const hipStreamCaptureStatusInvalidated: hipStreamCaptureStatus = 2;
+pub(crate) const hipStreamCaptureModeGlobal: hipStreamCaptureMode = 0;
+pub(crate) const hipStreamCaptureModeThreadLocal: hipStreamCaptureMode = 1;
+pub(crate) const hipStreamCaptureModeRelaxed: hipStreamCaptureMode = 2;
+/// `hipGraphInstantiateFlagAutoFreeOnLaunch` (flags are `unsigned long long`).
+pub(crate) const hipGraphInstantiateFlagAutoFreeOnLaunch: u64 = 1;
+// hipGraphMemAttributeType (ROCm >= 5.3 headers); values are `uint64_t`
+// bytes (ROCm 5.3 and 5.4 write a 32-bit 0 for every one of them).
+pub(crate) const hipGraphMemAttrUsedMemCurrent: hipGraphMemAttributeType = 0;
+pub(crate) const hipGraphMemAttrUsedMemHigh: hipGraphMemAttributeType = 1;
+pub(crate) const hipGraphMemAttrReservedMemCurrent: hipGraphMemAttributeType = 2;
+pub(crate) const hipGraphMemAttrReservedMemHigh: hipGraphMemAttributeType = 3;
+/// `hipUserObjectNoDestructorSync` (ROCm >= 5.3; the only flag accepted).
+pub(crate) const hipUserObjectNoDestructorSync: c_uint = 0x1;
+/// `hipGraphUserObjectMove` (ROCm >= 5.3).
+pub(crate) const hipGraphUserObjectMove: c_uint = 0x1;
+
 // ---------------------------------------------------------------------------
 // Versions.
 
@@ -112,6 +168,30 @@ pub(crate) const HIP_VERSION_POOL_MAX_SIZE: i32 = 60_200_000;
 /// (e.g. 12_080), and `hipMemPoolProps` is `cudaMemPoolProps`, whose `maxSize`
 /// (same offset) exists from CUDA 12.2.
 pub(crate) const CUDA_VERSION_POOL_MAX_SIZE: i32 = 12_020;
+
+// What each ROCm release added for graphs, from the exported symbols and the
+// sources of ROCm's HIP runtime (hipamd, tags rocm-5.2.3 ... rocm-5.6.0):
+//
+// | ROCm | what is new                                                     |
+// |------|-----------------------------------------------------------------|
+// | 4.3  | hipStreamBeginCapture/EndCapture/IsCapturing, hipGraphLaunch,    |
+// |      | hipGraphDestroy, hipGraphExecDestroy                             |
+// | 4.5  | hipStreamGetCaptureInfo(_v2), hipGraphInstantiateWithFlags       |
+// | 5.1  | the stream-ordered allocator (hipMallocAsync, pools); under a    |
+// |      | capture it still allocates at once, outside the graph            |
+// | 5.3  | hipUserObjectCreate, hipGraphRetainUserObject,                   |
+// |      | hipDeviceGetGraphMemAttribute (answers 0), hipDeviceGraphMemTrim |
+// |      | (does nothing)                                                   |
+// | 5.5  | hipGraphUpload; hipMallocAsync / hipMallocFromPoolAsync /        |
+// |      | hipFreeAsync inside a capture become graph memory nodes          |
+// |      | (hipGraphAddMemAllocNode, hipGraphAddMemFreeNode)                |
+// | 5.6  | a graph memory pool per device: the graph-memory attributes and  |
+// |      | hipDeviceGraphMemTrim report and release real memory             |
+
+/// ROCm 5.5: stream-ordered allocation and free inside a capture are
+/// recorded as graph memory nodes. Before, they act at once (outside the
+/// graph), which a replay cannot repeat.
+pub(crate) const HIP_VERSION_ALLOC_IN_CAPTURE: i32 = 50_500_000;
 
 // ---------------------------------------------------------------------------
 // Structs.
@@ -183,3 +263,4 @@ const _: () = assert!(offset_of!(hipMemPoolProps, win32SecurityAttributes) == 16
 const _: () = assert!(offset_of!(hipMemPoolProps, maxSize) == 24);
 const _: () = assert!(offset_of!(hipMemPoolProps, reserved) == 32);
 const _: () = assert!(size_of::<hipStream_t>() == size_of::<*mut c_void>());
+const _: () = assert!(size_of::<hipHostFn_t>() == size_of::<*mut c_void>());

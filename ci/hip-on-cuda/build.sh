@@ -211,6 +211,24 @@ static_assert(offsetof(::hipMemPoolProps, handleTypes) == offsetof(s::hipMemPool
 static_assert(offsetof(::hipMemPoolProps, location) == offsetof(s::hipMemPoolProps, location), "location");
 static_assert(offsetof(::hipMemPoolProps, win32SecurityAttributes) ==
                   offsetof(s::hipMemPoolProps, win32SecurityAttributes), "win32SecurityAttributes");
+static_assert(::hipStreamCaptureStatusNone == s::hipStreamCaptureStatusNone, "capture status");
+static_assert(::hipStreamCaptureStatusActive == s::hipStreamCaptureStatusActive, "capture status");
+static_assert(::hipStreamCaptureStatusInvalidated == s::hipStreamCaptureStatusInvalidated, "capture status");
+static_assert(::hipStreamCaptureModeGlobal == s::hipStreamCaptureModeGlobal, "capture mode");
+static_assert(::hipStreamCaptureModeThreadLocal == s::hipStreamCaptureModeThreadLocal, "capture mode");
+static_assert(::hipStreamCaptureModeRelaxed == s::hipStreamCaptureModeRelaxed, "capture mode");
+static_assert(::hipGraphInstantiateFlagAutoFreeOnLaunch == s::hipGraphInstantiateFlagAutoFreeOnLaunch, "flag");
+static_assert(sizeof(::hipStreamCaptureStatus) == sizeof(s::hipStreamCaptureStatus), "enum size");
+static_assert(sizeof(::hipHostFn_t) == sizeof(s::hipHostFn_t), "host function pointer");
+#if HIP_VERSION >= 50300000
+// Declared from ROCm 5.3 on (not in 5.2.3's header).
+static_assert(::hipGraphMemAttrUsedMemCurrent == s::hipGraphMemAttrUsedMemCurrent, "graph mem attr");
+static_assert(::hipGraphMemAttrUsedMemHigh == s::hipGraphMemAttrUsedMemHigh, "graph mem attr");
+static_assert(::hipGraphMemAttrReservedMemCurrent == s::hipGraphMemAttrReservedMemCurrent, "graph mem attr");
+static_assert(::hipGraphMemAttrReservedMemHigh == s::hipGraphMemAttrReservedMemHigh, "graph mem attr");
+static_assert(::hipUserObjectNoDestructorSync == s::hipUserObjectNoDestructorSync, "user object flag");
+static_assert(::hipGraphUserObjectMove == s::hipGraphUserObjectMove, "retain flag");
+#endif
 #if HIP_VERSION >= 60200000
 static_assert(offsetof(::hipMemPoolProps, maxSize) == offsetof(s::hipMemPoolProps, maxSize), "maxSize");
 #else
@@ -253,6 +271,22 @@ int main(int argc, char** argv) {
   if (!name || !text || !last || !version || !count || !launch) { std::fprintf(stderr, "hip-on-cuda smoke: dlsym failed\n"); return 1; }
   EXPECT(dlvsym(h, "hipMallocAsync", "hip_5.1") != nullptr, "hipMallocAsync@hip_5.1 not found");
   EXPECT(dlvsym(h, "hipMalloc", "hip_4.2") != nullptr, "hipMalloc@hip_4.2 not found");
+  EXPECT(dlvsym(h, "hipStreamBeginCapture", "hip_4.3") != nullptr, "hipStreamBeginCapture@hip_4.3 not found");
+  EXPECT(dlvsym(h, "hipStreamGetCaptureInfo_v2", "hip_4.5") != nullptr, "hipStreamGetCaptureInfo_v2@hip_4.5 not found");
+  EXPECT(dlvsym(h, "hipDeviceGraphMemTrim", "hip_4.5") != nullptr, "hipDeviceGraphMemTrim@hip_4.5 not found");
+  EXPECT(dlvsym(h, "hipGraphUpload", "hip_5.3") != nullptr, "hipGraphUpload@hip_5.3 not found");
+  EXPECT(dlvsym(h, "hipUserObjectCreate", "hip_5.3") != nullptr, "hipUserObjectCreate@hip_5.3 not found");
+  {
+    // Rejections made by the shim itself, as ROCm's runtime makes them.
+    auto begin = reinterpret_cast<int (*)(void*, int)>(dlsym(h, "hipStreamBeginCapture"));
+    auto instantiate = reinterpret_cast<int (*)(void**, void*, unsigned long long)>(dlsym(h, "hipGraphInstantiateWithFlags"));
+    auto user_object = reinterpret_cast<int (*)(void**, void*, void (*)(void*), unsigned, unsigned)>(dlsym(h, "hipUserObjectCreate"));
+    void* out = nullptr;
+    EXPECT(begin && begin(nullptr, 3) == 1, "hipStreamBeginCapture(mode 3) should be hipErrorInvalidValue");
+    EXPECT(instantiate && instantiate(&out, reinterpret_cast<void*>(8), 2) == 1, "hipGraphInstantiateWithFlags(flags 2)");
+    EXPECT(user_object && user_object(&out, nullptr, nullptr, 1, 1) == 1, "hipUserObjectCreate(no destructor)");
+    EXPECT(last() == 1 && last() == 0, "last error after the rejected graph calls");
+  }
   EXPECT(!std::strcmp(name(0), "hipSuccess"), "name(0) = %s", name(0));
   EXPECT(!std::strcmp(name(2), "hipErrorOutOfMemory"), "name(2) = %s", name(2));
   EXPECT(!std::strcmp(name(35), "hipErrorInsufficientDriver"), "name(35) = %s", name(35));

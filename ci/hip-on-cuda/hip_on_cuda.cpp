@@ -1,9 +1,13 @@
 // HIP-on-CUDA shim: a libamdhip64.so.5 for NVIDIA GPUs, as a *test fixture*.
 //
 // It exports, with the ABI of Debian's ROCm 5.2.3 libamdhip64.so.5 (soname,
-// symbol versions hip_4.2 / hip_5.1, hipError_t numbers, struct layouts,
+// symbol versions hip_4.2 ... hip_5.1, hipError_t numbers, struct layouts,
 // enum and flag values), every hip* function that somalloc's rocm backend
-// (backends/rocm/mod.rs) loads, implemented over the CUDA runtime API. The
+// (backends/rocm/mod.rs) loads, implemented over the CUDA runtime API;
+// the graph functions that ROCm added after 5.2 (5.3: user objects and the
+// graph-memory attributes, 5.5: hipGraphUpload) have the ABI and version
+// nodes of those later libamdhip64.so releases (see 15. and
+// libamdhip64.map). The
 // rocm test binaries, built unchanged, then run on an NVIDIA GPU with
 // LD_LIBRARY_PATH / SOMALLOC_AMDHIP pointing at this library.
 //
@@ -108,6 +112,35 @@
 //     export, in both APIs); hipMemPoolPtrExportData and
 //     cudaMemPoolPtrExportData are both 64 opaque bytes, passed as they are.
 //     hipDeviceCanAccessPeer = cudaDeviceCanAccessPeer (ordinals).
+// 15. Stream capture and graphs: hipGraph_t, hipGraphExec_t, hipGraphNode_t
+//     and hipUserObject_t are the CUDA handles, cast. hipStreamCaptureStatus
+//     0..2, hipStreamCaptureMode 0..2 (others: hipErrorInvalidValue),
+//     hipGraphMemAttributeType 0..3 (others: hipErrorInvalidValue) and the
+//     flags hipGraphInstantiateFlagAutoFreeOnLaunch 1,
+//     hipUserObjectNoDestructorSync 1, hipGraphUserObjectMove 1 keep CUDA's
+//     numbers (static_assert). Calls, one to one:
+//       hipStreamIsCapturing       -> cudaStreamIsCapturing
+//       hipStreamGetCaptureInfo_v2 -> cudaStreamGetCaptureInfo (CUDA 13: the
+//                                     7-parameter form, edge data not asked
+//                                     for; CUDA 12 headers: the 6-parameter _v2)
+//       hipStreamBeginCapture / EndCapture -> cudaStreamBeginCapture / EndCapture
+//       hipGraphDestroy, hipGraphExecDestroy, hipGraphLaunch, hipGraphUpload
+//                                  -> the cudaGraph* call of the same name
+//       hipGraphInstantiateWithFlags -> cudaGraphInstantiateWithFlags; flags
+//                                     0 or AutoFreeOnLaunch only, as in ROCm 5.x
+//       hipDeviceGetGraphMemAttribute / hipDeviceGraphMemTrim
+//                                  -> cudaDeviceGetGraphMemAttribute / Trim
+//                                     (the value is a uint64_t on both sides)
+//       hipUserObjectCreate        -> cudaUserObjectCreate (hipHostFn_t is
+//                                     cudaHostFn_t; like ROCm, the only flag
+//                                     accepted is NoDestructorSync, and a null
+//                                     destructor or a 0 refcount is
+//                                     hipErrorInvalidValue)
+//       hipGraphRetainUserObject   -> cudaGraphRetainUserObject (flags 0 or Move)
+//     The capture errors 900-908 keep their numbers (table in 1.). These
+//     functions are exported whatever HIP_ON_CUDA_VERSION says: the version
+//     only changes the two behaviours listed in 4.
+// 16. hipGetDevice -> cudaGetDevice (the thread's current device ordinal).
 
 #include <climits>
 #include <cstddef>
@@ -139,6 +172,18 @@ using hipEvent_t = ihipEvent_t*;
 using hipMemPool_t = ihipMemPoolHandle_t*;
 using hipModule_t = ihipModule_t*;
 using hipFunction_t = ihipModuleSymbol_t*;
+struct ihipGraph;
+struct hipGraphExec;
+struct hipGraphNode;
+struct hipUserObject;
+using hipGraph_t = ihipGraph*;
+using hipGraphExec_t = hipGraphExec*;
+using hipGraphNode_t = hipGraphNode*;
+using hipUserObject_t = hipUserObject*;  // ROCm >= 5.3
+using hipHostFn_t = void (*)(void* userData);
+using hipStreamCaptureStatus = int;
+using hipStreamCaptureMode = int;
+using hipGraphMemAttributeType = int;  // ROCm >= 5.3
 
 // hipError_t of ROCm 5.2.3 (hip_runtime_api.h), primary names only (the
 // aliases hipErrorMemoryAllocation 2, hipErrorInitializationError 3,
@@ -262,6 +307,21 @@ constexpr unsigned hipMemLocationTypeDevice = 1;
 constexpr unsigned hipMemAccessFlagsProtNone = 0;
 constexpr unsigned hipMemAccessFlagsProtRead = 1;
 constexpr unsigned hipMemAccessFlagsProtReadWrite = 3;
+
+// Stream capture and graphs (ROCm 5.2.3's header; the last four from ROCm 5.3).
+constexpr hipStreamCaptureStatus hipStreamCaptureStatusNone = 0;
+constexpr hipStreamCaptureStatus hipStreamCaptureStatusActive = 1;
+constexpr hipStreamCaptureStatus hipStreamCaptureStatusInvalidated = 2;
+constexpr hipStreamCaptureMode hipStreamCaptureModeGlobal = 0;
+constexpr hipStreamCaptureMode hipStreamCaptureModeThreadLocal = 1;
+constexpr hipStreamCaptureMode hipStreamCaptureModeRelaxed = 2;
+constexpr unsigned long long hipGraphInstantiateFlagAutoFreeOnLaunch = 1;
+constexpr hipGraphMemAttributeType hipGraphMemAttrUsedMemCurrent = 0;
+constexpr hipGraphMemAttributeType hipGraphMemAttrUsedMemHigh = 1;
+constexpr hipGraphMemAttributeType hipGraphMemAttrReservedMemCurrent = 2;
+constexpr hipGraphMemAttributeType hipGraphMemAttrReservedMemHigh = 3;
+constexpr unsigned hipUserObjectNoDestructorSync = 0x1;
+constexpr unsigned hipGraphUserObjectMove = 0x1;
 
 /// Versions (HIP_VERSION = major * 10^7 + minor * 10^5 + patch).
 constexpr int HIP_VERSION_MAJOR_SCALE = 10000000;
@@ -410,6 +470,20 @@ static_assert(cudaEventDisableTiming == hip_abi::hipEventDisableTiming, "event f
 static_assert(cudaEventInterprocess == hip_abi::hipEventInterprocess, "event flag");
 static_assert(cudaMemcpyDefault == hip_abi::hipMemcpyDefault, "memcpy kind");
 static_assert(cudaMemPoolAttrUsedMemHigh == hip_abi::hipMemPoolAttrUsedMemHigh, "pool attr");
+static_assert(cudaStreamCaptureStatusNone == hip_abi::hipStreamCaptureStatusNone, "capture status");
+static_assert(cudaStreamCaptureStatusActive == hip_abi::hipStreamCaptureStatusActive, "capture status");
+static_assert(cudaStreamCaptureStatusInvalidated == hip_abi::hipStreamCaptureStatusInvalidated, "capture status");
+static_assert(cudaStreamCaptureModeGlobal == hip_abi::hipStreamCaptureModeGlobal, "capture mode");
+static_assert(cudaStreamCaptureModeThreadLocal == hip_abi::hipStreamCaptureModeThreadLocal, "capture mode");
+static_assert(cudaStreamCaptureModeRelaxed == hip_abi::hipStreamCaptureModeRelaxed, "capture mode");
+static_assert(cudaGraphInstantiateFlagAutoFreeOnLaunch == hip_abi::hipGraphInstantiateFlagAutoFreeOnLaunch,
+              "instantiate flag");
+static_assert(cudaGraphMemAttrUsedMemCurrent == hip_abi::hipGraphMemAttrUsedMemCurrent, "graph mem attr");
+static_assert(cudaGraphMemAttrUsedMemHigh == hip_abi::hipGraphMemAttrUsedMemHigh, "graph mem attr");
+static_assert(cudaGraphMemAttrReservedMemCurrent == hip_abi::hipGraphMemAttrReservedMemCurrent, "graph mem attr");
+static_assert(cudaGraphMemAttrReservedMemHigh == hip_abi::hipGraphMemAttrReservedMemHigh, "graph mem attr");
+static_assert(cudaUserObjectNoDestructorSync == hip_abi::hipUserObjectNoDestructorSync, "user object flag");
+static_assert(cudaGraphUserObjectMove == hip_abi::hipGraphUserObjectMove, "retain flag");
 
 #define HIP_ON_CUDA_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -530,6 +604,44 @@ cudaEvent_t cu(hipEvent_t e) { return reinterpret_cast<cudaEvent_t>(e); }
 cudaMemPool_t cu(hipMemPool_t p) { return reinterpret_cast<cudaMemPool_t>(p); }
 cudaLibrary_t cu(hipModule_t m) { return reinterpret_cast<cudaLibrary_t>(m); }
 cudaKernel_t cu(hipFunction_t f) { return reinterpret_cast<cudaKernel_t>(f); }
+cudaGraph_t cu(hipGraph_t g) { return reinterpret_cast<cudaGraph_t>(g); }
+cudaGraphExec_t cu(hipGraphExec_t g) { return reinterpret_cast<cudaGraphExec_t>(g); }
+cudaUserObject_t cu(hipUserObject_t o) { return reinterpret_cast<cudaUserObject_t>(o); }
+
+bool capture_mode(hipStreamCaptureMode m, cudaStreamCaptureMode* out) {
+    switch (m) {
+        case hipStreamCaptureModeGlobal:
+            *out = cudaStreamCaptureModeGlobal;
+            return true;
+        case hipStreamCaptureModeThreadLocal:
+            *out = cudaStreamCaptureModeThreadLocal;
+            return true;
+        case hipStreamCaptureModeRelaxed:
+            *out = cudaStreamCaptureModeRelaxed;
+            return true;
+        default:
+            return false;
+    }
+}
+
+bool graph_mem_attr(hipGraphMemAttributeType a, cudaGraphMemAttributeType* out) {
+    switch (a) {
+        case hipGraphMemAttrUsedMemCurrent:
+            *out = cudaGraphMemAttrUsedMemCurrent;
+            return true;
+        case hipGraphMemAttrUsedMemHigh:
+            *out = cudaGraphMemAttrUsedMemHigh;
+            return true;
+        case hipGraphMemAttrReservedMemCurrent:
+            *out = cudaGraphMemAttrReservedMemCurrent;
+            return true;
+        case hipGraphMemAttrReservedMemHigh:
+            *out = cudaGraphMemAttrReservedMemHigh;
+            return true;
+        default:
+            return false;
+    }
+}
 
 bool pool_attr(hipMemPoolAttr a, cudaMemPoolAttr* out) {
     switch (a) {
@@ -705,6 +817,13 @@ HIP_ON_CUDA_EXPORT hipError_t hipGetDeviceCount(int* count) {
 }
 
 HIP_ON_CUDA_EXPORT hipError_t hipSetDevice(int deviceId) { return cuda(cudaSetDevice(deviceId)); }
+
+HIP_ON_CUDA_EXPORT hipError_t hipGetDevice(int* deviceId) {
+    if (deviceId == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaGetDevice(deviceId));
+}
 
 HIP_ON_CUDA_EXPORT hipError_t hipDeviceGet(hipDevice_t* device, int ordinal) {
     if (device == nullptr) {
@@ -1024,6 +1143,129 @@ HIP_ON_CUDA_EXPORT hipError_t hipMemcpyAsync(void* dst, const void* src, size_t 
 
 HIP_ON_CUDA_EXPORT hipError_t hipMemsetAsync(void* dst, int value, size_t sizeBytes, hipStream_t stream) {
     return cuda(cudaMemsetAsync(dst, value, sizeBytes, cu(stream)));
+}
+
+// ---------------------------------------------------------------------------
+// Stream capture and graphs.
+
+HIP_ON_CUDA_EXPORT hipError_t hipStreamIsCapturing(hipStream_t stream, hipStreamCaptureStatus* pCaptureStatus) {
+    if (pCaptureStatus == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    cudaStreamCaptureStatus c = cudaStreamCaptureStatusNone;
+    hipError_t e = cuda(cudaStreamIsCapturing(cu(stream), &c));
+    if (e == hipSuccess) {
+        *pCaptureStatus = static_cast<hipStreamCaptureStatus>(c);  // same numbers
+    }
+    return e;
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipStreamGetCaptureInfo_v2(hipStream_t stream, hipStreamCaptureStatus* captureStatus_out,
+                                                         unsigned long long* id_out, hipGraph_t* graph_out,
+                                                         const hipGraphNode_t** dependencies_out,
+                                                         size_t* numDependencies_out) {
+    if (captureStatus_out == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    cudaStreamCaptureStatus c = cudaStreamCaptureStatusNone;
+    auto graph = reinterpret_cast<cudaGraph_t*>(graph_out);
+    auto deps = reinterpret_cast<const cudaGraphNode_t**>(dependencies_out);
+#if CUDART_VERSION >= 13000
+    // CUDA 13: the plain name, with edge data (not asked for).
+    hipError_t e = cuda(cudaStreamGetCaptureInfo(cu(stream), &c, id_out, graph, deps, nullptr, numDependencies_out));
+#else
+    // CUDA 12: the headers map the plain name to the 6-parameter _v2.
+    hipError_t e = cuda(cudaStreamGetCaptureInfo(cu(stream), &c, id_out, graph, deps, numDependencies_out));
+#endif
+    if (e == hipSuccess) {
+        *captureStatus_out = static_cast<hipStreamCaptureStatus>(c);
+    }
+    return e;
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipStreamBeginCapture(hipStream_t stream, hipStreamCaptureMode mode) {
+    cudaStreamCaptureMode m;
+    if (!capture_mode(mode, &m)) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaStreamBeginCapture(cu(stream), m));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipStreamEndCapture(hipStream_t stream, hipGraph_t* pGraph) {
+    if (pGraph == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaStreamEndCapture(cu(stream), reinterpret_cast<cudaGraph_t*>(pGraph)));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipGraphDestroy(hipGraph_t graph) {
+    if (graph == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaGraphDestroy(cu(graph)));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipGraphInstantiateWithFlags(hipGraphExec_t* pGraphExec, hipGraph_t graph,
+                                                           unsigned long long flags) {
+    if (pGraphExec == nullptr || graph == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    if (flags != 0 && flags != hipGraphInstantiateFlagAutoFreeOnLaunch) {
+        return done(hipErrorInvalidValue);  // the only flag ROCm 5.x accepts
+    }
+    const unsigned long long cuda_flags = flags == 0 ? 0 : cudaGraphInstantiateFlagAutoFreeOnLaunch;
+    return cuda(cudaGraphInstantiateWithFlags(reinterpret_cast<cudaGraphExec_t*>(pGraphExec), cu(graph), cuda_flags));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipGraphExecDestroy(hipGraphExec_t graphExec) {
+    if (graphExec == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaGraphExecDestroy(cu(graphExec)));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipGraphLaunch(hipGraphExec_t graphExec, hipStream_t stream) {
+    if (graphExec == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaGraphLaunch(cu(graphExec), cu(stream)));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipGraphUpload(hipGraphExec_t graphExec, hipStream_t stream) {
+    if (graphExec == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaGraphUpload(cu(graphExec), cu(stream)));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipDeviceGetGraphMemAttribute(int device, hipGraphMemAttributeType attr, void* value) {
+    cudaGraphMemAttributeType a;
+    if (value == nullptr || !graph_mem_attr(attr, &a)) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaDeviceGetGraphMemAttribute(device, a, value));  // uint64_t on both sides
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipDeviceGraphMemTrim(int device) { return cuda(cudaDeviceGraphMemTrim(device)); }
+
+HIP_ON_CUDA_EXPORT hipError_t hipUserObjectCreate(hipUserObject_t* object_out, void* ptr, hipHostFn_t destroy,
+                                                  unsigned int initialRefcount, unsigned int flags) {
+    // The checks of ROCm's own implementation (the flag is required there).
+    if (object_out == nullptr || destroy == nullptr || initialRefcount == 0 || initialRefcount > INT_MAX ||
+        flags != hipUserObjectNoDestructorSync) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaUserObjectCreate(reinterpret_cast<cudaUserObject_t*>(object_out), ptr, destroy, initialRefcount,
+                                     cudaUserObjectNoDestructorSync));
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipGraphRetainUserObject(hipGraph_t graph, hipUserObject_t object, unsigned int count,
+                                                       unsigned int flags) {
+    if (graph == nullptr || object == nullptr || count == 0 || count > INT_MAX ||
+        (flags != 0 && flags != hipGraphUserObjectMove)) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaGraphRetainUserObject(cu(graph), cu(object), count, flags));
 }
 
 // ---------------------------------------------------------------------------

@@ -1,0 +1,271 @@
+//! The few CUDA runtime types and constants the CUDA backend uses, written by
+//! hand (see the module doc of `backends/cuda/mod.rs` for why).
+//!
+//! Every value and layout here was checked against the CUDA runtime headers
+//! (`cuda_runtime_api.h`, `driver_types.h`, `vector_types.h`) of CUDA 12.1,
+//! 12.2, 12.4, 12.6, 12.8, 13.0 and 13.1, by compiling a C program that prints
+//! each `sizeof`, `offsetof` and enum value against each set of headers. All
+//! of them agree on everything below except where a comment says otherwise
+//! (`cudaMemPoolProps`: `maxSize` from 12.2, `usage` from 12.6; the size of
+//! `cudaDeviceProp`; the capture-info and device-property symbols, which the
+//! backend picks by the major version of the runtime it loaded). The `const`
+//! assertions at the bottom make the compiler re-check the layouts on every
+//! build. Enum values are plain integer constants, never Rust enums: a value
+//! a newer runtime hands back is data, not undefined behaviour.
+
+// The bindings checker compares every item here with the headers, used or
+// not, so items the backend does not use yet stay.
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code)]
+
+use std::ffi::{c_int, c_uint, c_void};
+use std::mem::{align_of, offset_of, size_of};
+
+// ---------------------------------------------------------------------------
+// Opaque handles: each is a pointer to an incomplete struct in the headers.
+
+macro_rules! opaque {
+    ($($name:ident),* $(,)?) => {$(
+        #[doc = concat!("`struct ", stringify!($name), "` (never dereferenced).")]
+        #[repr(C)]
+        pub(crate) struct $name {
+            _opaque: [u8; 0],
+        }
+    )*};
+}
+opaque!(
+    CUstream_st,
+    CUevent_st,
+    CUmemPoolHandle_st,
+    CUlib_st,
+    CUkern_st,
+    CUgraph_st,
+    CUgraphExec_st,
+    CUgraphNode_st,
+    CUuserObject_st,
+    cudaGraphEdgeData_st,
+);
+
+pub(crate) type cudaStream_t = *mut CUstream_st;
+pub(crate) type cudaEvent_t = *mut CUevent_st;
+pub(crate) type cudaMemPool_t = *mut CUmemPoolHandle_st;
+pub(crate) type cudaLibrary_t = *mut CUlib_st;
+pub(crate) type cudaKernel_t = *mut CUkern_st;
+pub(crate) type cudaGraph_t = *mut CUgraph_st;
+pub(crate) type cudaGraphExec_t = *mut CUgraphExec_st;
+pub(crate) type cudaGraphNode_t = *mut CUgraphNode_st;
+pub(crate) type cudaUserObject_t = *mut CUuserObject_st;
+/// `cudaGraphEdgeData` (12.3+): only ever received as a pointer that the
+/// backend passes as null, so it stays opaque here.
+pub(crate) type cudaGraphEdgeData = cudaGraphEdgeData_st;
+/// `cudaHostFn_t`: `void (*)(void *userData)`.
+pub(crate) type cudaHostFn_t = Option<unsafe extern "C" fn(*mut c_void)>;
+
+/// C enums travel as `int`-sized values (every CUDA enum used here fits).
+pub(crate) type cudaDeviceAttr = c_int;
+pub(crate) type cudaMemPoolAttr = c_int;
+pub(crate) type cudaMemcpyKind = c_int;
+pub(crate) type cudaMemAllocationHandleType = c_uint;
+pub(crate) type cudaStreamCaptureMode = c_int;
+pub(crate) type cudaGraphMemAttributeType = c_int;
+/// `enum cudaStreamCaptureStatus`, written by the runtime: kept as an
+/// integer so that a value a later runtime adds is data.
+pub(crate) type cudaStreamCaptureStatus = c_int;
+
+// ---------------------------------------------------------------------------
+// cudaError_t values the backend names (the rest are data, see common.rs).
+
+pub(crate) const cudaSuccess: i32 = 0;
+pub(crate) const cudaErrorMemoryAllocation: i32 = 2;
+pub(crate) const cudaErrorInsufficientDriver: i32 = 35;
+pub(crate) const cudaErrorNoDevice: i32 = 100;
+pub(crate) const cudaErrorNotSupported: i32 = 801;
+/// The capture errors (900 Unsupported ... 908 WrongThread); they reach the
+/// caller as ordinary vendor errors with the runtime's name.
+pub(crate) const cudaErrorStreamCaptureUnsupported: i32 = 900;
+pub(crate) const cudaErrorStreamCaptureInvalidated: i32 = 901;
+
+// ---------------------------------------------------------------------------
+// Flags (#defines in the headers).
+
+pub(crate) const cudaStreamNonBlocking: c_uint = 0x01;
+pub(crate) const cudaEventDisableTiming: c_uint = 0x02;
+
+// ---------------------------------------------------------------------------
+// Enum values.
+
+/// `cudaDevAttrMemoryPoolsSupported`.
+pub(crate) const cudaDevAttrMemoryPoolsSupported: cudaDeviceAttr = 115;
+/// `cudaMemcpyDefault`: direction inferred from the addresses.
+pub(crate) const cudaMemcpyDefault: cudaMemcpyKind = 4;
+
+// cudaMemPoolAttr 1..=8. The three reuse flags take an `int`, the rest a
+// `cuuint64_t`.
+pub(crate) const cudaMemPoolReuseFollowEventDependencies: cudaMemPoolAttr = 0x1;
+pub(crate) const cudaMemPoolReuseAllowOpportunistic: cudaMemPoolAttr = 0x2;
+pub(crate) const cudaMemPoolReuseAllowInternalDependencies: cudaMemPoolAttr = 0x3;
+pub(crate) const cudaMemPoolAttrReleaseThreshold: cudaMemPoolAttr = 0x4;
+pub(crate) const cudaMemPoolAttrReservedMemCurrent: cudaMemPoolAttr = 0x5;
+pub(crate) const cudaMemPoolAttrReservedMemHigh: cudaMemPoolAttr = 0x6;
+pub(crate) const cudaMemPoolAttrUsedMemCurrent: cudaMemPoolAttr = 0x7;
+pub(crate) const cudaMemPoolAttrUsedMemHigh: cudaMemPoolAttr = 0x8;
+
+/// `cudaMemAllocationTypePinned`.
+pub(crate) const cudaMemAllocationTypePinned: c_uint = 0x1;
+/// `cudaMemHandleTypeNone`.
+pub(crate) const cudaMemHandleTypeNone: cudaMemAllocationHandleType = 0x0;
+/// `cudaMemHandleTypePosixFileDescriptor`.
+pub(crate) const cudaMemHandleTypePosixFileDescriptor: cudaMemAllocationHandleType = 0x1;
+/// `cudaMemLocationTypeDevice`.
+pub(crate) const cudaMemLocationTypeDevice: c_uint = 1;
+
+// cudaStreamCaptureStatus.
+pub(crate) const cudaStreamCaptureStatusNone: cudaStreamCaptureStatus = 0;
+pub(crate) const cudaStreamCaptureStatusActive: cudaStreamCaptureStatus = 1;
+pub(crate) const cudaStreamCaptureStatusInvalidated: cudaStreamCaptureStatus = 2;
+
+// cudaStreamCaptureMode.
+pub(crate) const cudaStreamCaptureModeGlobal: cudaStreamCaptureMode = 0;
+pub(crate) const cudaStreamCaptureModeThreadLocal: cudaStreamCaptureMode = 1;
+pub(crate) const cudaStreamCaptureModeRelaxed: cudaStreamCaptureMode = 2;
+
+// cudaGraphMemAttributeType (values are `cuuint64_t` bytes).
+pub(crate) const cudaGraphMemAttrUsedMemCurrent: cudaGraphMemAttributeType = 0;
+pub(crate) const cudaGraphMemAttrUsedMemHigh: cudaGraphMemAttributeType = 1;
+pub(crate) const cudaGraphMemAttrReservedMemCurrent: cudaGraphMemAttributeType = 2;
+pub(crate) const cudaGraphMemAttrReservedMemHigh: cudaGraphMemAttributeType = 3;
+
+/// `cudaGraphInstantiateFlagAutoFreeOnLaunch` (flags are `unsigned long long`).
+pub(crate) const cudaGraphInstantiateFlagAutoFreeOnLaunch: u64 = 1;
+/// `cudaUserObjectNoDestructorSync` (the only flag `cudaUserObjectCreate` takes).
+pub(crate) const cudaUserObjectNoDestructorSync: c_uint = 0x1;
+/// `cudaGraphUserObjectMove`: the graph takes over the caller's reference.
+pub(crate) const cudaGraphUserObjectMove: c_uint = 0x1;
+
+// ---------------------------------------------------------------------------
+// Versions (`cudaRuntimeGetVersion`: major * 1000 + minor * 10).
+
+/// The majors this backend has declarations for.
+pub(crate) const CUDA_MAJOR_MIN: i32 = 12;
+pub(crate) const CUDA_MAJOR_MAX: i32 = 13;
+/// CUDA 13 exports `cudaStreamGetCaptureInfo` with the edge-data parameter
+/// (7 parameters) and `cudaGetDeviceProperties` with the current layout under
+/// the plain names; CUDA 12's plain names are older ABIs kept for old
+/// binaries (3 parameters; the CUDA 11 `cudaDeviceProp`), and its headers map
+/// the names to `cudaStreamGetCaptureInfo_v2` (6 parameters) and
+/// `cudaGetDeviceProperties_v2`. libcudart.so.13 has no `_v2` symbols.
+pub(crate) const CUDA_VERSION_13: i32 = 13_000;
+/// `cudaMemPoolProps::maxSize` exists from CUDA 12.2 (before, those bytes are
+/// `reserved` and must be zero).
+pub(crate) const CUDA_VERSION_POOL_MAX_SIZE: i32 = 12_020;
+/// `cudaLibraryLoadData` / `cudaLibraryGetKernel` / `cudaLibraryUnload`: not
+/// in libcudart 12.6, present in 12.8 (there is no 12.7 runtime).
+pub(crate) const CUDA_LIBRARY_API: &str = "CUDA 12.8";
+
+// ---------------------------------------------------------------------------
+// Structs.
+
+/// `struct cudaMemLocation`; `type_` is `enum cudaMemLocationType`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct cudaMemLocation {
+    pub type_: c_uint,
+    pub id: c_int,
+}
+
+/// `struct cudaMemAccessDesc`; `flags` is `enum cudaMemAccessFlags` (0 none,
+/// 1 read, 3 read-write).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct cudaMemAccessDesc {
+    pub location: cudaMemLocation,
+    pub flags: c_uint,
+}
+
+/// `struct cudaMemPoolProps`, in its CUDA >= 12.6 shape (the same in 13.x).
+/// CUDA 12.2-12.5 have `unsigned char reserved[56]` where `usage` and
+/// `reserved[54]` are; CUDA 12.0/12.1 have `reserved[64]` from `maxSize` on.
+/// The size (88) and every earlier offset are the same in all of them, and
+/// reserved bytes must be zero: the backend never writes `usage`, and writes
+/// `maxSize` only on a runtime that reads it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct cudaMemPoolProps {
+    /// `enum cudaMemAllocationType`.
+    pub allocType: c_uint,
+    /// `enum cudaMemAllocationHandleType` (a bit mask).
+    pub handleTypes: cudaMemAllocationHandleType,
+    pub location: cudaMemLocation,
+    pub win32SecurityAttributes: *mut c_void,
+    pub maxSize: usize,
+    pub usage: u16,
+    pub reserved: [u8; 54],
+}
+
+impl cudaMemPoolProps {
+    /// All fields zero / null, as the runtime expects for unused fields.
+    pub(crate) const fn zeroed() -> Self {
+        cudaMemPoolProps {
+            allocType: 0,
+            handleTypes: 0,
+            location: cudaMemLocation { type_: 0, id: 0 },
+            win32SecurityAttributes: std::ptr::null_mut(),
+            maxSize: 0,
+            usage: 0,
+            reserved: [0; 54],
+        }
+    }
+}
+
+/// `struct cudaMemPoolPtrExportData`: 64 opaque bytes.
+pub(crate) type cudaMemPoolPtrExportData = [u8; 64];
+
+/// `struct dim3` (`vector_types.h`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct dim3 {
+    pub x: c_uint,
+    pub y: c_uint,
+    pub z: c_uint,
+}
+
+/// Room for a `struct cudaDeviceProp` of either major: 1032 bytes in CUDA
+/// 12.x (`_v2`), 1008 in 13.0/13.1 (and less for the CUDA 11 layout behind
+/// CUDA 12's plain symbol). The backend reads only `char name[256]`, the
+/// first field in every version, and never the rest; the spare room makes a
+/// runtime that grew the struct harmless.
+#[repr(C, align(8))]
+pub(crate) struct cudaDevicePropStorage {
+    pub name: [u8; 256],
+    pub rest: [u8; 4096 - 256],
+}
+
+impl cudaDevicePropStorage {
+    pub(crate) const fn zeroed() -> Self {
+        cudaDevicePropStorage {
+            name: [0; 256],
+            rest: [0; 4096 - 256],
+        }
+    }
+}
+
+// Layouts as in the headers (x86-64 and aarch64 Linux; checked with
+// offsetof/sizeof against every header version listed at the top).
+const _: () = assert!(size_of::<cudaMemLocation>() == 8);
+const _: () = assert!(offset_of!(cudaMemLocation, id) == 4);
+const _: () = assert!(size_of::<cudaMemAccessDesc>() == 12);
+const _: () = assert!(offset_of!(cudaMemAccessDesc, flags) == 8);
+const _: () = assert!(size_of::<cudaMemPoolProps>() == 88);
+const _: () = assert!(align_of::<cudaMemPoolProps>() == 8);
+const _: () = assert!(offset_of!(cudaMemPoolProps, allocType) == 0);
+const _: () = assert!(offset_of!(cudaMemPoolProps, handleTypes) == 4);
+const _: () = assert!(offset_of!(cudaMemPoolProps, location) == 8);
+const _: () = assert!(offset_of!(cudaMemPoolProps, win32SecurityAttributes) == 16);
+const _: () = assert!(offset_of!(cudaMemPoolProps, maxSize) == 24);
+const _: () = assert!(offset_of!(cudaMemPoolProps, usage) == 32);
+const _: () = assert!(offset_of!(cudaMemPoolProps, reserved) == 34);
+const _: () = assert!(size_of::<cudaMemPoolPtrExportData>() == 64);
+const _: () = assert!(size_of::<dim3>() == 12);
+const _: () = assert!(size_of::<cudaDevicePropStorage>() >= 1032);
+const _: () = assert!(offset_of!(cudaDevicePropStorage, name) == 0);
+const _: () = assert!(size_of::<cudaStream_t>() == size_of::<*mut c_void>());
+const _: () = assert!(size_of::<cudaHostFn_t>() == size_of::<*mut c_void>());
