@@ -476,10 +476,12 @@ pub(crate) fn defer(item: Deferred, captures: &[Capturing]) -> Result<()> {
         // time: it only consumes the reference made here and moves the free
         // to a queue (no runtime call).
         if let Err(e) = unsafe { Active::graph_retain_release(graph, release_slot, data) } {
-            // Not registered. Whether the runtime still calls back is not
-            // known, so the reference made for it is left alone (at worst a
-            // small leak), and its hold is never given back: the free never
-            // becomes ready.
+            // Not registered: `release_slot` is never called for it and the
+            // reference is still ours (the backend's error contract). Its
+            // hold is never given back: the free never becomes ready.
+            // SAFETY: the reference made by `Arc::into_raw` just above,
+            // which nobody else will consume.
+            drop(unsafe { Arc::from_raw(data as *const Slot) });
             failure = Some(e);
             break;
         }
