@@ -348,19 +348,40 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// Copies `src` into the buffer and waits for the copy to finish.
+    ///
+    /// On a capturing stream this is [`Error::Capture`] and nothing is
+    /// enqueued (the graph would read `src` at every launch, long after this
+    /// borrow ends).
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
         self.check_len(src.len())?;
+        self.refuse_host_copy_in_capture()?;
         // SAFETY: `src` is borrowed until the stream is synchronised below.
         unsafe { self.copy_from_host_async(src)? };
         self.stream.synchronize()
     }
 
     /// Copies the buffer into `dst` and waits for the copy to finish.
+    ///
+    /// On a capturing stream this is [`Error::Capture`] and nothing is
+    /// enqueued (the graph would write `dst` at every launch).
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         self.check_len(dst.len())?;
+        self.refuse_host_copy_in_capture()?;
         // SAFETY: `dst` is borrowed until the stream is synchronised below.
         unsafe { self.copy_to_host_async(dst)? };
         self.stream.synchronize()
+    }
+
+    /// A synchronous host copy cannot be recorded into a graph.
+    fn refuse_host_copy_in_capture(&self) -> Result<()> {
+        match self.stream.capturing()? {
+            Some(c) => Err(Error::capture(format!(
+                "a synchronous copy between host and device on a stream in capture {}; \
+                 end the capture first",
+                c.id
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Copies the buffer into a new `Vec` (waits for the copy).
@@ -374,7 +395,10 @@ impl<T: Pod> DeviceBuffer<T> {
     ///
     /// # Safety
     /// `src` must stay alive and unchanged until the copy has completed
-    /// (for example until the stream is synchronised).
+    /// (for example until the stream is synchronised). On a capturing
+    /// stream the copy is recorded into the graph and happens at every
+    /// launch: `src` must then stay alive and unchanged for as long as the
+    /// graph (or an executable graph made from it) may be launched.
     pub unsafe fn copy_from_host_async(&mut self, src: &[T]) -> Result<()> {
         self.check_len(src.len())?;
         if self.size_in_bytes() == 0 {
@@ -396,7 +420,10 @@ impl<T: Pod> DeviceBuffer<T> {
     ///
     /// # Safety
     /// `dst` must stay alive and must not be read or written until the copy
-    /// has completed (for example until the stream is synchronised).
+    /// has completed (for example until the stream is synchronised). On a
+    /// capturing stream the copy happens at every launch of the graph: `dst`
+    /// must then stay alive, and unaccessed while a launch runs, for as long
+    /// as the graph may be launched.
     pub unsafe fn copy_to_host_async(&self, dst: &mut [T]) -> Result<()> {
         self.check_len(dst.len())?;
         if self.size_in_bytes() == 0 {

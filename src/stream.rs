@@ -332,7 +332,17 @@ impl Event {
     }
 
     /// Blocks until the recorded work has completed.
+    ///
+    /// An event last recorded during a capture marks a point of the graph,
+    /// not of a stream's work: waiting for it on the host is
+    /// [`Error::Capture`] (record it again outside the capture).
     pub fn synchronize(&self) -> Result<()> {
+        let id = self.capture_id.load(Ordering::Relaxed);
+        if id != 0 {
+            return Err(Error::capture(format!(
+                "host wait on an event recorded in capture {id}"
+            )));
+        }
         Active::event_synchronize(self.raw)
     }
 

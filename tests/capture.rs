@@ -469,6 +469,13 @@ fn use_on_across_the_edge_of_a_capture_is_refused() {
     // Fork `other` into the capture, use the buffer there, join back.
     let fork = Event::new(&g.dev).unwrap();
     fork.record(&g.stream).unwrap();
+    assert!(matches!(fork.synchronize(), Err(Error::Capture { .. })));
+    let mut host = vec![0u32; N];
+    assert!(matches!(
+        inside.copy_to_host(&mut host),
+        Err(Error::Capture { .. })
+    ));
+    assert!(matches!(inside.copy_from_host(&host), Err(Error::Capture { .. })));
     other.wait_event(&fork).unwrap();
     assert_eq!(other.capture_status().unwrap(), CaptureStatus::Active);
     inside.use_on(&other).unwrap();

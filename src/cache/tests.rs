@@ -941,8 +941,17 @@ fn device_buffers_under_capture() {
     other.set_fake_capture(CaptureStatus::Active, 16);
     assert!(matches!(inside.use_on(&other), Err(Error::Capture { .. })));
     other.set_fake_capture(CaptureStatus::None, 0);
-    // Synchronising a capturing stream is refused before the runtime sees it.
+    // Synchronising a capturing stream, and the synchronous host copies
+    // (whose host memory the graph would use at every launch), are refused
+    // before the runtime sees them.
     assert!(matches!(s.synchronize(), Err(Error::Capture { .. })));
+    let mut host = vec![0u32; 100];
+    assert!(matches!(inside.copy_from_host(&host), Err(Error::Capture { .. })));
+    assert!(matches!(
+        inside.copy_to_host(&mut host),
+        Err(Error::Capture { .. })
+    ));
+    assert!(matches!(inside.to_vec(), Err(Error::Capture { .. })));
     // Allocated and freed in the capture: freed now (a graph free node).
     drop(inside);
     assert_eq!(fake.state().live.len(), 2);
