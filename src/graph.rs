@@ -39,7 +39,7 @@
 //!
 //! # Which streams are asked
 //!
-//! Asking the runtime whether a stream is capturing costs about 45 ns, too
+//! Asking the runtime whether a stream is capturing costs 45–60 ns, too
 //! much for the cache tier's hot path (25–30 ns for a cached pair). somalloc
 //! counts the captures begun through [`Stream::begin_capture`]; an owned
 //! stream ([`Stream::new`]) is asked only while that count is not zero or
