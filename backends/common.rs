@@ -30,7 +30,7 @@ pub(crate) const ERROR_NOT_SUPPORTED: i32 = 801;
 
 #[path = "shared.rs"]
 mod shared;
-pub(crate) use shared::backend_impl;
+pub(crate) use shared::{backend_impl, shared_runtime_api};
 
 /// `cudaMemPoolAttr` / `hipMemPoolAttr`, in `PoolAttr`'s order: the same
 /// numbers on both (the backends assert theirs against these).
@@ -75,8 +75,8 @@ pub(crate) const GRAPH_MEM_RESERVED_HIGH: c_int = 3;
 ///     version: v;                       // names the runtime version in the expressions below
 ///     fn name = "symbol\0"; (args) -> ret;          // required: loading fails without it
 ///     fn name = if v >= X { "a\0" } else { "b\0" }; (args) -> ret;   // picked by version
-///     optional fn name = "symbol\0" since "ROCm 5.3"; (args) -> ret;  // may be missing
-///     optional fn name = "symbol\0" since "CUDA 13.0" if v >= X; (args) -> ret;
+///     optional(since "ROCm 5.3") fn name = "symbol\0"; (args) -> ret;  // may be missing
+///     optional(since "CUDA 13.0", if v >= X) fn name = "symbol\0"; (args) -> ret;
 /// }
 /// ```
 ///
@@ -92,7 +92,7 @@ macro_rules! runtime_api {
     (
         version: $version:ident;
         $( fn $name:ident = $sym:expr; ($($ty:ty),* $(,)?) -> $ret:ty; )*
-        $( optional fn $oname:ident = $osym:literal since $since:literal $(if $cond:expr)?;
+        $( optional(since $since:expr $(, if $cond:expr)?) fn $oname:ident = $osym:expr;
             ($($oty:ty),* $(,)?) -> $oret:ty; )*
     ) => {
         #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
@@ -121,16 +121,17 @@ macro_rules! runtime_api {
                         .map_err(|e| format!("symbol {} is missing: {e}", symbol.trim_end_matches('\0')))?;
                 )*
                 $(
-                    let wanted: bool = runtime_api!(@wanted $($cond)?);
+                    let symbol: &'static str = $osym;
+                    let wanted: bool = crate::common::runtime_api!(@wanted $($cond)?);
                     let found = if wanted {
                         // SAFETY: as above; a symbol that is absent is `None`.
-                        unsafe { lib.get::<unsafe extern "C" fn($($oty),*) -> $oret>($osym.as_bytes()) }
+                        unsafe { lib.get::<unsafe extern "C" fn($($oty),*) -> $oret>(symbol.as_bytes()) }
                             .ok()
                             .map(|f| *f)
                     } else {
                         None
                     };
-                    let $oname = crate::common::Optional::new(found, $osym, $since, $version);
+                    let $oname = crate::common::Optional::new(found, symbol, $since, $version);
                 )*
                 Ok(Api { $($name,)* $($oname,)* version: $version, _lib: lib })
             }

@@ -42,8 +42,8 @@ mod libc_api {
         version: version;
         fn abs = "abs\0"; (c_int) -> c_int;
         fn length = if version >= 2 { "strlen\0" } else { "no_such_symbol_in_libc\0" }; (*const c_char) -> usize;
-        optional fn labs = "labs\0" since "Fake 3" if version >= 3; (c_long) -> c_long;
-        optional fn missing = "no_such_symbol_in_libc\0" since "Fake 9"; () -> c_int;
+        optional(since "Fake 3", if version >= 3) fn labs = "labs\0"; (c_long) -> c_long;
+        optional(since "Fake 9") fn missing = "no_such_symbol_in_libc\0"; () -> c_int;
     }
 
     fn libc() -> libloading::Library {

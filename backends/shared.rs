@@ -4,12 +4,120 @@
 //! / `hipMallocAsync`), the same argument order and, for everything shared
 //! here, the same numbers (checked by the `const` assertions the macro emits).
 //! So each backend states only its name table and what really differs
-//! (device names, capture info, module loading and launches), and
+//! (device names, capture info, module loading and launches):
+//! [`shared_runtime_api!`] declares the functions both runtimes have under
+//! the vendor's prefix (`concat!("hip", "MallocAsync\0")`), and
 //! [`backend_impl!`] writes the rest: the `impl Backend`, the error-text type,
 //! `check`/`check_alloc`, the current-device hooks.
 //!
 //! The macro body is long because it is the whole shared backend; it is one
 //! piece of code, not a list, so it stays in one file.
+
+/// Declares (through `runtime_api!`) the functions both runtimes have, under
+/// `prefix`, with the vendor's handle and struct types, followed by the
+/// vendor's own `required` and `optional` declarations. `since` names, for
+/// each group of calls an older runtime may lack, the first release that has
+/// it. (ci/hip-on-cuda reads the `concat!($p, "...\0")` names here.)
+macro_rules! shared_runtime_api {
+    (
+        prefix: $p:literal, version: $v:ident,
+        stream: $s:ty, event: $e:ty, pool: $pool:ty, graph: $g:ty, exec: $x:ty, user_object: $u:ty,
+        host_fn: $host_fn:ty, location: $loc:ty, access_desc: $desc:ty, pool_props: $props:ty,
+        since: { graph_upload: $upload_since:literal, graph_memory: $mem_since:literal, user_objects: $uo_since:literal },
+        required { $($required:tt)* }
+        optional { $($optional:tt)* }
+    ) => {
+        crate::common::runtime_api! {
+            version: $v;
+            fn get_error_name = concat!($p, "GetErrorName\0"); (i32) -> *const std::ffi::c_char;
+            fn get_error_string = concat!($p, "GetErrorString\0"); (i32) -> *const std::ffi::c_char;
+            fn get_device_count = concat!($p, "GetDeviceCount\0"); (*mut std::ffi::c_int) -> i32;
+            fn set_device = concat!($p, "SetDevice\0"); (std::ffi::c_int) -> i32;
+            fn get_device = concat!($p, "GetDevice\0"); (*mut std::ffi::c_int) -> i32;
+            fn device_get_attribute = concat!($p, "DeviceGetAttribute\0"); (
+                *mut std::ffi::c_int, std::ffi::c_int, std::ffi::c_int,
+            ) -> i32;
+            fn mem_get_info = concat!($p, "MemGetInfo\0"); (*mut usize, *mut usize) -> i32;
+            fn stream_create_with_flags = concat!($p, "StreamCreateWithFlags\0"); (*mut $s, std::ffi::c_uint) -> i32;
+            fn stream_destroy = concat!($p, "StreamDestroy\0"); ($s) -> i32;
+            fn stream_synchronize = concat!($p, "StreamSynchronize\0"); ($s) -> i32;
+            fn stream_wait_event = concat!($p, "StreamWaitEvent\0"); ($s, $e, std::ffi::c_uint) -> i32;
+            fn event_create_with_flags = concat!($p, "EventCreateWithFlags\0"); (*mut $e, std::ffi::c_uint) -> i32;
+            fn event_destroy = concat!($p, "EventDestroy\0"); ($e) -> i32;
+            fn event_record = concat!($p, "EventRecord\0"); ($e, $s) -> i32;
+            fn event_synchronize = concat!($p, "EventSynchronize\0"); ($e) -> i32;
+            fn event_elapsed_time = concat!($p, "EventElapsedTime\0"); (*mut f32, $e, $e) -> i32;
+            fn device_get_default_mem_pool = concat!($p, "DeviceGetDefaultMemPool\0"); (*mut $pool, std::ffi::c_int) -> i32;
+            fn device_get_mem_pool = concat!($p, "DeviceGetMemPool\0"); (*mut $pool, std::ffi::c_int) -> i32;
+            fn device_set_mem_pool = concat!($p, "DeviceSetMemPool\0"); (std::ffi::c_int, $pool) -> i32;
+            fn mem_pool_create = concat!($p, "MemPoolCreate\0"); (*mut $pool, *const $props) -> i32;
+            fn mem_pool_destroy = concat!($p, "MemPoolDestroy\0"); ($pool) -> i32;
+            // Attribute ids are C enums (`int`); the value is an `int` or a
+            // 64-bit integer depending on the attribute.
+            fn mem_pool_set_attribute = concat!($p, "MemPoolSetAttribute\0"); (
+                $pool, std::ffi::c_int, *mut std::ffi::c_void,
+            ) -> i32;
+            fn mem_pool_get_attribute = concat!($p, "MemPoolGetAttribute\0"); (
+                $pool, std::ffi::c_int, *mut std::ffi::c_void,
+            ) -> i32;
+            fn mem_pool_trim_to = concat!($p, "MemPoolTrimTo\0"); ($pool, usize) -> i32;
+            fn device_can_access_peer = concat!($p, "DeviceCanAccessPeer\0"); (
+                *mut std::ffi::c_int, std::ffi::c_int, std::ffi::c_int,
+            ) -> i32;
+            fn mem_pool_set_access = concat!($p, "MemPoolSetAccess\0"); ($pool, *const $desc, usize) -> i32;
+            // The flags out-parameter is written by the runtime: a plain
+            // integer, so an unexpected value is data, not an invalid enum.
+            fn mem_pool_get_access = concat!($p, "MemPoolGetAccess\0"); (*mut u32, $pool, *mut $loc) -> i32;
+            // Handle types are a bit mask (`unsigned`).
+            fn mem_pool_export_to_shareable_handle = concat!($p, "MemPoolExportToShareableHandle\0"); (
+                *mut std::ffi::c_void, $pool, u32, std::ffi::c_uint,
+            ) -> i32;
+            fn mem_pool_import_from_shareable_handle = concat!($p, "MemPoolImportFromShareableHandle\0"); (
+                *mut $pool, *mut std::ffi::c_void, u32, std::ffi::c_uint,
+            ) -> i32;
+            // The export data is 64 opaque bytes in both.
+            fn mem_pool_export_pointer = concat!($p, "MemPoolExportPointer\0"); (*mut [u8; 64], *mut std::ffi::c_void) -> i32;
+            fn mem_pool_import_pointer = concat!($p, "MemPoolImportPointer\0"); (
+                *mut *mut std::ffi::c_void, $pool, *mut [u8; 64],
+            ) -> i32;
+            fn malloc_async = concat!($p, "MallocAsync\0"); (*mut *mut std::ffi::c_void, usize, $s) -> i32;
+            fn malloc_from_pool_async = concat!($p, "MallocFromPoolAsync\0"); (
+                *mut *mut std::ffi::c_void, usize, $pool, $s,
+            ) -> i32;
+            fn free_async = concat!($p, "FreeAsync\0"); (*mut std::ffi::c_void, $s) -> i32;
+            fn malloc = concat!($p, "Malloc\0"); (*mut *mut std::ffi::c_void, usize) -> i32;
+            fn free = concat!($p, "Free\0"); (*mut std::ffi::c_void) -> i32;
+            // The copy kind is a C enum (`int`).
+            fn memcpy_async = concat!($p, "MemcpyAsync\0"); (
+                *mut std::ffi::c_void, *const std::ffi::c_void, usize, std::ffi::c_int, $s,
+            ) -> i32;
+            fn memset_async = concat!($p, "MemsetAsync\0"); (*mut std::ffi::c_void, std::ffi::c_int, usize, $s) -> i32;
+            // Capture status and mode are C enums (`int`); the status is
+            // written by the runtime and read as an integer.
+            fn stream_is_capturing = concat!($p, "StreamIsCapturing\0"); ($s, *mut std::ffi::c_int) -> i32;
+            fn stream_begin_capture = concat!($p, "StreamBeginCapture\0"); ($s, std::ffi::c_int) -> i32;
+            fn stream_end_capture = concat!($p, "StreamEndCapture\0"); ($s, *mut $g) -> i32;
+            fn graph_destroy = concat!($p, "GraphDestroy\0"); ($g) -> i32;
+            fn graph_instantiate_with_flags = concat!($p, "GraphInstantiateWithFlags\0"); (*mut $x, $g, u64) -> i32;
+            fn graph_exec_destroy = concat!($p, "GraphExecDestroy\0"); ($x) -> i32;
+            fn graph_launch = concat!($p, "GraphLaunch\0"); ($x, $s) -> i32;
+            $($required)*
+            optional(since $upload_since) fn graph_upload = concat!($p, "GraphUpload\0"); ($x, $s) -> i32;
+            optional(since $mem_since) fn device_get_graph_mem_attribute = concat!($p, "DeviceGetGraphMemAttribute\0"); (
+                std::ffi::c_int, std::ffi::c_int, *mut std::ffi::c_void,
+            ) -> i32;
+            optional(since $mem_since) fn device_graph_mem_trim = concat!($p, "DeviceGraphMemTrim\0"); (std::ffi::c_int) -> i32;
+            optional(since $uo_since) fn user_object_create = concat!($p, "UserObjectCreate\0"); (
+                *mut $u, *mut std::ffi::c_void, $host_fn, std::ffi::c_uint, std::ffi::c_uint,
+            ) -> i32;
+            optional(since $uo_since) fn graph_retain_user_object = concat!($p, "GraphRetainUserObject\0"); (
+                $g, $u, std::ffi::c_uint, std::ffi::c_uint,
+            ) -> i32;
+            $($optional)*
+        }
+    };
+}
+pub(crate) use shared_runtime_api;
 
 /// Writes the shared part of a backend.
 ///

@@ -40,6 +40,13 @@
 //! * The library API (`cudaLibraryLoadData`, used only to load the test
 //!   kernels) exists from CUDA 12.8; before, loading a module is
 //!   `Unsupported` while everything else works.
+//!
+//! # What is written here and what is shared
+//!
+//! The functions both runtimes have, and the body of the `Backend` impl
+//! that drives them alike, are written once in `backends/shared.rs`
+//! (`shared_runtime_api!`, `backend_impl!`); this file holds the vendor's
+//! name table, its own functions, and the hooks where the vendors differ.
 
 #[path = "sys.rs"]
 mod sys;
@@ -47,7 +54,7 @@ mod sys;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
-use super::common::{self, backend_impl, handle, ordinal, runtime_api};
+use super::common::{self, backend_impl, handle, ordinal, shared_runtime_api};
 use crate::backend::{CaptureInfo, DevicePtr};
 use crate::error::{Error, Result};
 
@@ -57,111 +64,51 @@ const LIBRARY: &str = "libcudart";
 const LIBRARY_ENV: &str = "SOMALLOC_CUDART";
 const LIBRARY_NAMES: &[&str] = &["libcudart.so.13", "libcudart.so.12", "libcudart.so"];
 
-runtime_api! {
-    version: version;
-    fn get_error_name = "cudaGetErrorName\0"; (i32) -> *const c_char;
-    fn get_error_string = "cudaGetErrorString\0"; (i32) -> *const c_char;
-    fn get_device_count = "cudaGetDeviceCount\0"; (*mut c_int) -> i32;
-    fn set_device = "cudaSetDevice\0"; (c_int) -> i32;
-    fn get_device = "cudaGetDevice\0"; (*mut c_int) -> i32;
-    fn get_device_properties = if version >= sys::CUDA_VERSION_13 {
-        "cudaGetDeviceProperties\0"
-    } else {
-        "cudaGetDeviceProperties_v2\0"
-    }; (*mut sys::cudaDevicePropStorage, c_int) -> i32;
-    fn device_get_attribute = "cudaDeviceGetAttribute\0"; (*mut c_int, sys::cudaDeviceAttr, c_int) -> i32;
-    fn mem_get_info = "cudaMemGetInfo\0"; (*mut usize, *mut usize) -> i32;
-    fn stream_create_with_flags = "cudaStreamCreateWithFlags\0"; (*mut sys::cudaStream_t, c_uint) -> i32;
-    fn stream_destroy = "cudaStreamDestroy\0"; (sys::cudaStream_t) -> i32;
-    fn stream_synchronize = "cudaStreamSynchronize\0"; (sys::cudaStream_t) -> i32;
-    fn stream_wait_event = "cudaStreamWaitEvent\0"; (sys::cudaStream_t, sys::cudaEvent_t, c_uint) -> i32;
-    fn event_create_with_flags = "cudaEventCreateWithFlags\0"; (*mut sys::cudaEvent_t, c_uint) -> i32;
-    fn event_destroy = "cudaEventDestroy\0"; (sys::cudaEvent_t) -> i32;
-    fn event_record = "cudaEventRecord\0"; (sys::cudaEvent_t, sys::cudaStream_t) -> i32;
-    fn event_synchronize = "cudaEventSynchronize\0"; (sys::cudaEvent_t) -> i32;
-    fn event_elapsed_time = "cudaEventElapsedTime\0"; (*mut f32, sys::cudaEvent_t, sys::cudaEvent_t) -> i32;
-    fn device_get_default_mem_pool = "cudaDeviceGetDefaultMemPool\0"; (*mut sys::cudaMemPool_t, c_int) -> i32;
-    fn device_get_mem_pool = "cudaDeviceGetMemPool\0"; (*mut sys::cudaMemPool_t, c_int) -> i32;
-    fn device_set_mem_pool = "cudaDeviceSetMemPool\0"; (c_int, sys::cudaMemPool_t) -> i32;
-    fn mem_pool_create = "cudaMemPoolCreate\0"; (*mut sys::cudaMemPool_t, *const sys::cudaMemPoolProps) -> i32;
-    fn mem_pool_destroy = "cudaMemPoolDestroy\0"; (sys::cudaMemPool_t) -> i32;
-    fn mem_pool_set_attribute = "cudaMemPoolSetAttribute\0"; (sys::cudaMemPool_t, sys::cudaMemPoolAttr, *mut c_void) -> i32;
-    fn mem_pool_get_attribute = "cudaMemPoolGetAttribute\0"; (sys::cudaMemPool_t, sys::cudaMemPoolAttr, *mut c_void) -> i32;
-    fn mem_pool_trim_to = "cudaMemPoolTrimTo\0"; (sys::cudaMemPool_t, usize) -> i32;
-    fn device_can_access_peer = "cudaDeviceCanAccessPeer\0"; (*mut c_int, c_int, c_int) -> i32;
-    fn mem_pool_set_access = "cudaMemPoolSetAccess\0"; (sys::cudaMemPool_t, *const sys::cudaMemAccessDesc, usize) -> i32;
-    // The flags out-parameter is written by the runtime: a plain integer
-    // here, so an unexpected value is data, not an invalid enum.
-    fn mem_pool_get_access = "cudaMemPoolGetAccess\0"; (*mut c_uint, sys::cudaMemPool_t, *mut sys::cudaMemLocation) -> i32;
-    fn mem_pool_export_to_shareable_handle = "cudaMemPoolExportToShareableHandle\0"; (
-        *mut c_void, sys::cudaMemPool_t, sys::cudaMemAllocationHandleType, c_uint,
-    ) -> i32;
-    fn mem_pool_import_from_shareable_handle = "cudaMemPoolImportFromShareableHandle\0"; (
-        *mut sys::cudaMemPool_t, *mut c_void, sys::cudaMemAllocationHandleType, c_uint,
-    ) -> i32;
-    fn mem_pool_export_pointer = "cudaMemPoolExportPointer\0"; (*mut sys::cudaMemPoolPtrExportData, *mut c_void) -> i32;
-    fn mem_pool_import_pointer = "cudaMemPoolImportPointer\0"; (
-        *mut *mut c_void, sys::cudaMemPool_t, *mut sys::cudaMemPoolPtrExportData,
-    ) -> i32;
-    fn malloc_async = "cudaMallocAsync\0"; (*mut *mut c_void, usize, sys::cudaStream_t) -> i32;
-    fn malloc_from_pool_async = "cudaMallocFromPoolAsync\0"; (
-        *mut *mut c_void, usize, sys::cudaMemPool_t, sys::cudaStream_t,
-    ) -> i32;
-    fn free_async = "cudaFreeAsync\0"; (*mut c_void, sys::cudaStream_t) -> i32;
-    fn malloc = "cudaMalloc\0"; (*mut *mut c_void, usize) -> i32;
-    fn free = "cudaFree\0"; (*mut c_void) -> i32;
-    fn memcpy_async = "cudaMemcpyAsync\0"; (
-        *mut c_void, *const c_void, usize, sys::cudaMemcpyKind, sys::cudaStream_t,
-    ) -> i32;
-    fn memset_async = "cudaMemsetAsync\0"; (*mut c_void, c_int, usize, sys::cudaStream_t) -> i32;
-    fn launch_kernel = "cudaLaunchKernel\0"; (
-        *const c_void, sys::dim3, sys::dim3, *mut *mut c_void, usize, sys::cudaStream_t,
-    ) -> i32;
-    fn stream_is_capturing = "cudaStreamIsCapturing\0"; (sys::cudaStream_t, *mut sys::cudaStreamCaptureStatus) -> i32;
-    fn stream_begin_capture = "cudaStreamBeginCapture\0"; (sys::cudaStream_t, sys::cudaStreamCaptureMode) -> i32;
-    fn stream_end_capture = "cudaStreamEndCapture\0"; (sys::cudaStream_t, *mut sys::cudaGraph_t) -> i32;
-    fn graph_destroy = "cudaGraphDestroy\0"; (sys::cudaGraph_t) -> i32;
-    fn graph_instantiate_with_flags = "cudaGraphInstantiateWithFlags\0"; (
-        *mut sys::cudaGraphExec_t, sys::cudaGraph_t, u64,
-    ) -> i32;
-    fn graph_exec_destroy = "cudaGraphExecDestroy\0"; (sys::cudaGraphExec_t) -> i32;
-    fn graph_launch = "cudaGraphLaunch\0"; (sys::cudaGraphExec_t, sys::cudaStream_t) -> i32;
-    // In every CUDA 12 and 13 runtime; optional (since the CUDA 11 release
-    // that added them) so that both backends share one body for them.
-    optional fn graph_upload = "cudaGraphUpload\0" since "CUDA 11.1"; (sys::cudaGraphExec_t, sys::cudaStream_t) -> i32;
-    optional fn device_get_graph_mem_attribute = "cudaDeviceGetGraphMemAttribute\0" since "CUDA 11.4"; (
-        c_int, sys::cudaGraphMemAttributeType, *mut c_void,
-    ) -> i32;
-    optional fn device_graph_mem_trim = "cudaDeviceGraphMemTrim\0" since "CUDA 11.4"; (c_int) -> i32;
-    optional fn user_object_create = "cudaUserObjectCreate\0" since "CUDA 11.3"; (
-        *mut sys::cudaUserObject_t, *mut c_void, sys::cudaHostFn_t, c_uint, c_uint,
-    ) -> i32;
-    optional fn graph_retain_user_object = "cudaGraphRetainUserObject\0" since "CUDA 11.3"; (
-        sys::cudaGraph_t, sys::cudaUserObject_t, c_uint, c_uint,
-    ) -> i32;
-    // cudaStreamGetCaptureInfo: the headers of each major map the name to a
-    // different symbol and signature (see sys.rs); exactly one is loaded.
-    optional fn stream_get_capture_info_v2 = "cudaStreamGetCaptureInfo_v2\0" since "CUDA 11.3"
-        if version < sys::CUDA_VERSION_13; (
-        sys::cudaStream_t, *mut sys::cudaStreamCaptureStatus, *mut u64, *mut sys::cudaGraph_t,
-        *mut *const sys::cudaGraphNode_t, *mut usize,
-    ) -> i32;
-    optional fn stream_get_capture_info = "cudaStreamGetCaptureInfo\0" since "CUDA 13.0"
-        if version >= sys::CUDA_VERSION_13; (
-        sys::cudaStream_t, *mut sys::cudaStreamCaptureStatus, *mut u64, *mut sys::cudaGraph_t,
-        *mut *const sys::cudaGraphNode_t, *mut *const sys::cudaGraphEdgeData, *mut usize,
-    ) -> i32;
-    // Only the test kernels are loaded this way; the JIT and library option
-    // arrays are always null (their element types are C enums).
-    optional fn library_load_data = "cudaLibraryLoadData\0" since "CUDA 12.8"; (
-        *mut sys::cudaLibrary_t, *const c_void,
-        *mut c_int, *mut *mut c_void, c_uint,
-        *mut c_int, *mut *mut c_void, c_uint,
-    ) -> i32;
-    optional fn library_unload = "cudaLibraryUnload\0" since "CUDA 12.8"; (sys::cudaLibrary_t) -> i32;
-    optional fn library_get_kernel = "cudaLibraryGetKernel\0" since "CUDA 12.8"; (
-        *mut sys::cudaKernel_t, sys::cudaLibrary_t, *const c_char,
-    ) -> i32;
+shared_runtime_api! {
+    prefix: "cuda", version: version,
+    stream: sys::cudaStream_t, event: sys::cudaEvent_t, pool: sys::cudaMemPool_t,
+    graph: sys::cudaGraph_t, exec: sys::cudaGraphExec_t, user_object: sys::cudaUserObject_t,
+    host_fn: sys::cudaHostFn_t, location: sys::cudaMemLocation, access_desc: sys::cudaMemAccessDesc,
+    pool_props: sys::cudaMemPoolProps,
+    // Every CUDA 12 and 13 runtime has them; the CUDA 11 release that added
+    // each is named for the shared body's sake.
+    since: { graph_upload: "CUDA 11.1", graph_memory: "CUDA 11.4", user_objects: "CUDA 11.3" },
+    required {
+        fn get_device_properties = if version >= sys::CUDA_VERSION_13 {
+            "cudaGetDeviceProperties\0"
+        } else {
+            "cudaGetDeviceProperties_v2\0"
+        }; (*mut sys::cudaDevicePropStorage, c_int) -> i32;
+        fn launch_kernel = "cudaLaunchKernel\0"; (
+            *const c_void, sys::dim3, sys::dim3, *mut *mut c_void, usize, sys::cudaStream_t,
+        ) -> i32;
+    }
+    optional {
+        // cudaStreamGetCaptureInfo: the headers of each major map the name
+        // to a different symbol and signature (see sys.rs); exactly one is
+        // loaded.
+        optional(since "CUDA 11.3", if version < sys::CUDA_VERSION_13)
+        fn stream_get_capture_info_v2 = "cudaStreamGetCaptureInfo_v2\0"; (
+            sys::cudaStream_t, *mut sys::cudaStreamCaptureStatus, *mut u64, *mut sys::cudaGraph_t,
+            *mut *const sys::cudaGraphNode_t, *mut usize,
+        ) -> i32;
+        optional(since "CUDA 13.0", if version >= sys::CUDA_VERSION_13)
+        fn stream_get_capture_info = "cudaStreamGetCaptureInfo\0"; (
+            sys::cudaStream_t, *mut sys::cudaStreamCaptureStatus, *mut u64, *mut sys::cudaGraph_t,
+            *mut *const sys::cudaGraphNode_t, *mut *const sys::cudaGraphEdgeData, *mut usize,
+        ) -> i32;
+        // Only the test kernels are loaded this way; the JIT and library
+        // option arrays are always null (their element types are C enums).
+        optional(since sys::CUDA_LIBRARY_API) fn library_load_data = "cudaLibraryLoadData\0"; (
+            *mut sys::cudaLibrary_t, *const c_void,
+            *mut c_int, *mut *mut c_void, c_uint,
+            *mut c_int, *mut *mut c_void, c_uint,
+        ) -> i32;
+        optional(since sys::CUDA_LIBRARY_API) fn library_unload = "cudaLibraryUnload\0"; (sys::cudaLibrary_t) -> i32;
+        optional(since sys::CUDA_LIBRARY_API) fn library_get_kernel = "cudaLibraryGetKernel\0"; (
+            *mut sys::cudaKernel_t, sys::cudaLibrary_t, *const c_char,
+        ) -> i32;
+    }
 }
 
 handle!(

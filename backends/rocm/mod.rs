@@ -9,7 +9,7 @@
 //! every reason), never a panic. Every function is declared to return a plain `i32`: crates such as
 //! `hip-runtime-sys` declare `hipError_t` as a Rust enum, and a code that
 //! another runtime version adds would then be an invalid enum value, which is
-//! undefined behaviour. As an `i32` it is just data ([`VendorCode`]). A
+//! undefined behaviour. As an `i32` it is just data ([`VendorCode`](crate::VendorCode)). A
 //! failed call leaves the runtime's last error (`hipGetLastError`) as the
 //! failed runtime call set it; somalloc does not reset it (see `common.rs`).
 //!
@@ -63,6 +63,13 @@
 //!   the check is a comparison with the version read at load.
 //! * `hipStreamGetCaptureInfo_v2` refuses the null stream (CUDA answers "not
 //!   capturing"); for it the backend asks `hipStreamIsCapturing`.
+//!
+//! # What is written here and what is shared
+//!
+//! The functions both runtimes have, and the body of the `Backend` impl
+//! that drives them alike, are written once in `backends/shared.rs`
+//! (`shared_runtime_api!`, `backend_impl!`); this file holds the vendor's
+//! name table, its own functions, and the hooks where the vendors differ.
 
 #[path = "sys.rs"]
 mod sys;
@@ -70,7 +77,7 @@ mod sys;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
-use super::common::{self, backend_impl, handle, ordinal, runtime_api};
+use super::common::{self, backend_impl, handle, ordinal, shared_runtime_api};
 use crate::backend::{CaptureInfo, DevicePtr};
 use crate::error::{Error, Result};
 
@@ -85,85 +92,36 @@ const LIBRARY_NAMES: &[&str] = &[
     "libamdhip64.so",
 ];
 
-runtime_api! {
-    version: version;
-    fn get_error_name = "hipGetErrorName\0"; (i32) -> *const c_char;
-    fn get_error_string = "hipGetErrorString\0"; (i32) -> *const c_char;
-    fn get_device_count = "hipGetDeviceCount\0"; (*mut c_int) -> i32;
-    fn set_device = "hipSetDevice\0"; (c_int) -> i32;
-    fn get_device = "hipGetDevice\0"; (*mut c_int) -> i32;
-    fn device_get = "hipDeviceGet\0"; (*mut sys::hipDevice_t, c_int) -> i32;
-    fn device_get_name = "hipDeviceGetName\0"; (*mut c_char, c_int, sys::hipDevice_t) -> i32;
-    fn device_get_attribute = "hipDeviceGetAttribute\0"; (*mut c_int, sys::hipDeviceAttribute_t, c_int) -> i32;
-    fn mem_get_info = "hipMemGetInfo\0"; (*mut usize, *mut usize) -> i32;
-    fn stream_create_with_flags = "hipStreamCreateWithFlags\0"; (*mut sys::hipStream_t, c_uint) -> i32;
-    fn stream_destroy = "hipStreamDestroy\0"; (sys::hipStream_t) -> i32;
-    fn stream_synchronize = "hipStreamSynchronize\0"; (sys::hipStream_t) -> i32;
-    fn stream_wait_event = "hipStreamWaitEvent\0"; (sys::hipStream_t, sys::hipEvent_t, c_uint) -> i32;
-    fn event_create_with_flags = "hipEventCreateWithFlags\0"; (*mut sys::hipEvent_t, c_uint) -> i32;
-    fn event_destroy = "hipEventDestroy\0"; (sys::hipEvent_t) -> i32;
-    fn event_record = "hipEventRecord\0"; (sys::hipEvent_t, sys::hipStream_t) -> i32;
-    fn event_synchronize = "hipEventSynchronize\0"; (sys::hipEvent_t) -> i32;
-    fn event_elapsed_time = "hipEventElapsedTime\0"; (*mut f32, sys::hipEvent_t, sys::hipEvent_t) -> i32;
-    fn device_get_default_mem_pool = "hipDeviceGetDefaultMemPool\0"; (*mut sys::hipMemPool_t, c_int) -> i32;
-    fn device_get_mem_pool = "hipDeviceGetMemPool\0"; (*mut sys::hipMemPool_t, c_int) -> i32;
-    fn device_set_mem_pool = "hipDeviceSetMemPool\0"; (c_int, sys::hipMemPool_t) -> i32;
-    fn mem_pool_create = "hipMemPoolCreate\0"; (*mut sys::hipMemPool_t, *const sys::hipMemPoolProps) -> i32;
-    fn mem_pool_destroy = "hipMemPoolDestroy\0"; (sys::hipMemPool_t) -> i32;
-    fn mem_pool_set_attribute = "hipMemPoolSetAttribute\0"; (sys::hipMemPool_t, sys::hipMemPoolAttr, *mut c_void) -> i32;
-    fn mem_pool_get_attribute = "hipMemPoolGetAttribute\0"; (sys::hipMemPool_t, sys::hipMemPoolAttr, *mut c_void) -> i32;
-    fn device_can_access_peer = "hipDeviceCanAccessPeer\0"; (*mut c_int, c_int, c_int) -> i32;
-    fn mem_pool_set_access = "hipMemPoolSetAccess\0"; (sys::hipMemPool_t, *const sys::hipMemAccessDesc, usize) -> i32;
-    fn mem_pool_get_access = "hipMemPoolGetAccess\0"; (*mut u32, sys::hipMemPool_t, *mut sys::hipMemLocation) -> i32;
-    fn mem_pool_export_to_shareable_handle = "hipMemPoolExportToShareableHandle\0"; (*mut c_void, sys::hipMemPool_t, u32, c_uint) -> i32;
-    fn mem_pool_import_from_shareable_handle = "hipMemPoolImportFromShareableHandle\0"; (*mut sys::hipMemPool_t, *mut c_void, u32, c_uint) -> i32;
-    fn mem_pool_export_pointer = "hipMemPoolExportPointer\0"; (*mut [u8; 64], *mut c_void) -> i32;
-    fn mem_pool_import_pointer = "hipMemPoolImportPointer\0"; (*mut *mut c_void, sys::hipMemPool_t, *mut [u8; 64]) -> i32;
-    fn mem_pool_trim_to = "hipMemPoolTrimTo\0"; (sys::hipMemPool_t, usize) -> i32;
-    fn malloc_async = "hipMallocAsync\0"; (*mut *mut c_void, usize, sys::hipStream_t) -> i32;
-    fn malloc_from_pool_async = "hipMallocFromPoolAsync\0"; (*mut *mut c_void, usize, sys::hipMemPool_t, sys::hipStream_t) -> i32;
-    fn free_async = "hipFreeAsync\0"; (*mut c_void, sys::hipStream_t) -> i32;
-    fn malloc = "hipMalloc\0"; (*mut *mut c_void, usize) -> i32;
-    fn free = "hipFree\0"; (*mut c_void) -> i32;
-    fn memcpy_async = "hipMemcpyAsync\0"; (*mut c_void, *const c_void, usize, sys::hipMemcpyKind, sys::hipStream_t) -> i32;
-    fn memset_async = "hipMemsetAsync\0"; (*mut c_void, c_int, usize, sys::hipStream_t) -> i32;
-    fn module_load_data = "hipModuleLoadData\0"; (*mut sys::hipModule_t, *const c_void) -> i32;
-    fn module_unload = "hipModuleUnload\0"; (sys::hipModule_t) -> i32;
-    fn module_get_function = "hipModuleGetFunction\0"; (*mut sys::hipFunction_t, sys::hipModule_t, *const c_char) -> i32;
-    fn module_launch_kernel = "hipModuleLaunchKernel\0"; (
-        sys::hipFunction_t,
-        c_uint, c_uint, c_uint,
-        c_uint, c_uint, c_uint,
-        c_uint, sys::hipStream_t,
-        *mut *mut c_void, *mut *mut c_void,
-    ) -> i32;
-    // Capture and graphs: in every HIP runtime since ROCm 4.5 (5.2.3's
-    // libamdhip64 exports them in nodes hip_4.3 and hip_4.5).
-    fn stream_is_capturing = "hipStreamIsCapturing\0"; (sys::hipStream_t, *mut sys::hipStreamCaptureStatus) -> i32;
-    fn stream_get_capture_info_v2 = "hipStreamGetCaptureInfo_v2\0"; (
-        sys::hipStream_t, *mut sys::hipStreamCaptureStatus, *mut u64, *mut sys::hipGraph_t,
-        *mut *const sys::hipGraphNode_t, *mut usize,
-    ) -> i32;
-    fn stream_begin_capture = "hipStreamBeginCapture\0"; (sys::hipStream_t, sys::hipStreamCaptureMode) -> i32;
-    fn stream_end_capture = "hipStreamEndCapture\0"; (sys::hipStream_t, *mut sys::hipGraph_t) -> i32;
-    fn graph_destroy = "hipGraphDestroy\0"; (sys::hipGraph_t) -> i32;
-    fn graph_instantiate_with_flags = "hipGraphInstantiateWithFlags\0"; (
-        *mut sys::hipGraphExec_t, sys::hipGraph_t, u64,
-    ) -> i32;
-    fn graph_exec_destroy = "hipGraphExecDestroy\0"; (sys::hipGraphExec_t) -> i32;
-    fn graph_launch = "hipGraphLaunch\0"; (sys::hipGraphExec_t, sys::hipStream_t) -> i32;
-    // Newer than ROCm 5.2 (see the version table in sys.rs).
-    optional fn graph_upload = "hipGraphUpload\0" since "ROCm 5.5"; (sys::hipGraphExec_t, sys::hipStream_t) -> i32;
-    optional fn device_get_graph_mem_attribute = "hipDeviceGetGraphMemAttribute\0" since "ROCm 5.3"; (
-        c_int, sys::hipGraphMemAttributeType, *mut c_void,
-    ) -> i32;
-    optional fn device_graph_mem_trim = "hipDeviceGraphMemTrim\0" since "ROCm 5.3"; (c_int) -> i32;
-    optional fn user_object_create = "hipUserObjectCreate\0" since "ROCm 5.3"; (
-        *mut sys::hipUserObject_t, *mut c_void, sys::hipHostFn_t, c_uint, c_uint,
-    ) -> i32;
-    optional fn graph_retain_user_object = "hipGraphRetainUserObject\0" since "ROCm 5.3"; (
-        sys::hipGraph_t, sys::hipUserObject_t, c_uint, c_uint,
-    ) -> i32;
+shared_runtime_api! {
+    prefix: "hip", version: version,
+    stream: sys::hipStream_t, event: sys::hipEvent_t, pool: sys::hipMemPool_t,
+    graph: sys::hipGraph_t, exec: sys::hipGraphExec_t, user_object: sys::hipUserObject_t,
+    host_fn: sys::hipHostFn_t, location: sys::hipMemLocation, access_desc: sys::hipMemAccessDesc,
+    pool_props: sys::hipMemPoolProps,
+    // The shared graph calls newer than ROCm 5.2 (version table in sys.rs).
+    since: { graph_upload: "ROCm 5.5", graph_memory: "ROCm 5.3", user_objects: "ROCm 5.3" },
+    required {
+        fn device_get = "hipDeviceGet\0"; (*mut sys::hipDevice_t, c_int) -> i32;
+        fn device_get_name = "hipDeviceGetName\0"; (*mut c_char, c_int, sys::hipDevice_t) -> i32;
+        fn module_load_data = "hipModuleLoadData\0"; (*mut sys::hipModule_t, *const c_void) -> i32;
+        fn module_unload = "hipModuleUnload\0"; (sys::hipModule_t) -> i32;
+        fn module_get_function = "hipModuleGetFunction\0"; (
+            *mut sys::hipFunction_t, sys::hipModule_t, *const c_char,
+        ) -> i32;
+        fn module_launch_kernel = "hipModuleLaunchKernel\0"; (
+            sys::hipFunction_t,
+            c_uint, c_uint, c_uint,
+            c_uint, c_uint, c_uint,
+            c_uint, sys::hipStream_t,
+            *mut *mut c_void, *mut *mut c_void,
+        ) -> i32;
+        // Since ROCm 4.5 (node hip_4.5 of 5.2.3's libamdhip64).
+        fn stream_get_capture_info_v2 = "hipStreamGetCaptureInfo_v2\0"; (
+            sys::hipStream_t, *mut sys::hipStreamCaptureStatus, *mut u64, *mut sys::hipGraph_t,
+            *mut *const sys::hipGraphNode_t, *mut usize,
+        ) -> i32;
+    }
+    optional {}
 }
 
 handle!(
