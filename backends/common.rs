@@ -15,7 +15,7 @@
 use std::ffi::{c_char, c_int, CStr};
 use std::marker::PhantomData;
 
-use crate::backend::{CaptureInfo, CaptureStatus, GraphMemAttr, RawCaptureMode};
+use crate::backend::{CaptureInfo, CaptureStatus, GraphMemAttr, PoolAttr, RawCaptureMode};
 use crate::error::{record_drop_error, Error, Result, VendorCode};
 
 pub(crate) const SUCCESS: i32 = 0;
@@ -27,6 +27,28 @@ pub(crate) const ERROR_INSUFFICIENT_DRIVER: i32 = 35;
 pub(crate) const ERROR_NO_DEVICE: i32 = 100;
 /// cudaErrorNotSupported / hipErrorNotSupported.
 pub(crate) const ERROR_NOT_SUPPORTED: i32 = 801;
+
+#[path = "shared.rs"]
+mod shared;
+pub(crate) use shared::{backend_impl, shared_runtime_api};
+
+/// `cudaMemPoolAttr` / `hipMemPoolAttr`, in `PoolAttr`'s order: the same
+/// numbers on both (the backends assert theirs against these).
+pub(crate) const POOL_ATTRS: [c_int; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+
+pub(crate) fn pool_attr(a: PoolAttr) -> c_int {
+    let index = match a {
+        PoolAttr::ReuseFollowEventDependencies => 0,
+        PoolAttr::ReuseAllowOpportunistic => 1,
+        PoolAttr::ReuseAllowInternalDependencies => 2,
+        PoolAttr::ReleaseThreshold => 3,
+        PoolAttr::ReservedMemCurrent => 4,
+        PoolAttr::ReservedMemHigh => 5,
+        PoolAttr::UsedMemCurrent => 6,
+        PoolAttr::UsedMemHigh => 7,
+    };
+    POOL_ATTRS[index]
+}
 
 // Stream capture and graph memory: CUDA and HIP number these the same (each
 // backend asserts its own constants against these).
@@ -53,8 +75,8 @@ pub(crate) const GRAPH_MEM_RESERVED_HIGH: c_int = 3;
 ///     version: v;                       // names the runtime version in the expressions below
 ///     fn name = "symbol\0"; (args) -> ret;          // required: loading fails without it
 ///     fn name = if v >= X { "a\0" } else { "b\0" }; (args) -> ret;   // picked by version
-///     optional fn name = "symbol\0" since "ROCm 5.3"; (args) -> ret;  // may be missing
-///     optional fn name = "symbol\0" since "CUDA 13.0" if v >= X; (args) -> ret;
+///     optional(since "ROCm 5.3") fn name = "symbol\0"; (args) -> ret;  // may be missing
+///     optional(since "CUDA 13.0", if v >= X) fn name = "symbol\0"; (args) -> ret;
 /// }
 /// ```
 ///
@@ -70,7 +92,7 @@ macro_rules! runtime_api {
     (
         version: $version:ident;
         $( fn $name:ident = $sym:expr; ($($ty:ty),* $(,)?) -> $ret:ty; )*
-        $( optional fn $oname:ident = $osym:literal since $since:literal $(if $cond:expr)?;
+        $( optional(since $since:expr $(, if $cond:expr)?) fn $oname:ident = $osym:expr;
             ($($oty:ty),* $(,)?) -> $oret:ty; )*
     ) => {
         #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
@@ -99,16 +121,17 @@ macro_rules! runtime_api {
                         .map_err(|e| format!("symbol {} is missing: {e}", symbol.trim_end_matches('\0')))?;
                 )*
                 $(
-                    let wanted: bool = runtime_api!(@wanted $($cond)?);
+                    let symbol: &'static str = $osym;
+                    let wanted: bool = crate::common::runtime_api!(@wanted $($cond)?);
                     let found = if wanted {
                         // SAFETY: as above; a symbol that is absent is `None`.
-                        unsafe { lib.get::<unsafe extern "C" fn($($oty),*) -> $oret>($osym.as_bytes()) }
+                        unsafe { lib.get::<unsafe extern "C" fn($($oty),*) -> $oret>(symbol.as_bytes()) }
                             .ok()
                             .map(|f| *f)
                     } else {
                         None
                     };
-                    let $oname = crate::common::Optional::new(found, $osym, $since, $version);
+                    let $oname = crate::common::Optional::new(found, symbol, $since, $version);
                 )*
                 Ok(Api { $($name,)* $($oname,)* version: $version, _lib: lib })
             }
@@ -117,12 +140,12 @@ macro_rules! runtime_api {
 }
 pub(crate) use runtime_api;
 
-/// A `Copy` newtype around a vendor handle.
+/// `Copy` newtypes around vendor handles: `handle!(CudaStream = cudaStream_t, ...)`.
 macro_rules! handle {
-    ($(#[$m:meta])* $name:ident, $raw:ty) => {
-        $(#[$m])*
+    ($($name:ident = $raw:ident),* $(,)?) => {$(
+        #[doc = concat!("`", stringify!($raw), "`.")]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        pub(crate) struct $name(pub(crate) $raw);
+        pub(crate) struct $name(pub(crate) sys::$raw);
         // SAFETY: CUDA and HIP handles are opaque pointers that the runtime
         // accepts from any host thread and synchronises internally.
         // Ownership (who destroys the handle) is tracked by the safe types.
@@ -130,9 +153,22 @@ macro_rules! handle {
         // SAFETY: as above; nothing mutates through a shared handle on the
         // host side.
         unsafe impl Sync for $name {}
-    };
+    )*};
 }
 pub(crate) use handle;
+
+/// Declares C structs that the headers leave incomplete (handles point to
+/// them; they are never dereferenced).
+macro_rules! opaque {
+    ($($name:ident),* $(,)?) => {$(
+        #[doc = concat!("`struct ", stringify!($name), "` (never dereferenced).")]
+        #[repr(C)]
+        pub(crate) struct $name {
+            _opaque: [u8; 0],
+        }
+    )*};
+}
+pub(crate) use opaque;
 
 /// A static NUL-terminated string from the runtime, or "" for null.
 pub(crate) fn c_str(p: *const c_char) -> String {
@@ -186,6 +222,69 @@ impl<F: Copy> Optional<F> {
             ),
         }
     }
+}
+
+/// `$env` alone when it is set (so a deployment, or a test, can pin the exact
+/// library), else the usual names of the runtime, newest first.
+pub(crate) fn library_candidates(env: &str, names: &[&str]) -> Vec<String> {
+    match std::env::var(env) {
+        Ok(explicit) if !explicit.is_empty() => vec![explicit],
+        _ => names.iter().map(|n| n.to_string()).collect(),
+    }
+}
+
+/// Opens the first candidate that opens, reads its version, lets `refuse`
+/// turn it down, and loads its symbols. The first library that opens is the
+/// one used: one of an unusable version or without a required function is
+/// an error, not a reason to fall back to another runtime. Every failure is
+/// [`Error::RuntimeNotFound`] with all the reasons, never a panic.
+///
+/// # Safety
+/// Each candidate is a runtime whose `version_symbol` is `int f(int*)` and
+/// for which `load` is sound with the version it reports.
+pub(crate) unsafe fn load_runtime<A>(
+    library: &'static str,
+    searched: Vec<String>,
+    version_symbol: &str,
+    refuse: impl Fn(i32) -> Option<String>,
+    load: unsafe fn(libloading::Library, i32) -> std::result::Result<A, String>,
+) -> Result<A> {
+    let mut failures = Vec::new();
+    for name in &searched {
+        // SAFETY: loading a runtime runs its initialisers, which have no
+        // preconditions on the caller.
+        match unsafe { libloading::Library::new(name) } {
+            Ok(lib) => {
+                // SAFETY: the caller's contract.
+                let loaded = unsafe { library_version(&lib, version_symbol) }.and_then(|version| {
+                    match refuse(version) {
+                        Some(why) => Err(why),
+                        // SAFETY: the caller's contract, with this library's
+                        // own version.
+                        None => unsafe { load(lib, version) },
+                    }
+                });
+                return loaded.map_err(|e| {
+                    failures.push(format!("{name}: {e}"));
+                    Error::RuntimeNotFound {
+                        library,
+                        searched: searched.clone(),
+                        reason: failures.join("; "),
+                    }
+                });
+            }
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    Err(Error::RuntimeNotFound {
+        library,
+        reason: if failures.is_empty() {
+            "no candidate".to_string()
+        } else {
+            failures.join("; ")
+        },
+        searched,
+    })
 }
 
 /// The version a runtime library reports through `symbol`
@@ -361,179 +460,5 @@ pub(crate) fn check_alloc<C: Codes>(call: &'static str, code: i32, bytes: usize)
 }
 
 #[cfg(test)]
-mod tests {
-    use std::ffi::c_long;
-
-    use super::*;
-
-    struct FakeCodes;
-
-    impl Codes for FakeCodes {
-        const BACKEND: &'static str = "fake";
-        fn version_text(version: i32) -> String {
-            format!("Fake {version}")
-        }
-        fn texts(_code: i32) -> (String, String) {
-            (String::new(), String::new())
-        }
-    }
-
-    extern "C" fn seven() -> c_int {
-        7
-    }
-
-    #[test]
-    fn a_missing_optional_call_is_unsupported_naming_both_runtimes() {
-        let missing: Optional<extern "C" fn() -> c_int> = Optional::new(None, "fakeCall\0", "Fake 5", 4);
-        match missing.get::<FakeCodes>() {
-            Err(Error::Unsupported { backend, what }) => {
-                assert_eq!(backend, "fake");
-                assert_eq!(what, "fakeCall needs Fake 5 or later; this runtime is Fake 4");
-            }
-            other => panic!("unexpected {:?}", other.map(|_| ())),
-        }
-        let present = Optional::new(Some(seven as extern "C" fn() -> c_int), "fakeCall\0", "Fake 5", 6);
-        assert_eq!(present.get::<FakeCodes>().map(|f| f()).ok(), Some(7));
-    }
-
-    // The C library stands in for a runtime: `runtime_api!` loads what it
-    // has, leaves out what it lacks or what the version rules out, and fails
-    // the load for a missing required symbol.
-    mod libc_api {
-        use super::*;
-
-        runtime_api! {
-            version: version;
-            fn abs = "abs\0"; (c_int) -> c_int;
-            fn length = if version >= 2 { "strlen\0" } else { "no_such_symbol_in_libc\0" }; (*const c_char) -> usize;
-            optional fn labs = "labs\0" since "Fake 3" if version >= 3; (c_long) -> c_long;
-            optional fn missing = "no_such_symbol_in_libc\0" since "Fake 9"; () -> c_int;
-        }
-
-        fn libc() -> libloading::Library {
-            // SAFETY: the C library's initialisers have no preconditions.
-            unsafe { libloading::Library::new("libc.so.6") }.expect("libc.so.6 loads")
-        }
-
-        #[test]
-        fn symbols_are_picked_and_made_optional_by_version() {
-            // SAFETY: `abs`, `strlen` and `labs` have these C signatures.
-            let old = unsafe { Api::load(libc(), 1) };
-            match old {
-                Err(e) => assert!(e.contains("no_such_symbol_in_libc is missing"), "{e}"),
-                Ok(_) => panic!("a missing required symbol must fail the load"),
-            }
-            // SAFETY: as above.
-            let two = unsafe { Api::load(libc(), 2) }.expect("version 2 loads");
-            assert_eq!(two.version, 2);
-            // SAFETY: plain values and a NUL-terminated string.
-            unsafe {
-                assert_eq!((two.abs)(-5), 5);
-                assert_eq!((two.length)(c"four".as_ptr()), 4);
-            }
-            let labs = two.labs.get::<FakeCodes>().map(|_| ());
-            assert!(matches!(labs, Err(Error::Unsupported { what, .. })
-                if what == "labs needs Fake 3 or later; this runtime is Fake 2"));
-            // SAFETY: as above.
-            let three = unsafe { Api::load(libc(), 3) }.expect("version 3 loads");
-            let labs = three
-                .labs
-                .get::<FakeCodes>()
-                .expect("labs is loaded from version 3");
-            // SAFETY: a plain value.
-            assert_eq!(unsafe { labs(-9) }, 9);
-            let missing = three.missing.get::<FakeCodes>().map(|_| ());
-            assert!(matches!(missing, Err(Error::Unsupported { what, .. })
-                if what == "no_such_symbol_in_libc needs Fake 9 or later; this runtime is Fake 3"));
-        }
-    }
-
-    // A fake runtime: one current device per thread, every call counted.
-    struct FakeDevice;
-
-    thread_local! {
-        static CURRENT: std::cell::Cell<c_int> = const { std::cell::Cell::new(0) };
-        static SETS: std::cell::RefCell<Vec<c_int>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
-
-    impl CurrentDevice for FakeDevice {
-        fn current() -> Result<c_int> {
-            Ok(CURRENT.get())
-        }
-        fn make_current(device: c_int) -> Result<()> {
-            if device >= 4 {
-                return Err(Error::invalid("no such device"));
-            }
-            SETS.with_borrow_mut(|s| s.push(device));
-            CURRENT.set(device);
-            Ok(())
-        }
-    }
-
-    fn sets() -> Vec<c_int> {
-        SETS.with_borrow_mut(std::mem::take)
-    }
-
-    #[test]
-    fn the_device_guard_restores_the_current_device() {
-        CURRENT.set(1);
-        sets();
-        {
-            let _g = DeviceGuard::<FakeDevice>::set(3).unwrap();
-            assert_eq!(CURRENT.get(), 3);
-            {
-                // Nested, already current: no call at all.
-                let _same = DeviceGuard::<FakeDevice>::set(3).unwrap();
-                assert_eq!(sets(), [3]);
-            }
-            assert_eq!(CURRENT.get(), 3);
-        }
-        assert_eq!(CURRENT.get(), 1);
-        assert_eq!(sets(), [1]);
-        {
-            let _g = DeviceGuard::<FakeDevice>::set(1).unwrap();
-        }
-        assert_eq!(
-            sets(),
-            [] as [c_int; 0],
-            "the current device is neither set nor restored"
-        );
-        // A refused set leaves the thread as it was and restores nothing.
-        assert!(DeviceGuard::<FakeDevice>::set(7).is_err());
-        assert_eq!((CURRENT.get(), sets()), (1, vec![]));
-        // So does an ordinal that is no C int.
-        assert!(DeviceGuard::<FakeDevice>::set(usize::MAX).is_err());
-        assert_eq!(sets(), [] as [c_int; 0]);
-    }
-
-    #[test]
-    fn capture_values_map_both_ways() {
-        assert_eq!(
-            capture_status::<FakeCodes>("x", 0).ok(),
-            Some(CaptureStatus::None)
-        );
-        assert_eq!(
-            capture_status::<FakeCodes>("x", 1).ok(),
-            Some(CaptureStatus::Active)
-        );
-        assert_eq!(
-            capture_status::<FakeCodes>("x", 2).ok(),
-            Some(CaptureStatus::Invalidated)
-        );
-        assert!(matches!(
-            capture_status::<FakeCodes>("fakeIsCapturing", 3),
-            Err(Error::Unsupported { what, .. }) if what.contains("fakeIsCapturing reported capture status 3")
-        ));
-        assert_eq!(capture_mode(RawCaptureMode::Relaxed), 2);
-        assert_eq!(graph_mem_attr(GraphMemAttr::ReservedMemHigh), 3);
-        let mut g = 0u8;
-        let graph: *mut u8 = &mut g;
-        let active = capture_info(CaptureStatus::Active, 42, graph, |p| p as usize);
-        assert_eq!((active.id, active.graph), (42, Some(graph as usize)));
-        // Outside a capture the runtimes leave id and graph unwritten.
-        let none = capture_info(CaptureStatus::None, 42, graph, |p| p as usize);
-        assert_eq!((none.id, none.graph), (0, None));
-        let invalidated = capture_info(CaptureStatus::Invalidated, 42, graph, |p| p as usize);
-        assert_eq!((invalidated.id, invalidated.graph), (42, None));
-    }
-}
+#[path = "common_tests.rs"]
+mod tests;

@@ -58,3 +58,31 @@ extern "C" __global__ void somalloc_process(float* data, int n) {
         data[idx] = sqrtf((float)idx);
     }
 }
+
+// data[i] = i * mul + add (32-bit words, wrapping): a per-index pattern that
+// a graph can write on every replay.
+extern "C" __global__ void somalloc_iota_u32(unsigned int* data, unsigned long long n, unsigned int mul,
+                                             unsigned int add) {
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        data[i] = (unsigned int)i * mul + add;
+    }
+}
+
+// dst[i] += a * src[i] (wrapping): accumulates one contribution per replay,
+// so that after k replays dst holds k times the sum of what each replay read.
+extern "C" __global__ void somalloc_axpy_u32(unsigned int* dst, const unsigned int* src, unsigned long long n,
+                                             unsigned int a) {
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        dst[i] += a * src[i];
+    }
+}
+
+// data[i] += value (wrapping).
+extern "C" __global__ void somalloc_add_u32(unsigned int* data, unsigned long long n, unsigned int value) {
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        data[i] += value;
+    }
+}

@@ -10,6 +10,7 @@ use bytemuck::Pod;
 
 use crate::backend::{Backend, DevicePtr};
 use crate::error::{record_drop_error, Error, Result};
+use crate::graph::{self, CaptureStatus, Capturing, Deferred};
 use crate::pool::MemPool;
 use crate::resource::MemoryResource;
 use crate::stream::{Event, Stream};
@@ -36,6 +37,11 @@ pub(crate) fn bytes_for<T>(len: usize) -> Result<usize> {
 /// * A buffer of 0 bytes (0 elements, or a zero-sized `T`) never calls the
 ///   vendor runtime on any backend: it has a null address, and copies and
 ///   fills of it do nothing.
+/// * Under stream capture, allocation and free follow the rules of the
+///   [`graph` module](crate::graph): inside a capture they become graph
+///   memory nodes; a buffer allocated outside a capture and dropped inside
+///   it is freed once the graph is gone; a buffer allocated in a capture and
+///   still alive at its end is a graph output.
 ///
 /// ```no_run
 /// use somalloc::{Device, DeviceBuffer, Stream};
@@ -55,10 +61,13 @@ pub struct DeviceBuffer<T: Pod> {
     origin: Origin,
     /// Other streams this buffer was used on (see `use_on`).
     users: Vec<Stream>,
+    /// The capture the allocation was made in (0: none).
+    capture_id: u64,
     _marker: PhantomData<T>,
 }
 
 /// Where a buffer's memory came from.
+#[derive(Clone)]
 enum Origin {
     /// `new`: the current pool of the stream's device (freed with the plain
     /// stream-ordered free).
@@ -93,8 +102,10 @@ impl<T: Pod> DeviceBuffer<T> {
         if bytes == 0 {
             return Ok(Self::empty(len, stream, Origin::CurrentPool));
         }
+        graph::reclaim_if_ready();
+        let capture = stream.capturing()?;
         match Active::malloc_async(bytes, stream.raw()) {
-            Ok(ptr) => Ok(Self::wrap(ptr, len, stream, Origin::CurrentPool)),
+            Ok(ptr) => Ok(Self::wrap_vendor(ptr, len, stream, Origin::CurrentPool, capture)),
             Err(e) => Err(with_stats(e, MemPool::current(&stream.device()).ok())),
         }
     }
@@ -118,8 +129,10 @@ impl<T: Pod> DeviceBuffer<T> {
         if bytes == 0 {
             return Ok(Self::empty(len, stream, keep));
         }
+        graph::reclaim_if_ready();
+        let capture = stream.capturing()?;
         match Active::malloc_from_pool_async(bytes, pool.raw(), stream.raw()) {
-            Ok(ptr) => Ok(Self::wrap(ptr, len, stream, keep)),
+            Ok(ptr) => Ok(Self::wrap_vendor(ptr, len, stream, keep, capture)),
             Err(e) => Err(with_stats(e, Some(pool.clone()))),
         }
     }
@@ -157,11 +170,16 @@ impl<T: Pod> DeviceBuffer<T> {
         if bytes == 0 {
             return Ok(Self::empty(len, stream, keep));
         }
+        graph::reclaim_if_ready();
+        let capture = stream.capturing()?;
         let ptr = resource.allocate(bytes, stream)?;
         if ptr.is_null() {
             return Err(Error::invalid("the memory resource returned a null address"));
         }
-        Ok(Self::wrap(DevicePtr(ptr as usize), len, stream, keep))
+        let mut buf = Self::wrap(DevicePtr(ptr as usize), len, stream, keep);
+        // The resource keeps its own books of graph memory (a pool does).
+        buf.capture_id = capture.map_or(0, |c| c.id);
+        Ok(buf)
     }
 
     /// Allocates and fills with zero bytes (stream-ordered).
@@ -189,8 +207,25 @@ impl<T: Pod> DeviceBuffer<T> {
             stream: stream.clone(),
             origin,
             users: Vec::new(),
+            capture_id: 0,
             _marker: PhantomData,
         }
+    }
+
+    /// A vendor pool allocation, made on `stream` in `capture` (if any).
+    fn wrap_vendor(
+        ptr: DevicePtr,
+        len: usize,
+        stream: &Stream,
+        origin: Origin,
+        capture: Option<Capturing>,
+    ) -> Self {
+        let mut buf = Self::wrap(ptr, len, stream, origin);
+        if let Some(c) = capture {
+            graph::note_graph_alloc(ptr, &c);
+            buf.capture_id = c.id;
+        }
+        buf
     }
 
     /// Number of elements.
@@ -281,11 +316,30 @@ impl<T: Pod> DeviceBuffer<T> {
     /// ([`MemPool::set_access`]); otherwise (a buffer from the current pool,
     /// or from a resource through [`DeviceBuffer::new_with`]) this is
     /// `InvalidArgument`.
+    ///
+    /// Under stream capture both streams must be in the same capture (a
+    /// stream joins a capture by waiting on an event recorded during it,
+    /// see [`Stream::wait_event`]); a capturing and a non-capturing stream,
+    /// or two captures, are [`Error::Capture`] (the runtime would silently
+    /// pull `other` into the capture, or invalidate it).
     pub fn use_on(&mut self, other: &Stream) -> Result<()> {
         if self.stream.same_as(other) {
             return Ok(());
         }
         self.check_device_access(other)?;
+        if self.stream.may_capture() || other.may_capture() {
+            let mine = self.stream.capturing()?.map(|c| c.id);
+            let theirs = other.capturing()?.map(|c| c.id);
+            if mine != theirs {
+                let name = |c: Option<u64>| c.map_or("no capture".to_string(), |id| format!("capture {id}"));
+                return Err(Error::capture(format!(
+                    "use_on between a stream in {} and a stream in {}: both must be in the same capture \
+                     (fork a stream into a capture by waiting on an event recorded during it)",
+                    name(mine),
+                    name(theirs)
+                )));
+            }
+        }
         order_after(other, &self.stream)?;
         if !self.users.iter().any(|u| u.same_as(other)) {
             self.users.push(other.clone());
@@ -294,19 +348,40 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// Copies `src` into the buffer and waits for the copy to finish.
+    ///
+    /// On a capturing stream this is [`Error::Capture`] and nothing is
+    /// enqueued (the graph would read `src` at every launch, long after this
+    /// borrow ends).
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
         self.check_len(src.len())?;
+        self.refuse_host_copy_in_capture()?;
         // SAFETY: `src` is borrowed until the stream is synchronised below.
         unsafe { self.copy_from_host_async(src)? };
         self.stream.synchronize()
     }
 
     /// Copies the buffer into `dst` and waits for the copy to finish.
+    ///
+    /// On a capturing stream this is [`Error::Capture`] and nothing is
+    /// enqueued (the graph would write `dst` at every launch).
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         self.check_len(dst.len())?;
+        self.refuse_host_copy_in_capture()?;
         // SAFETY: `dst` is borrowed until the stream is synchronised below.
         unsafe { self.copy_to_host_async(dst)? };
         self.stream.synchronize()
+    }
+
+    /// A synchronous host copy cannot be recorded into a graph.
+    fn refuse_host_copy_in_capture(&self) -> Result<()> {
+        match self.stream.capturing()? {
+            Some(c) => Err(Error::capture(format!(
+                "a synchronous copy between host and device on a stream in capture {}; \
+                 end the capture first",
+                c.id
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Copies the buffer into a new `Vec` (waits for the copy).
@@ -320,7 +395,10 @@ impl<T: Pod> DeviceBuffer<T> {
     ///
     /// # Safety
     /// `src` must stay alive and unchanged until the copy has completed
-    /// (for example until the stream is synchronised).
+    /// (for example until the stream is synchronised). On a capturing
+    /// stream the copy is recorded into the graph and happens at every
+    /// launch: `src` must then stay alive and unchanged for as long as the
+    /// graph (or an executable graph made from it) may be launched.
     pub unsafe fn copy_from_host_async(&mut self, src: &[T]) -> Result<()> {
         self.check_len(src.len())?;
         if self.size_in_bytes() == 0 {
@@ -342,7 +420,10 @@ impl<T: Pod> DeviceBuffer<T> {
     ///
     /// # Safety
     /// `dst` must stay alive and must not be read or written until the copy
-    /// has completed (for example until the stream is synchronised).
+    /// has completed (for example until the stream is synchronised). On a
+    /// capturing stream the copy happens at every launch of the graph: `dst`
+    /// must then stay alive, and unaccessed while a launch runs, for as long
+    /// as the graph may be launched.
     pub unsafe fn copy_to_host_async(&self, dst: &mut [T]) -> Result<()> {
         self.check_len(dst.len())?;
         if self.size_in_bytes() == 0 {
@@ -418,6 +499,12 @@ impl<T: Pod> DeviceBuffer<T> {
     /// `pool`'s exporter, whose allocation has completed on the exporter's
     /// stream and stays allocated until this buffer is dropped and its free
     /// has completed (the importer frees first).
+    ///
+    /// The size in `exported` is trusted: the runtime maps the allocation
+    /// without telling the importer its extent, so every safe method of the
+    /// returned buffer relies on `exported.size_in_bytes()` being at most the
+    /// size of the exported allocation. Take it only from the exporter's
+    /// `export`, over a channel that delivers the wire form unchanged.
     pub unsafe fn import(pool: &MemPool, exported: &ExportedBuffer, stream: &Stream) -> Result<Self> {
         let bytes = usize::try_from(exported.bytes).map_err(|_| Error::invalid("exported size too large"))?;
         let size = size_of::<T>();
@@ -456,6 +543,13 @@ impl<T: Pod> DeviceBuffer<T> {
             return Ok(());
         }
         let ptr = std::mem::replace(&mut self.ptr, DevicePtr::NULL);
+        if self.capture_id != 0
+            || self.stream.may_capture()
+            || graph::frees_ready()
+            || (!self.users.is_empty() && self.users.iter().any(Stream::may_capture))
+        {
+            return self.free_under_capture(ptr);
+        }
         // Order the free after every other stream's use. If that fails the
         // block is leaked rather than freed under running work.
         if !self.users.is_empty() {
@@ -463,21 +557,81 @@ impl<T: Pod> DeviceBuffer<T> {
                 order_after(&self.stream, &user)?;
             }
         }
-        match &self.origin {
-            // SAFETY: `ptr` and the size are this buffer's live allocation
-            // from `resource.allocate` (now forgotten by it, so freed once),
-            // and every stream that used it is ordered before this point of
-            // the owning stream.
-            Origin::Resource(resource) => unsafe {
-                resource.deallocate(ptr.as_mut_ptr(), self.size_in_bytes(), &self.stream)
-            },
-            // SAFETY: `ptr` is this buffer's live allocation (now forgotten by
-            // it), and every stream that used it is ordered before this point of
-            // the owning stream.
-            Origin::CurrentPool | Origin::DefaultPool(_) | Origin::Pool(_) => unsafe {
-                Active::free_async(ptr, self.stream.raw())
-            },
+        // SAFETY: `ptr` is this buffer's live allocation (now forgotten by
+        // it, so freed once), and every stream that used it is ordered
+        // before this point of the owning stream.
+        unsafe { free_via(&self.origin, ptr, self.size_in_bytes(), &self.stream) }
+    }
+
+    /// The free when a capture may be involved: of this buffer's stream, of
+    /// a stream it was used on, or of the allocation itself.
+    #[cold]
+    fn free_under_capture(&mut self, ptr: DevicePtr) -> Result<()> {
+        graph::reclaim_if_ready();
+        let mine = self.stream.capturing()?;
+        let mut theirs = Vec::with_capacity(self.users.len());
+        for user in &self.users {
+            theirs.push(user.capturing()?);
         }
+        let bytes = self.size_in_bytes();
+        let in_graph = match mine {
+            // No capture anywhere: the ordinary free (a graph output's
+            // rules are applied by the pool).
+            None if theirs.iter().all(Option::is_none) => true,
+            // Allocated in a capture that was invalidated: it never
+            // existed; the origin only updates its books.
+            Some(c) if c.id == self.capture_id && c.status == CaptureStatus::Invalidated => {
+                self.users.clear();
+                true
+            }
+            // Allocated and freed in the same capture, used only in it: a
+            // graph free node.
+            Some(c) if c.id == self.capture_id && c.status == CaptureStatus::Active => {
+                theirs.iter().all(|t| matches!(t, Some(u) if u.id == c.id))
+            }
+            _ => false,
+        };
+        if in_graph {
+            for user in std::mem::take(&mut self.users) {
+                order_after(&self.stream, &user)?;
+            }
+            // SAFETY: as in `free`: the live allocation, freed once, every
+            // use ordered before this point of the owning stream (in the
+            // graph, when capturing).
+            return unsafe { free_via(&self.origin, ptr, bytes, &self.stream) };
+        }
+        // A graph that is being captured may use the memory on each replay:
+        // free it after every such graph is gone.
+        let captures: Vec<Capturing> = mine.into_iter().chain(theirs.into_iter().flatten()).collect();
+        let origin = self.origin.clone();
+        graph::defer(
+            Deferred {
+                stream: self.stream.clone(),
+                users: std::mem::take(&mut self.users),
+                // SAFETY (of the call inside): this buffer's live
+                // allocation, freed once, on its own stream after the
+                // streams that used it (ordered by the queue's drain), once
+                // no graph that may use it exists.
+                free: Box::new(move |stream: &Stream| unsafe { free_via(&origin, ptr, bytes, stream) }),
+            },
+            &captures,
+        )
+    }
+}
+
+/// Frees `ptr` (`bytes` long) through where it came from, on `stream`.
+///
+/// # Safety
+/// `ptr` and `bytes` are a live allocation of `origin` made on `stream`,
+/// freed once, and every use is ordered before this point of `stream`.
+unsafe fn free_via(origin: &Origin, ptr: DevicePtr, bytes: usize, stream: &Stream) -> Result<()> {
+    match origin {
+        // SAFETY: the caller's guarantees, for the resource that allocated it.
+        Origin::Resource(resource) => unsafe { resource.deallocate(ptr.as_mut_ptr(), bytes, stream) },
+        // SAFETY: the caller's guarantees; the pool's stream-ordered free.
+        Origin::CurrentPool | Origin::DefaultPool(_) | Origin::Pool(_) => unsafe {
+            graph::vendor_free(ptr, stream)
+        },
     }
 }
 

@@ -116,6 +116,35 @@
 //! than its own, and never hands a block cached on `S` to `T`. Returning a
 //! cached block upstream (flush, trim, caps, guard, recovery, drop) frees it
 //! on `S`, after that same point.
+//!
+//! # Under stream capture
+//!
+//! While `S` is captured into a graph, an allocation on `S` records a graph
+//! allocation node: the graph owns that memory and replays its work on it
+//! later, again and again. A cached block handed into a capture would be
+//! used by every replay of the graph while the cache (which saw it come
+//! back at the captured free) hands it to ordinary allocations too; a
+//! graph address taken into the cache would be handed out while the graph
+//! owns it. So the cache stands aside while its stream captures:
+//!
+//! * an allocation goes to the upstream resource (a graph allocation node
+//!   when the upstream is a pool), in its class size, and is counted in
+//!   [`StreamCacheStats::captured`]; the block is remembered (in a small map
+//!   looked at only while it is not empty), so that its free, during the
+//!   capture or after it, goes back upstream and never into the cache;
+//! * a free on the capturing stream goes upstream too (the pool defers the
+//!   free of memory allocated outside the capture until the graph is gone;
+//!   a [`DeviceBuffer`](crate::DeviceBuffer) defers it before it reaches
+//!   the cache);
+//! * flush, trim and out-of-memory recovery leave a capturing stream's
+//!   cached blocks where they are (they are freed on a later call); dropping
+//!   the tier or removing the stream hands them to the queue of frees that
+//!   wait for the stream to leave its capture.
+//!
+//! Knowing that the stream captures costs two relaxed loads for an owned
+//! stream while no capture is in progress (see
+//! [Stream capture](crate::Stream#stream-capture)); a borrowed stream asks
+//! the runtime on every allocation and free.
 
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
@@ -358,6 +387,12 @@ pub struct StreamCacheStats {
     /// Cached blocks returned to the upstream resource by the footprint
     /// guard, trim, flush or out-of-memory recovery.
     pub released: u64,
+    /// Allocations made while the stream was capturing: served by the
+    /// upstream resource (graph memory), never from or into the cache.
+    pub captured: u64,
+    /// Of those, the blocks not freed yet (graph outputs, or captures still
+    /// in progress).
+    pub captured_live: usize,
 }
 
 impl StreamCacheStats {
@@ -372,6 +407,8 @@ impl StreamCacheStats {
         self.bypassed += other.bypassed;
         self.spilled += other.spilled;
         self.released += other.released;
+        self.captured += other.captured;
+        self.captured_live += other.captured_live;
     }
 }
 
@@ -411,7 +448,7 @@ impl fmt::Display for CacheStats {
         write!(
             f,
             "cached {} B in {} blocks over {} streams; hits {}, misses {} ({:.1} % hits), \
-             bypassed {}, spilled {}, released {}",
+             bypassed {}, spilled {}, released {}, captured {}",
             t.cached_bytes,
             t.cached_blocks,
             self.streams.len(),
@@ -420,7 +457,8 @@ impl fmt::Display for CacheStats {
             100.0 * self.hit_rate(),
             t.bypassed,
             t.spilled,
-            t.released
+            t.released,
+            t.captured
         )
     }
 }
@@ -531,6 +569,10 @@ struct State {
     bypassed: u64,
     spilled: u64,
     released: u64,
+    /// Blocks allocated while the stream was capturing (graph memory) and
+    /// not freed yet: address -> the size asked of the upstream.
+    captured: HashMap<usize, usize>,
+    captured_allocs: u64,
 }
 
 /// What a free did with the block.
@@ -559,6 +601,8 @@ impl State {
             bypassed: 0,
             spilled: 0,
             released: 0,
+            captured: HashMap::new(),
+            captured_allocs: 0,
         }
     }
 
@@ -668,6 +712,8 @@ impl State {
             bypassed: self.bypassed,
             spilled: self.spilled,
             released: self.released,
+            captured: self.captured_allocs,
+            captured_live: self.captured.len(),
         }
     }
 }
@@ -748,14 +794,19 @@ impl StreamCache {
     }
 
     /// Returns every cached block of this stream to the upstream resource
-    /// (stream-ordered frees on this stream).
+    /// (stream-ordered frees on this stream). Does nothing while the stream
+    /// is capturing (the frees would be recorded into the graph).
     pub fn flush(&self) -> Result<()> {
         self.release_all(false).map(|_| ())
     }
 
     /// Returns cached blocks, largest first, until at most `bytes_to_keep`
-    /// stay cached for this stream.
+    /// stay cached for this stream. Does nothing while the stream is
+    /// capturing.
     pub fn trim(&self, bytes_to_keep: usize) -> Result<()> {
+        if self.stream.capturing()?.is_some() {
+            return Ok(());
+        }
         let mut blocks = Vec::new();
         {
             let mut state = self.lock();
@@ -767,8 +818,16 @@ impl StreamCache {
     }
 
     /// Returns every cached block; with `detach`, also turns the cache into
-    /// a pass-through. The bytes returned.
+    /// a pass-through. The bytes returned. While the stream captures, the
+    /// blocks stay (or, with `detach`, wait in the deferred-free queue until
+    /// the stream leaves the capture) and 0 is returned.
     fn release_all(&self, detach: bool) -> Result<usize> {
+        if self.stream.capturing()?.is_some() {
+            if detach {
+                self.park_all();
+            }
+            return Ok(0);
+        }
         let mut blocks = Vec::new();
         {
             let mut state = self.lock();
@@ -779,6 +838,36 @@ impl StreamCache {
         // SAFETY: cached blocks of this stream (see `free_upstream`).
         unsafe { self.free_upstream(&blocks)? };
         Ok(blocks.iter().map(|b| b.1).sum())
+    }
+
+    /// Detaches the cache of a capturing stream: its cached blocks wait in
+    /// the deferred-free queue until the stream leaves the capture, then go
+    /// upstream on it.
+    #[cold]
+    fn park_all(&self) {
+        let mut blocks = Vec::new();
+        {
+            let mut state = self.lock();
+            state.detached = true;
+            state.take_down_to(0, &mut blocks);
+            state.return_slack(&self.shared, 0);
+        }
+        for (addr, size) in blocks {
+            let upstream = Arc::clone(&self.shared.upstream);
+            let item = crate::graph::Deferred {
+                stream: self.stream.clone(),
+                users: Vec::new(),
+                // SAFETY (of the call inside): a block taken out of this
+                // cache's bins (see `free_upstream`), freed on its stream
+                // once the stream no longer captures.
+                free: Box::new(move |stream: &Stream| unsafe {
+                    upstream.deallocate(addr as *mut c_void, size, stream)
+                }),
+            };
+            // No capture is named: the free waits only for the stream to
+            // leave its capture, so this cannot fail.
+            record_drop_error(crate::graph::defer(item, &[]));
+        }
     }
 
     /// Frees blocks taken out of this cache through the upstream resource,
@@ -821,6 +910,48 @@ impl StreamCache {
         Ok(())
     }
 
+    /// An allocation while the stream captures: upstream (graph memory), in
+    /// the class size, remembered so that it never enters the cache.
+    #[cold]
+    fn allocate_captured(&self, bytes: usize) -> Result<*mut c_void> {
+        let size = self.shared.class_of(bytes).map_or(bytes, class_size);
+        // Out-of-memory recovery skips this (capturing) stream's cache.
+        let ptr = self.allocate_upstream(bytes, size)?;
+        let mut state = self.lock();
+        state.captured_allocs += 1;
+        state.captured.insert(ptr as usize, size);
+        Ok(ptr)
+    }
+
+    /// A free while the stream captures: straight upstream, never cached.
+    ///
+    /// # Safety
+    /// As for `deallocate`.
+    #[cold]
+    unsafe fn deallocate_captured(&self, ptr: *mut c_void, bytes: usize) -> Result<()> {
+        let shared = &*self.shared;
+        let class = shared.class_of(bytes);
+        let size = {
+            let mut state = self.lock();
+            match state.captured.remove(&(ptr as usize)) {
+                Some(size) => size,
+                None => {
+                    // Allocated before the capture: it counted as live.
+                    let size = class.map_or(bytes, class_size);
+                    if class.is_some() {
+                        state.live = state.live.saturating_sub(size);
+                    }
+                    size
+                }
+            }
+        };
+        // SAFETY: the block came from `upstream.allocate(size, stream)` (a
+        // captured allocation in the size remembered, an ordinary one in its
+        // class size, or one above the classes unrounded); the caller's
+        // guarantees carry over; it is not cached.
+        unsafe { shared.upstream.deallocate(ptr, size, &self.stream) }
+    }
+
     /// A miss: upstream, with recovery from out of memory.
     fn allocate_upstream(&self, bytes: usize, size: usize) -> Result<*mut c_void> {
         let upstream = &self.shared.upstream;
@@ -851,11 +982,21 @@ impl StreamCache {
     }
 }
 
-impl MemoryResource for StreamCache {
+// SAFETY: every block it hands out came from the upstream resource (a
+// `MemoryResource`) on this stream and is handed out once: a cached block
+// re-enters a bin only through `deallocate` on this stream, whose caller
+// orders every use before that point, and leaves it for one allocation on
+// the same stream (see "Why a cached block is safe to reuse" in the module
+// docs). Under capture it passes allocations and frees through to the
+// upstream and never caches a block allocated or freed during a capture.
+unsafe impl MemoryResource for StreamCache {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
         self.check_stream(stream)?;
         if bytes == 0 {
             return Err(Error::invalid("0-byte allocation from a stream cache"));
+        }
+        if self.stream.may_capture() && self.stream.capturing()?.is_some() {
+            return self.allocate_captured(bytes);
         }
         let shared = &*self.shared;
         let Some(idx) = shared.class_of(bytes) else {
@@ -909,8 +1050,15 @@ impl MemoryResource for StreamCache {
         if bytes == 0 {
             return Err(Error::invalid("0-byte free to a stream cache"));
         }
+        if self.stream.may_capture() && self.stream.capturing()?.is_some() {
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.deallocate_captured(ptr, bytes) };
+        }
         let shared = &*self.shared;
+        let addr = ptr as usize;
         let Some(idx) = shared.class_of(bytes) else {
+            // A block allocated during a capture is not remembered any more.
+            self.lock().captured.remove(&addr);
             // SAFETY: a request above max_block_bytes went to
             // `upstream.allocate(bytes, stream)` unrounded; the caller's
             // guarantees (freed once, uses ordered before this point of this
@@ -918,9 +1066,15 @@ impl MemoryResource for StreamCache {
             return unsafe { shared.upstream.deallocate(ptr, bytes, &self.stream) };
         };
         let size = class_size(idx);
-        let addr = ptr as usize;
         let mut put = {
             let mut state = self.lock();
+            if !state.captured.is_empty() && state.captured.remove(&addr).is_some() {
+                // Graph memory from a capture: upstream, never cached.
+                drop(state);
+                // SAFETY: allocated upstream in its class size (see
+                // `allocate_captured`); the caller's guarantees carry over.
+                return unsafe { shared.upstream.deallocate(ptr, size, &self.stream) };
+            }
             state.live = state.live.saturating_sub(size);
             state.put(idx, size, addr, shared)
         };
@@ -1073,7 +1227,8 @@ impl CacheTier {
     /// each through a stream-ordered free on its own stream. Synchronise the
     /// streams (or wait for the frees otherwise) before expecting the
     /// upstream pool's used bytes to drop. Tries every stream and reports
-    /// the first error.
+    /// the first error. A stream that is capturing keeps its cached blocks
+    /// (its frees would be recorded into the graph).
     pub fn flush(&self) -> Result<()> {
         let mut first_error = None;
         for cache in self.shared.snapshot() {
@@ -1086,6 +1241,7 @@ impl CacheTier {
 
     /// Returns cached blocks (largest first, from every stream in proportion
     /// to what it caches) until at most `bytes_to_keep` stay cached in all.
+    /// Capturing streams are skipped.
     pub fn trim(&self, bytes_to_keep: usize) -> Result<()> {
         let caches = self.shared.snapshot();
         let amounts: Vec<usize> = caches.iter().map(|c| c.cached_bytes()).collect();
@@ -1158,7 +1314,10 @@ impl CacheTier {
     }
 }
 
-impl MemoryResource for CacheTier {
+// SAFETY: every call goes to a `StreamCache` (see its impl) or, for a
+// stream removed since the allocation, straight to the upstream resource in
+// the size it was allocated with.
+unsafe impl MemoryResource for CacheTier {
     /// Through the stream's cache (registering the stream on first use).
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
         self.for_stream(stream)?.allocate(bytes, stream)

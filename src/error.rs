@@ -78,6 +78,26 @@ pub enum Error {
         /// What is missing.
         what: String,
     },
+    /// An operation that would break a stream capture: it mixes a capturing
+    /// stream with work outside that capture (which the runtime answers by
+    /// silently pulling the other stream into the capture, or by
+    /// invalidating the capture), or it cannot be recorded into a graph
+    /// (synchronising a capturing stream). Nothing was enqueued and the
+    /// capture is still valid.
+    #[error("not allowed during stream capture: {why}")]
+    Capture {
+        /// What was refused, and why.
+        why: String,
+    },
+    /// The stream capture was invalidated by an operation the capture does
+    /// not allow (made through a raw handle or by another library). Ending
+    /// it produced no graph; the stream is out of capture mode and usable
+    /// again.
+    #[error("the stream capture was invalidated and produced no graph ({detail})")]
+    CaptureInvalidated {
+        /// What the runtime said when the capture was ended.
+        detail: String,
+    },
     /// Any other error code from the vendor runtime.
     #[error("{call} failed: {name} ({code}): {message}")]
     Vendor {
@@ -95,6 +115,10 @@ pub enum Error {
 impl Error {
     pub(crate) fn invalid(why: impl Into<String>) -> Self {
         Error::InvalidArgument { why: why.into() }
+    }
+
+    pub(crate) fn capture(why: impl Into<String>) -> Self {
+        Error::Capture { why: why.into() }
     }
 }
 

@@ -18,6 +18,9 @@
 //!   wrap any resource (statistics, limiting, tracking, retry on out of
 //!   memory), and the stream cache tier ([`CacheTier`], [`StreamCache`])
 //!   serves repeat allocations on a stream without a driver call.
+//! * Stream capture into graphs ([`Stream::begin_capture`], [`Graph`],
+//!   [`GraphExec`]): every allocation path is defined under capture (see
+//!   the [`graph`] module).
 //!
 //! Errors are [`Error`] values, never panics: no runtime library
 //! ([`Error::RuntimeNotFound`]), no device ([`Error::NoDevice`]), out of
@@ -51,6 +54,7 @@ mod buffer;
 pub mod cache;
 mod device;
 mod error;
+pub mod graph;
 mod pool;
 mod resource;
 mod stream;
@@ -87,6 +91,9 @@ pub use bytemuck::Pod;
 pub use cache::{CacheConfig, CacheStats, CacheTier, Headroom, StreamCache, StreamCacheStats};
 pub use device::Device;
 pub use error::{drop_errors, DropErrors, Error, Result, VendorCode};
+pub use graph::{
+    pending_graph_frees, reclaim_graph_frees, CaptureMode, CaptureStatus, Graph, GraphExec, GraphMemStats,
+};
 pub use pool::{ExportHandle, MemPool, PeerAccess, PoolProperties, PoolStats, ReusePolicy};
 pub use resource::MemoryResource;
 pub use stream::{Event, Stream};

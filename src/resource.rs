@@ -32,6 +32,7 @@ use crate::backend::{Backend, DevicePtr};
 use crate::buffer::with_stats;
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::graph;
 use crate::pool::MemPool;
 use crate::stream::Stream;
 use crate::Active;
@@ -50,6 +51,50 @@ use crate::Active;
 /// [`Error::InvalidArgument`]. Implementations are shared between threads,
 /// hence `Send + Sync`.
 ///
+/// # Safety
+///
+/// The trait is `unsafe` to implement because the safe methods of
+/// [`DeviceBuffer`](crate::DeviceBuffer) (copies, fills, kernels given its
+/// address, `use_on`) trust what it hands out. An implementation promises:
+///
+/// 1. `allocate(bytes, stream)` returns `Ok(ptr)` only for device memory of
+///    at least `bytes` bytes, non-null, aligned to at least 256 bytes, on
+///    [`device()`](MemoryResource::device) (which never changes), that work
+///    enqueued on `stream` after the call may read and write, and that no
+///    other work uses from that point on: the range is not handed out again
+///    (by this resource or any other) and not used by the resource itself
+///    until it comes back through `deallocate` and every use ordered before
+///    that point of its stream has completed on the device.
+/// 2. `deallocate` returns memory only in the order of the given stream:
+///    the range may be reused by work ordered after that point of `stream`
+///    (or, on another stream, only once that point has completed on the
+///    device or is ordered before it through an event).
+/// 3. Under stream capture (see [`graph`](crate::graph)): on a capturing
+///    stream, `allocate` returns memory that is safe for the graph to use on
+///    every replay — a graph allocation (the vendor's stream-ordered
+///    allocation on that stream, as a pool makes it) or memory that nobody
+///    else uses until the graph and all its executables are destroyed —
+///    never a block that work outside the graph uses or will use; and
+///    `deallocate` on a capturing stream never makes memory available to
+///    work outside the graph (a cache must not keep it). A block allocated
+///    during a capture and freed after it must not be cached either: it is
+///    graph memory.
+///
+/// Breaking any of these lets safe code race with, or overwrite, memory
+/// that other work is using. Callers promise the rest (through the
+/// `unsafe` of `deallocate`).
+///
+/// ```compile_fail
+/// use std::ffi::c_void;
+/// use somalloc::{Device, MemoryResource, Stream};
+/// struct Mine;
+/// impl MemoryResource for Mine { // error: the trait is unsafe to implement
+///     fn allocate(&self, _: usize, _: &Stream) -> somalloc::Result<*mut c_void> { todo!() }
+///     unsafe fn deallocate(&self, _: *mut c_void, _: usize, _: &Stream) -> somalloc::Result<()> { todo!() }
+///     fn device(&self) -> Device { todo!() }
+/// }
+/// ```
+///
 /// ```no_run
 /// use std::sync::Arc;
 /// use somalloc::{Device, DeviceBuffer, MemPool, MemoryResource, Stream};
@@ -64,7 +109,7 @@ use crate::Active;
 /// # drop(buf);
 /// # Ok(()) }
 /// ```
-pub trait MemoryResource: Send + Sync {
+pub unsafe trait MemoryResource: Send + Sync {
     /// Allocates `bytes` (> 0) in the order of `stream`.
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void>;
 
@@ -85,7 +130,17 @@ pub trait MemoryResource: Send + Sync {
 /// `cudaFreeAsync` (HIP: the same names). The stream must belong to the
 /// pool's device; an allocation the pool refuses is
 /// [`Error::OutOfMemory`] with the pool's statistics.
-impl MemoryResource for MemPool {
+///
+/// Under stream capture the allocation is a graph allocation node and its
+/// free in the same capture a graph free node; a free on a capturing stream
+/// of memory allocated outside that capture waits until the graph is
+/// destroyed; a graph output freed after the capture follows the rules of
+/// the [`graph`](crate::graph) module.
+// SAFETY: the vendor's stream-ordered allocation and free keep points 1 and
+// 2 of the contract; under capture the allocation is graph memory (point
+// 3), and `graph::vendor_free` never frees memory from outside a capture
+// into it.
+unsafe impl MemoryResource for MemPool {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
         if bytes == 0 {
             return Err(Error::invalid("0-byte allocation from a pool resource"));
@@ -98,8 +153,14 @@ impl MemoryResource for MemPool {
                 stream.device().ordinal()
             )));
         }
+        let capture = stream.capturing()?;
         match Active::malloc_from_pool_async(bytes, self.raw(), stream.raw()) {
-            Ok(ptr) => Ok(ptr.as_mut_ptr()),
+            Ok(ptr) => {
+                if let Some(c) = capture {
+                    graph::note_graph_alloc(ptr, &c);
+                }
+                Ok(ptr.as_mut_ptr())
+            }
             Err(e) => Err(with_stats(e, Some(self.clone()))),
         }
     }
@@ -108,7 +169,7 @@ impl MemoryResource for MemPool {
         // SAFETY: the caller guarantees `ptr` came from `allocate` above
         // (malloc_from_pool_async), is freed once, and that every use of it
         // is ordered before this point of `stream`.
-        unsafe { Active::free_async(DevicePtr(ptr as usize), stream.raw()) }
+        unsafe { graph::vendor_free(DevicePtr(ptr as usize), stream) }
     }
 
     fn device(&self) -> Device {

@@ -77,7 +77,9 @@ impl FakeResource {
     }
 }
 
-impl MemoryResource for FakeResource {
+// SAFETY: test double: its addresses are made up and never dereferenced;
+// it never hands out a block twice while live (blocks never overlap).
+unsafe impl MemoryResource for FakeResource {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
         let mut s = self.state();
         if bytes == 0 {

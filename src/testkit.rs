@@ -1,5 +1,6 @@
-//! Test kernels (feature `kernels`): fill, verify, spin and the seeds'
-//! `processKernel`, compiled from `kernels/` by nvcc or hipcc at build time,
+//! Test kernels (feature `kernels`): fill, verify, spin, the seeds'
+//! `processKernel`, and 32-bit iota / axpy / add for per-replay patterns of
+//! graphs, compiled from `kernels/` by nvcc or hipcc at build time,
 //! embedded, and loaded at run time.
 //!
 //! This is the launch path of somalloc's own tests, benchmarks and examples;
@@ -170,6 +171,9 @@ pub struct TestKernels {
     verify: <Active as Backend>::Function,
     spin: <Active as Backend>::Function,
     process: <Active as Backend>::Function,
+    iota: <Active as Backend>::Function,
+    axpy: <Active as Backend>::Function,
+    add: <Active as Backend>::Function,
     device: Device,
 }
 
@@ -189,19 +193,29 @@ impl TestKernels {
         let get = |name: &CStr| Active::module_function(module, name);
         let loaded = (|| {
             Ok::<_, Error>((
-                get(c"somalloc_fill")?,
-                get(c"somalloc_verify")?,
-                get(c"somalloc_spin")?,
-                get(c"somalloc_process")?,
+                [
+                    get(c"somalloc_fill")?,
+                    get(c"somalloc_verify")?,
+                    get(c"somalloc_spin")?,
+                    get(c"somalloc_process")?,
+                ],
+                [
+                    get(c"somalloc_iota_u32")?,
+                    get(c"somalloc_axpy_u32")?,
+                    get(c"somalloc_add_u32")?,
+                ],
             ))
         })();
         match loaded {
-            Ok((fill, verify, spin, process)) => Ok(TestKernels {
+            Ok(([fill, verify, spin, process], [iota, axpy, add])) => Ok(TestKernels {
                 module,
                 fill,
                 verify,
                 spin,
                 process,
+                iota,
+                axpy,
+                add,
                 device: *device,
             }),
             Err(e) => {
@@ -323,10 +337,102 @@ impl TestKernels {
         }
     }
 
+    /// The number of 32-bit words of `buf` (its bytes must be a multiple of 4).
+    fn words(buf: &impl KernelTarget) -> Result<u64> {
+        let (_, bytes) = buf.range();
+        if bytes % 4 != 0 {
+            return Err(Error::invalid("the 32-bit kernels need a multiple of 4 bytes"));
+        }
+        Ok((bytes / 4) as u64)
+    }
+
+    /// Enqueues `buf[i] = i * mul + add` over the 32-bit words of `buf`
+    /// (wrapping; see [`iota_word`]).
+    pub fn iota_u32(&self, buf: &impl KernelTarget, mul: u32, add: u32, stream: &Stream) -> Result<()> {
+        Self::check(buf, stream)?;
+        let mut n = Self::words(buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let (mut ptr, _) = buf.range();
+        let (mut mul, mut add) = (mul, add);
+        self.launch(
+            self.iota,
+            n,
+            stream,
+            &mut [
+                (&mut ptr as *mut *mut c_void).cast(),
+                (&mut n as *mut u64).cast(),
+                (&mut mul as *mut u32).cast(),
+                (&mut add as *mut u32).cast(),
+            ],
+        )
+    }
+
+    /// Enqueues `dst[i] += a * src[i]` over the 32-bit words (wrapping);
+    /// both must be usable on `stream` and of the same size.
+    pub fn axpy_u32(
+        &self,
+        dst: &impl KernelTarget,
+        src: &impl KernelTarget,
+        a: u32,
+        stream: &Stream,
+    ) -> Result<()> {
+        Self::check(dst, stream)?;
+        Self::check(src, stream)?;
+        let mut n = Self::words(dst)?;
+        if Self::words(src)? != n {
+            return Err(Error::invalid("axpy_u32 over buffers of different sizes"));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let (mut d, _) = dst.range();
+        let (mut s, _) = src.range();
+        let mut a = a;
+        self.launch(
+            self.axpy,
+            n,
+            stream,
+            &mut [
+                (&mut d as *mut *mut c_void).cast(),
+                (&mut s as *mut *mut c_void).cast(),
+                (&mut n as *mut u64).cast(),
+                (&mut a as *mut u32).cast(),
+            ],
+        )
+    }
+
+    /// Enqueues `buf[i] += value` over the 32-bit words (wrapping).
+    pub fn add_u32(&self, buf: &impl KernelTarget, value: u32, stream: &Stream) -> Result<()> {
+        Self::check(buf, stream)?;
+        let mut n = Self::words(buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let (mut ptr, _) = buf.range();
+        let mut value = value;
+        self.launch(
+            self.add,
+            n,
+            stream,
+            &mut [
+                (&mut ptr as *mut *mut c_void).cast(),
+                (&mut n as *mut u64).cast(),
+                (&mut value as *mut u32).cast(),
+            ],
+        )
+    }
+
     /// The device the kernels were loaded for.
     pub fn device(&self) -> Device {
         self.device
     }
+}
+
+/// The word the iota kernel writes at `index` (host copy, for checks).
+pub fn iota_word(index: u64, mul: u32, add: u32) -> u32 {
+    (index as u32).wrapping_mul(mul).wrapping_add(add)
 }
 
 impl Drop for TestKernels {
@@ -367,6 +473,63 @@ pub mod raw {
     pub unsafe fn free_async(ptr: *mut c_void, stream: &Stream) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { Active::free_async(DevicePtr(ptr as usize), stream.raw()) }
+    }
+
+    /// `cudaStreamBeginCapture` with nothing of somalloc's around it: a
+    /// capture as another library would begin it (somalloc does not count
+    /// it). For tests of borrowed streams.
+    #[doc(hidden)]
+    pub fn begin_capture(stream: &Stream, mode: crate::CaptureMode) -> Result<()> {
+        Active::stream_begin_capture(stream.raw(), mode.to_raw())
+    }
+
+    /// `cudaStreamEndCapture` with nothing of somalloc's around it.
+    #[doc(hidden)]
+    pub fn end_capture(stream: &Stream) -> Result<RawGraph> {
+        Active::stream_end_capture(stream.raw()).map(RawGraph)
+    }
+
+    /// `cudaStreamSynchronize` without somalloc's capture check: during a
+    /// capture it invalidates the capture. For tests of invalidated captures.
+    #[doc(hidden)]
+    pub fn synchronize(stream: &Stream) -> Result<()> {
+        Active::stream_synchronize(stream.raw())
+    }
+
+    /// A graph as another library holds it; destroyed on drop.
+    #[doc(hidden)]
+    #[derive(Debug)]
+    pub struct RawGraph(<Active as Backend>::Graph);
+
+    impl RawGraph {
+        /// `cudaGraphInstantiateWithFlags`, with or without auto-free-on-launch.
+        pub fn instantiate(&self, auto_free_on_launch: bool) -> Result<RawGraphExec> {
+            Active::graph_instantiate(self.0, auto_free_on_launch).map(RawGraphExec)
+        }
+    }
+
+    impl Drop for RawGraph {
+        fn drop(&mut self) {
+            crate::error::record_drop_error(Active::graph_destroy(self.0));
+        }
+    }
+
+    /// An executable graph as another library holds it; destroyed on drop.
+    #[doc(hidden)]
+    #[derive(Debug)]
+    pub struct RawGraphExec(<Active as Backend>::GraphExec);
+
+    impl RawGraphExec {
+        /// `cudaGraphLaunch`.
+        pub fn launch(&self, stream: &Stream) -> Result<()> {
+            Active::graph_launch(self.0, stream.raw())
+        }
+    }
+
+    impl Drop for RawGraphExec {
+        fn drop(&mut self) {
+            crate::error::record_drop_error(Active::graph_exec_destroy(self.0));
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! Misuse that must not compile: use after drop, double free, buffers of
-//! types that are not plain data.
+//! types that are not plain data, a memory resource without `unsafe impl`.
 
 #[test]
 fn misuse_does_not_compile() {

@@ -23,15 +23,8 @@ use std::mem::{align_of, offset_of, size_of};
 // ---------------------------------------------------------------------------
 // Opaque handles: each is a pointer to an incomplete struct in the headers.
 
-macro_rules! opaque {
-    ($($name:ident),* $(,)?) => {$(
-        #[doc = concat!("`struct ", stringify!($name), "` (never dereferenced).")]
-        #[repr(C)]
-        pub(crate) struct $name {
-            _opaque: [u8; 0],
-        }
-    )*};
-}
+use crate::common::opaque;
+
 opaque!(
     CUstream_st,
     CUevent_st,

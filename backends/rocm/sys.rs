@@ -15,52 +15,19 @@ use std::mem::{align_of, offset_of, size_of};
 // ---------------------------------------------------------------------------
 // Opaque handles. HIP declares each as a pointer to an incomplete struct.
 
-/// `struct ihipStream_t` (never dereferenced).
-#[repr(C)]
-pub(crate) struct ihipStream_t {
-    _opaque: [u8; 0],
-}
-/// `struct ihipEvent_t` (never dereferenced).
-#[repr(C)]
-pub(crate) struct ihipEvent_t {
-    _opaque: [u8; 0],
-}
-/// `struct ihipMemPoolHandle_t` (never dereferenced).
-#[repr(C)]
-pub(crate) struct ihipMemPoolHandle_t {
-    _opaque: [u8; 0],
-}
-/// `struct ihipModule_t` (never dereferenced).
-#[repr(C)]
-pub(crate) struct ihipModule_t {
-    _opaque: [u8; 0],
-}
-/// `struct ihipModuleSymbol_t` (never dereferenced).
-#[repr(C)]
-pub(crate) struct ihipModuleSymbol_t {
-    _opaque: [u8; 0],
-}
+use crate::common::opaque;
 
-/// `struct ihipGraph` (never dereferenced).
-#[repr(C)]
-pub(crate) struct ihipGraph {
-    _opaque: [u8; 0],
-}
-/// `struct hipGraphExec` (never dereferenced).
-#[repr(C)]
-pub(crate) struct hipGraphExec {
-    _opaque: [u8; 0],
-}
-/// `struct hipGraphNode` (never dereferenced).
-#[repr(C)]
-pub(crate) struct hipGraphNode {
-    _opaque: [u8; 0],
-}
-/// `struct hipUserObject` (ROCm >= 5.3; never dereferenced).
-#[repr(C)]
-pub(crate) struct hipUserObject {
-    _opaque: [u8; 0],
-}
+opaque!(
+    ihipStream_t,
+    ihipEvent_t,
+    ihipMemPoolHandle_t,
+    ihipModule_t,
+    ihipModuleSymbol_t,
+    ihipGraph,
+    hipGraphExec,
+    hipGraphNode,
+    hipUserObject,
+);
 
 pub(crate) type hipStream_t = *mut ihipStream_t;
 pub(crate) type hipEvent_t = *mut ihipEvent_t;

@@ -14,7 +14,7 @@
 #    libamdhip64.map, linked against libcudart only (RUNPATH: its folder);
 # 3. symbol check: every hip* function the rocm backend loads (the list in
 #    $HIP_ON_CUDA_SYMBOLS, else required-symbols.txt next to this script, else
-#    the "hip...\0" names in ../../backends/rocm/mod.rs) must be exported,
+#    what required-symbols.sh reads from the backend sources) must be exported,
 #    with a hip_* version; where ROCm's own libamdhip64.so.5 is installed
 #    ($HIP_ON_CUDA_REAL_AMDHIP or /usr/lib/x86_64-linux-gnu, /opt/rocm/lib),
 #    each must carry the same version as there;
@@ -93,8 +93,8 @@ elif [ -f "$here/required-symbols.txt" ]; then
   required=$(grep -oE '^hip[A-Za-z0-9_]+' "$here/required-symbols.txt")
   from=$here/required-symbols.txt
 elif [ -f "$here/../../backends/rocm/mod.rs" ]; then
-  required=$(grep -oE '"hip[A-Za-z0-9_]+\\0"' "$here/../../backends/rocm/mod.rs" | sed -E 's/^"(hip[A-Za-z0-9_]+)\\0"$/\1/')
-  from=backends/rocm/mod.rs
+  required=$(bash "$here/required-symbols.sh" "$here/../..")
+  from="backends/rocm/mod.rs and backends/shared.rs"
 else
   die "no list of required symbols (set HIP_ON_CUDA_SYMBOLS)"
 fi

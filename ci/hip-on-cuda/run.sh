@@ -10,7 +10,8 @@
 #      rocm` (rocm test binaries whose embedded kernels are an NVIDIA fatbin);
 #      --reuse-bundle keeps an existing dist/gpu-rocm/bin instead;
 #   2. adds dist/gpu-rocm/hip-on-cuda/ (the shim's sources, build.sh, and the
-#      list of hip* functions the backend loads) and dist/gpu-rocm/run-on-nvidia.sh;
+#      list of hip* functions the backend loads, from required-symbols.sh) and
+#      dist/gpu-rocm/run-on-nvidia.sh;
 #   3. unless --no-local-run: builds the shim *from the bundle's copy*
 #      against the CUDA found here (the pip wheels of `ci/setup.sh cuda`) and
 #      runs the bundle through it: with no GPU every GPU test must print its
@@ -50,8 +51,7 @@ fi
 mkdir -p "$out/hip-on-cuda"
 cp ci/hip-on-cuda/hip_on_cuda.cpp ci/hip-on-cuda/libamdhip64.map ci/hip-on-cuda/build.sh \
   ci/hip-on-cuda/README.md "$out/hip-on-cuda/"
-grep -oE '"hip[A-Za-z0-9_]+\\0"' backends/rocm/mod.rs | sed -E 's/^"(hip[A-Za-z0-9_]+)\\0"$/\1/' | sort -u \
-  >"$out/hip-on-cuda/required-symbols.txt"
+bash ci/hip-on-cuda/required-symbols.sh >"$out/hip-on-cuda/required-symbols.txt"
 rm -rf "$out/hip-on-cuda/lib"
 cat >"$out/run-on-nvidia.sh" <<'RUN'
 #!/usr/bin/env bash

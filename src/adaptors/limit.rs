@@ -72,7 +72,9 @@ impl LimitingAdaptor {
     }
 }
 
-impl MemoryResource for LimitingAdaptor {
+// SAFETY: hands out exactly what `inner` (itself a `MemoryResource`)
+// allocated, or nothing; returns it to `inner` on the same streams.
+unsafe impl MemoryResource for LimitingAdaptor {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
         // Reserve first, so that concurrent allocations never overshoot.
         let reserved = self

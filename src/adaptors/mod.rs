@@ -10,7 +10,25 @@
 //!
 //! Each holds its inner resource as an `Arc<dyn MemoryResource>` and is one
 //! itself, so a stack is built inside out and used through its outermost
-//! layer:
+//! layer.
+//!
+//! # Under stream capture
+//!
+//! The adaptors count host-side calls. An allocation made while its stream
+//! is captured into a graph is counted once, when it is captured, not at
+//! each replay of the graph (replays do not call the host); its free is
+//! counted when it is made: inside the capture (a graph free node) or, for
+//! a graph output, when its buffer is dropped. So after a capture whose
+//! allocations are all freed inside it, the statistics show the allocation
+//! and the free, nothing outstanding, and the limit's bytes are back where
+//! they were, however often the graph is launched. The limit therefore caps
+//! what is captured at a time, not the graph memory the replays use (that
+//! is the device's: [`Device::graph_mem_stats`](crate::Device::graph_mem_stats)).
+//! A buffer allocated outside a capture and dropped inside it stays
+//! outstanding until its free is done, after the graph is gone.
+//! The retry adaptor's steps skip capturing streams (a cache tier flush
+//! leaves a capturing stream's blocks cached); a trim step is not
+//! stream-ordered and runs as usual.
 //!
 //! ```no_run
 //! use std::sync::Arc;

@@ -148,7 +148,10 @@ impl RetryAdaptor {
     }
 }
 
-impl MemoryResource for RetryAdaptor {
+// SAFETY: hands out exactly what `inner` (itself a `MemoryResource`)
+// allocated and returns it to `inner` on the same streams; its recovery
+// steps free only through other resources' own safe methods.
+unsafe impl MemoryResource for RetryAdaptor {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
         match self.inner.allocate(bytes, stream) {
             Err(Error::OutOfMemory { .. }) => {

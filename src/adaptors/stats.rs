@@ -170,7 +170,10 @@ impl StatisticsAdaptor {
     }
 }
 
-impl MemoryResource for StatisticsAdaptor {
+// SAFETY: hands out exactly what `inner` (itself a `MemoryResource`)
+// allocated and returns it to `inner`, on the same streams: the contract
+// carries over.
+unsafe impl MemoryResource for StatisticsAdaptor {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
         let r = Ordering::Relaxed;
         match self.inner.allocate(bytes, stream) {

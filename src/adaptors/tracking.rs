@@ -137,7 +137,10 @@ impl TrackingAdaptor {
     }
 }
 
-impl MemoryResource for TrackingAdaptor {
+// SAFETY: hands out exactly what `inner` (itself a `MemoryResource`)
+// allocated and returns it to `inner` on the same streams (refusing frees
+// it cannot match, which only leaks).
+unsafe impl MemoryResource for TrackingAdaptor {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
         let ptr = self.inner.allocate(bytes, stream)?;
         let backtrace = self.backtraces.then(Backtrace::force_capture);

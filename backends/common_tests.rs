@@ -1,0 +1,174 @@
+use std::ffi::c_long;
+
+use super::*;
+
+struct FakeCodes;
+
+impl Codes for FakeCodes {
+    const BACKEND: &'static str = "fake";
+    fn version_text(version: i32) -> String {
+        format!("Fake {version}")
+    }
+    fn texts(_code: i32) -> (String, String) {
+        (String::new(), String::new())
+    }
+}
+
+extern "C" fn seven() -> c_int {
+    7
+}
+
+#[test]
+fn a_missing_optional_call_is_unsupported_naming_both_runtimes() {
+    let missing: Optional<extern "C" fn() -> c_int> = Optional::new(None, "fakeCall\0", "Fake 5", 4);
+    match missing.get::<FakeCodes>() {
+        Err(Error::Unsupported { backend, what }) => {
+            assert_eq!(backend, "fake");
+            assert_eq!(what, "fakeCall needs Fake 5 or later; this runtime is Fake 4");
+        }
+        other => panic!("unexpected {:?}", other.map(|_| ())),
+    }
+    let present = Optional::new(Some(seven as extern "C" fn() -> c_int), "fakeCall\0", "Fake 5", 6);
+    assert_eq!(present.get::<FakeCodes>().map(|f| f()).ok(), Some(7));
+}
+
+// The C library stands in for a runtime: `runtime_api!` loads what it
+// has, leaves out what it lacks or what the version rules out, and fails
+// the load for a missing required symbol.
+mod libc_api {
+    use super::*;
+
+    runtime_api! {
+        version: version;
+        fn abs = "abs\0"; (c_int) -> c_int;
+        fn length = if version >= 2 { "strlen\0" } else { "no_such_symbol_in_libc\0" }; (*const c_char) -> usize;
+        optional(since "Fake 3", if version >= 3) fn labs = "labs\0"; (c_long) -> c_long;
+        optional(since "Fake 9") fn missing = "no_such_symbol_in_libc\0"; () -> c_int;
+    }
+
+    fn libc() -> libloading::Library {
+        // SAFETY: the C library's initialisers have no preconditions.
+        unsafe { libloading::Library::new("libc.so.6") }.expect("libc.so.6 loads")
+    }
+
+    #[test]
+    fn symbols_are_picked_and_made_optional_by_version() {
+        // SAFETY: `abs`, `strlen` and `labs` have these C signatures.
+        let old = unsafe { Api::load(libc(), 1) };
+        match old {
+            Err(e) => assert!(e.contains("no_such_symbol_in_libc is missing"), "{e}"),
+            Ok(_) => panic!("a missing required symbol must fail the load"),
+        }
+        // SAFETY: as above.
+        let two = unsafe { Api::load(libc(), 2) }.expect("version 2 loads");
+        assert_eq!(two.version, 2);
+        // SAFETY: plain values and a NUL-terminated string.
+        unsafe {
+            assert_eq!((two.abs)(-5), 5);
+            assert_eq!((two.length)(c"four".as_ptr()), 4);
+        }
+        let labs = two.labs.get::<FakeCodes>().map(|_| ());
+        assert!(matches!(labs, Err(Error::Unsupported { what, .. })
+            if what == "labs needs Fake 3 or later; this runtime is Fake 2"));
+        // SAFETY: as above.
+        let three = unsafe { Api::load(libc(), 3) }.expect("version 3 loads");
+        let labs = three
+            .labs
+            .get::<FakeCodes>()
+            .expect("labs is loaded from version 3");
+        // SAFETY: a plain value.
+        assert_eq!(unsafe { labs(-9) }, 9);
+        let missing = three.missing.get::<FakeCodes>().map(|_| ());
+        assert!(matches!(missing, Err(Error::Unsupported { what, .. })
+            if what == "no_such_symbol_in_libc needs Fake 9 or later; this runtime is Fake 3"));
+    }
+}
+
+// A fake runtime: one current device per thread, every call counted.
+struct FakeDevice;
+
+thread_local! {
+    static CURRENT: std::cell::Cell<c_int> = const { std::cell::Cell::new(0) };
+    static SETS: std::cell::RefCell<Vec<c_int>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl CurrentDevice for FakeDevice {
+    fn current() -> Result<c_int> {
+        Ok(CURRENT.get())
+    }
+    fn make_current(device: c_int) -> Result<()> {
+        if device >= 4 {
+            return Err(Error::invalid("no such device"));
+        }
+        SETS.with_borrow_mut(|s| s.push(device));
+        CURRENT.set(device);
+        Ok(())
+    }
+}
+
+fn sets() -> Vec<c_int> {
+    SETS.with_borrow_mut(std::mem::take)
+}
+
+#[test]
+fn the_device_guard_restores_the_current_device() {
+    CURRENT.set(1);
+    sets();
+    {
+        let _g = DeviceGuard::<FakeDevice>::set(3).unwrap();
+        assert_eq!(CURRENT.get(), 3);
+        {
+            // Nested, already current: no call at all.
+            let _same = DeviceGuard::<FakeDevice>::set(3).unwrap();
+            assert_eq!(sets(), [3]);
+        }
+        assert_eq!(CURRENT.get(), 3);
+    }
+    assert_eq!(CURRENT.get(), 1);
+    assert_eq!(sets(), [1]);
+    {
+        let _g = DeviceGuard::<FakeDevice>::set(1).unwrap();
+    }
+    assert_eq!(
+        sets(),
+        [] as [c_int; 0],
+        "the current device is neither set nor restored"
+    );
+    // A refused set leaves the thread as it was and restores nothing.
+    assert!(DeviceGuard::<FakeDevice>::set(7).is_err());
+    assert_eq!((CURRENT.get(), sets()), (1, vec![]));
+    // So does an ordinal that is no C int.
+    assert!(DeviceGuard::<FakeDevice>::set(usize::MAX).is_err());
+    assert_eq!(sets(), [] as [c_int; 0]);
+}
+
+#[test]
+fn capture_values_map_both_ways() {
+    assert_eq!(
+        capture_status::<FakeCodes>("x", 0).ok(),
+        Some(CaptureStatus::None)
+    );
+    assert_eq!(
+        capture_status::<FakeCodes>("x", 1).ok(),
+        Some(CaptureStatus::Active)
+    );
+    assert_eq!(
+        capture_status::<FakeCodes>("x", 2).ok(),
+        Some(CaptureStatus::Invalidated)
+    );
+    assert!(matches!(
+        capture_status::<FakeCodes>("fakeIsCapturing", 3),
+        Err(Error::Unsupported { what, .. }) if what.contains("fakeIsCapturing reported capture status 3")
+    ));
+    assert_eq!(capture_mode(RawCaptureMode::Relaxed), 2);
+    assert_eq!(graph_mem_attr(GraphMemAttr::ReservedMemHigh), 3);
+    let mut g = 0u8;
+    let graph: *mut u8 = &mut g;
+    let active = capture_info(CaptureStatus::Active, 42, graph, |p| p as usize);
+    assert_eq!((active.id, active.graph), (42, Some(graph as usize)));
+    // Outside a capture the runtimes leave id and graph unwritten.
+    let none = capture_info(CaptureStatus::None, 42, graph, |p| p as usize);
+    assert_eq!((none.id, none.graph), (0, None));
+    let invalidated = capture_info(CaptureStatus::Invalidated, 42, graph, |p| p as usize);
+    assert_eq!((invalidated.id, invalidated.graph), (42, None));
+}
