@@ -44,8 +44,14 @@ for line in open(sys.argv[2]):
     print(f"bundled {name} ({kind})")
 PY
 rm -f "$out/build.json"
-cargo build --release --features "$features" --example pipeline
-cp "${CARGO_TARGET_DIR:-target}/release/examples/pipeline" "$out/bin/example-pipeline"
+# The examples that run on a GPU: the main job, the graph replay, the
+# benchmark, and the cudarc interop when that feature is on.
+examples=(pipeline graph bench)
+case ",$features," in *,cudarc,*) examples+=(cudarc) ;; esac
+for ex in "${examples[@]}"; do
+  cargo build --release --features "$features" --example "$ex"
+  cp "${CARGO_TARGET_DIR:-target}/release/examples/$ex" "$out/bin/example-$ex"
+done
 strip "$out"/bin/* 2>/dev/null || true
 # The probe ci/sanitize.sh runs before racecheck (plain CUDA, static runtime).
 if [ "$backend" = cuda ]; then
