@@ -23,7 +23,11 @@ macro_rules! shared_runtime_api {
         prefix: $p:literal, version: $v:ident,
         stream: $s:ty, event: $e:ty, pool: $pool:ty, graph: $g:ty, exec: $x:ty, user_object: $u:ty,
         host_fn: $host_fn:ty, location: $loc:ty, access_desc: $desc:ty, pool_props: $props:ty,
-        since: { graph_upload: $upload_since:literal, graph_memory: $mem_since:literal, user_objects: $uo_since:literal },
+        since: {
+            graph_upload: $upload_since:literal $(if $upload_if:expr)?,
+            graph_memory: $mem_since:literal $(if $mem_if:expr)?,
+            user_objects: $uo_since:literal $(if $uo_if:expr)?
+        },
         required { $($required:tt)* }
         optional { $($optional:tt)* }
     ) => {
@@ -102,15 +106,15 @@ macro_rules! shared_runtime_api {
             fn graph_exec_destroy = concat!($p, "GraphExecDestroy\0"); ($x) -> i32;
             fn graph_launch = concat!($p, "GraphLaunch\0"); ($x, $s) -> i32;
             $($required)*
-            optional(since $upload_since) fn graph_upload = concat!($p, "GraphUpload\0"); ($x, $s) -> i32;
-            optional(since $mem_since) fn device_get_graph_mem_attribute = concat!($p, "DeviceGetGraphMemAttribute\0"); (
+            optional(since $upload_since $(, if $upload_if)?) fn graph_upload = concat!($p, "GraphUpload\0"); ($x, $s) -> i32;
+            optional(since $mem_since $(, if $mem_if)?) fn device_get_graph_mem_attribute = concat!($p, "DeviceGetGraphMemAttribute\0"); (
                 std::ffi::c_int, std::ffi::c_int, *mut std::ffi::c_void,
             ) -> i32;
-            optional(since $mem_since) fn device_graph_mem_trim = concat!($p, "DeviceGraphMemTrim\0"); (std::ffi::c_int) -> i32;
-            optional(since $uo_since) fn user_object_create = concat!($p, "UserObjectCreate\0"); (
+            optional(since $mem_since $(, if $mem_if)?) fn device_graph_mem_trim = concat!($p, "DeviceGraphMemTrim\0"); (std::ffi::c_int) -> i32;
+            optional(since $uo_since $(, if $uo_if)?) fn user_object_create = concat!($p, "UserObjectCreate\0"); (
                 *mut $u, *mut std::ffi::c_void, $host_fn, std::ffi::c_uint, std::ffi::c_uint,
             ) -> i32;
-            optional(since $uo_since) fn graph_retain_user_object = concat!($p, "GraphRetainUserObject\0"); (
+            optional(since $uo_since $(, if $uo_if)?) fn graph_retain_user_object = concat!($p, "GraphRetainUserObject\0"); (
                 $g, $u, std::ffi::c_uint, std::ffi::c_uint,
             ) -> i32;
             $($optional)*

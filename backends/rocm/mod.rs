@@ -92,6 +92,13 @@ const LIBRARY_NAMES: &[&str] = &[
     "libamdhip64.so",
 ];
 
+/// Whether a runtime reporting `version` is at least the ROCm release
+/// `since` (a `HIP_VERSION` number). HIP on NVIDIA reports the CUDA
+/// runtime's version (below `HIP_VERSION_MAJOR_SCALE`), which has every call.
+fn rocm_at_least(version: i32, since: i32) -> bool {
+    !(sys::HIP_VERSION_MAJOR_SCALE..since).contains(&version)
+}
+
 shared_runtime_api! {
     prefix: "hip", version: version,
     stream: sys::hipStream_t, event: sys::hipEvent_t, pool: sys::hipMemPool_t,
@@ -99,7 +106,13 @@ shared_runtime_api! {
     host_fn: sys::hipHostFn_t, location: sys::hipMemLocation, access_desc: sys::hipMemAccessDesc,
     pool_props: sys::hipMemPoolProps,
     // The shared graph calls newer than ROCm 5.2 (version table in sys.rs).
-    since: { graph_upload: "ROCm 5.5", graph_memory: "ROCm 5.3", user_objects: "ROCm 5.3" },
+    // A runtime that reports an older version does without them even where
+    // it exports the symbol (ROCm 5.3 and 5.4 export some as stubs).
+    since: {
+        graph_upload: "ROCm 5.5" if rocm_at_least(version, sys::HIP_VERSION_GRAPH_UPLOAD),
+        graph_memory: "ROCm 5.3" if rocm_at_least(version, sys::HIP_VERSION_GRAPH_MEMORY),
+        user_objects: "ROCm 5.3" if rocm_at_least(version, sys::HIP_VERSION_USER_OBJECTS)
+    },
     required {
         fn device_get = "hipDeviceGet\0"; (*mut sys::hipDevice_t, c_int) -> i32;
         fn device_get_name = "hipDeviceGetName\0"; (*mut c_char, c_int, sys::hipDevice_t) -> i32;

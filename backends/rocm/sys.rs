@@ -162,6 +162,12 @@ pub(crate) const CUDA_VERSION_POOL_MAX_SIZE: i32 = 12_020;
 /// recorded as graph memory nodes. Before, they act at once (outside the
 /// graph), which a replay cannot repeat.
 pub(crate) const HIP_VERSION_ALLOC_IN_CAPTURE: i32 = 50_500_000;
+/// ROCm 5.5: `hipGraphUpload`.
+pub(crate) const HIP_VERSION_GRAPH_UPLOAD: i32 = 50_500_000;
+/// ROCm 5.3: the graph-memory attributes and trim.
+pub(crate) const HIP_VERSION_GRAPH_MEMORY: i32 = 50_300_000;
+/// ROCm 5.3: user objects.
+pub(crate) const HIP_VERSION_USER_OBJECTS: i32 = 50_300_000;
 
 // ---------------------------------------------------------------------------
 // Structs.
