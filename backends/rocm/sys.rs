@@ -37,6 +37,7 @@ pub(crate) type hipFunction_t = *mut ihipModuleSymbol_t;
 pub(crate) type hipGraph_t = *mut ihipGraph;
 pub(crate) type hipGraphExec_t = *mut hipGraphExec;
 pub(crate) type hipGraphNode_t = *mut hipGraphNode;
+// header-check hip<5.3: hipUserObject absent; hipUserObject_t absent
 pub(crate) type hipUserObject_t = *mut hipUserObject;
 /// `hipHostFn_t`: `void (*)(void* userData)`.
 pub(crate) type hipHostFn_t = Option<unsafe extern "C" fn(*mut c_void)>;
@@ -48,6 +49,7 @@ pub(crate) type hipDeviceAttribute_t = c_int;
 pub(crate) type hipMemPoolAttr = c_int;
 pub(crate) type hipMemcpyKind = c_int;
 pub(crate) type hipStreamCaptureMode = c_int;
+// header-check hip<5.3: hipGraphMemAttributeType absent
 pub(crate) type hipGraphMemAttributeType = c_int;
 /// `hipStreamCaptureStatus`, written by the runtime: an integer, so a value
 /// another runtime adds is data.
@@ -114,6 +116,7 @@ pub(crate) const hipStreamCaptureModeRelaxed: hipStreamCaptureMode = 2;
 pub(crate) const hipGraphInstantiateFlagAutoFreeOnLaunch: u64 = 1;
 // hipGraphMemAttributeType (ROCm >= 5.3 headers); values are `uint64_t`
 // bytes (ROCm 5.3 and 5.4 write a 32-bit 0 for every one of them).
+// header-check hip<5.3: hipGraphMemAttrUsedMemCurrent absent; hipGraphMemAttrUsedMemHigh absent; hipGraphMemAttrReservedMemCurrent absent; hipGraphMemAttrReservedMemHigh absent; hipUserObjectNoDestructorSync absent; hipGraphUserObjectMove absent
 pub(crate) const hipGraphMemAttrUsedMemCurrent: hipGraphMemAttributeType = 0;
 pub(crate) const hipGraphMemAttrUsedMemHigh: hipGraphMemAttributeType = 1;
 pub(crate) const hipGraphMemAttrReservedMemCurrent: hipGraphMemAttributeType = 2;
@@ -127,6 +130,7 @@ pub(crate) const hipGraphUserObjectMove: c_uint = 0x1;
 // Versions.
 
 // The library's own numbers, in no header:
+// header-check hip: HIP_VERSION_ALLOC_IN_CAPTURE absent; HIP_VERSION_GRAPH_UPLOAD absent; HIP_VERSION_GRAPH_MEMORY absent; HIP_VERSION_USER_OBJECTS absent
 // header-check hip: HIP_VERSION_MAJOR_SCALE absent; HIP_VERSION_POOL_MAX_SIZE absent; CUDA_VERSION_POOL_MAX_SIZE absent
 
 /// `HIP_VERSION` = major * 10_000_000 + minor * 100_000 + patch; this is what
