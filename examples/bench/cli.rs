@@ -63,8 +63,8 @@ usage: bench [--quick] [--out DIR] [--seed N] [--repeats N] [--only W1,W2,...] [
   --out DIR         where results.json, table.txt and the SVG pictures go (default bench-out/)
   --seed N          seed of the churn workload's RNG (default 42)
   --repeats N       repeats per measurement; the median is reported (default 7, --quick 3)
-  --only LIST       run only these workloads (comma-separated): seed_pipeline, pair,
-                    churn, threads, threshold, synchronous
+  --only LIST       run only these workloads (comma-separated): seed_pipeline, graph_pipeline,
+                    pair, churn, threads, threshold, synchronous
   --device N        device ordinal (default 0)
   --plot-only FILE  draw the pictures (and print the table) of a results file; no GPU needed
   --format-test     write a results file of placeholder values (labelled \"format test\"), read it

@@ -24,6 +24,7 @@
 
 mod alloc;
 mod cli;
+mod graph;
 mod output;
 mod placeholder;
 mod plot;
@@ -116,6 +117,7 @@ pub fn run(args: &Args) -> somalloc::Result<ExitCode> {
         .iter()
         .map(|w| match *w {
             "seed_pipeline" => n_alloc + 1,
+            "graph_pipeline" => 2 * n_alloc,
             "pair" => PAIR_SIZES.len() as u64 * n_alloc,
             "churn" => n_alloc,
             "threads" => THREADS.len() as u64 * n_alloc,

@@ -3,6 +3,7 @@
 //! writes, reads back and draws.
 
 use crate::alloc::Kind;
+use crate::graph::{graph_param, Mode};
 use crate::output::allocators;
 use crate::results::{self, Meta, Peaks, Results, Row, Timeline, TimelinePoint, FORMAT, SYNC};
 use crate::workloads::{
@@ -51,6 +52,20 @@ pub fn placeholder_results(seed: u64) -> Results {
             extra.extend(tier_extra(102.0));
         }
         row("seed_pipeline", pipeline_param(), k.name(), 5_000.0 * f, &extra);
+        row(
+            "graph_pipeline",
+            graph_param(Mode::Eager),
+            k.name(),
+            5_300.0 * f,
+            &[("loop_ms", 0.53 * f)],
+        );
+        row(
+            "graph_pipeline",
+            graph_param(Mode::Graph),
+            k.name(),
+            4_900.0 * f,
+            &[("loop_ms", 0.49 * f), ("ratio_to_eager", 0.92)],
+        );
     }
     for k in Kind::ALL {
         let (n, f) = (k.name(), scale(k));

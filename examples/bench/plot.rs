@@ -19,6 +19,7 @@ pub const PICTURES: &[&str] = &[
     "threshold.svg",
     "synchronous.svg",
     "seed_pipeline.svg",
+    "graph_pipeline.svg",
     "threads.svg",
     "timeline.svg",
 ];
@@ -71,7 +72,14 @@ fn fmt_ratio(x: f64) -> String {
 pub fn plot_all(res: &Results, out: &Path) -> Out<Vec<PathBuf>> {
     std::fs::create_dir_all(out).map_err(|err| format!("plot: creating {}: {err}", out.display()))?;
     let mut written = Vec::new();
-    for family in ["pair", "churn", "threshold", "synchronous", "seed_pipeline"] {
+    for family in [
+        "pair",
+        "churn",
+        "threshold",
+        "synchronous",
+        "seed_pipeline",
+        "graph_pipeline",
+    ] {
         if let Some(spec) = bar_spec(res, family) {
             let path = out.join(format!("{family}.svg"));
             bar_chart(&path, &spec, res)?;
@@ -203,6 +211,10 @@ fn bar_spec(res: &Results, family: &str) -> Option<BarSpec> {
         ),
         "seed_pipeline" => (
             "seed pipeline: 100 × (allocate 4 MiB, kernel, free)".to_string(),
+            "ns per iteration, events around the loop",
+        ),
+        "graph_pipeline" => (
+            "graph pipeline: the seed pipeline eager vs captured once and replayed".to_string(),
             "ns per iteration, events around the loop",
         ),
         other => (other.to_string(), "ns per operation"),

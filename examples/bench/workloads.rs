@@ -26,8 +26,9 @@ pub const PIPELINE_FLOATS: usize = 1 << 20;
 /// Churn: at most this many live buffers.
 pub const CHURN_MAX_LIVE: usize = 1000;
 /// Every workload, in the order they run.
-pub const WORKLOADS: [&str; 6] = [
+pub const WORKLOADS: [&str; 7] = [
     "seed_pipeline",
+    "graph_pipeline",
     "pair",
     "churn",
     "threads",
@@ -56,7 +57,7 @@ pub struct Sample {
 }
 
 impl Sample {
-    fn timed(elapsed: Duration, ops: u64) -> Sample {
+    pub fn timed(elapsed: Duration, ops: u64) -> Sample {
         Sample {
             ns_per_op: elapsed.as_nanos() as f64 / ops as f64,
             ops,
@@ -504,6 +505,7 @@ pub fn run_workload(
     let all: Vec<Who> = Kind::ALL.iter().map(|&k| Who::Alloc(k)).collect();
     let note_none = |_: Who| None;
     match workload {
+        "graph_pipeline" => crate::graph::run(ctx, rows)?,
         "seed_pipeline" => {
             let mut who = vec![Who::Sync];
             who.extend(&all);
