@@ -38,7 +38,7 @@ logs=${SANITIZE_LOGS:-$(mktemp -d)}
 mkdir -p "$logs"
 bins=()
 for b in "$bundle"/bin/*; do
-  case "$(basename "$b")" in example-* | oom | unit | environment | compile_fail) continue ;; esac
+  case "$(basename "$b")" in example-* | oom | unit | environment | compile_fail | bench) continue ;; esac
   bins+=("$b")
 done
 declare -A flags=(
