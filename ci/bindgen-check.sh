@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checks the hand-written vendor bindings against the real headers: every
 # struct layout, constant and type of backends/{cuda,rocm}/sys.rs and every
-# function of the runtime_api! blocks in backends/{cuda,rocm}/mod.rs, against
+# function each backend loads (the shared_runtime_api! table of
+# backends/shared.rs, expanded with the vendor's prefix and types, and the
+# backend's own entries in backends/{cuda,rocm}/mod.rs), against
 # bindings that bindgen generates from the HIP header and from the CUDA
 # headers of several versions. See ci/bindgen/README.md.
 #

@@ -4,7 +4,9 @@
 //! pairs separated by `;`, e.g. `hip:/usr/include;cuda:/opt/cuda-12.8/include`)
 //! this runs bindgen on the vendor's runtime header, then reads both sides with
 //! syn: the generated bindings, and the hand-written ones of
-//! `backends/<vendor>/` (`sys.rs`, and the `runtime_api!` block of `mod.rs`).
+//! `backends/<vendor>/` (`sys.rs`, and the `runtime_api!` block of `mod.rs`,
+//! which `shared_runtime_api!` of `backends/shared.rs` writes: the checker
+//! expands it, `build/expand.rs`).
 //! What the source text decides (is a name declared, do the parameter counts
 //! and kinds agree, which symbol a runtime of the header's version loads) is
 //! decided here; what needs the compiler (sizes, alignments, offsets, constant
@@ -14,6 +16,8 @@
 
 #[path = "build/emit.rs"]
 mod emit;
+#[path = "build/expand.rs"]
+mod expand;
 #[path = "build/hand.rs"]
 mod hand;
 #[path = "build/model.rs"]
@@ -56,7 +60,7 @@ fn main() {
             .or_insert_with(|| Hand::read(vendor, &backends.join(vendor.dir)));
         let mut gen_file =
             syn::parse_file(&generate(vendor, Path::new(dir.trim()))).expect("bindgen output parses");
-        let gen = Model::from_items(&gen_file.items);
+        let gen = Model::from_items(&gen_file.items, &expand::Macros::new());
         // The program compares types, constants and layouts; it never calls
         // a function, so the extern blocks are not compiled.
         gen_file.items.retain(|i| !matches!(i, Item::ForeignMod(_)));
@@ -67,12 +71,20 @@ fn main() {
         code += &emit::emit_set(&module, &set, hand, &gen, &gen_path);
         runs.push(module);
     }
+    // The macros `sys.rs` imports from `crate::common`, at the same path.
+    let mut common = BTreeMap::new();
     for hand in hands.values() {
         for f in &hand.files {
             println!("cargo:rerun-if-changed={}", f.display());
         }
         code += &hand.emit_module();
+        common.extend(hand.common_macros.clone());
     }
+    code += "#[allow(unused_macros, unused_imports)]\npub mod common {\n";
+    for (name, src) in &common {
+        let _ = writeln!(code, "    {src}\n    pub(crate) use {name};");
+    }
+    code += "}\n";
     code += "#[allow(unused_variables)]\npub fn run_all(r: &mut crate::Report) {\n";
     for m in &runs {
         let _ = writeln!(code, "    {m}::run(r);");

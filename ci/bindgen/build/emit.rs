@@ -7,7 +7,7 @@ use std::path::Path;
 use quote::ToTokens;
 use syn::Type;
 
-use crate::hand::{parse_version, string_literals, ApiFn, Eval, Expectation, Hand};
+use crate::hand::{parse_version, ApiFn, Eval, Expectation, Hand};
 use crate::model::{compatible, is_opaque, show, Kind, Model, Scope};
 use crate::Set;
 
@@ -73,11 +73,15 @@ pub(crate) fn emit_set(module: &str, set: &Set, hand: &Hand, gen: &Model, gen_pa
     let mut e = Emit { body: String::new() };
     let _ = writeln!(e.body, "    r.begin({:?}, {:?});", set.label(), set.dir);
 
+    let eval = Eval::new(hand, set.runtime_version);
+
     // Every name an expectation mentions must exist on the hand side.
-    let mut symbols = Vec::new();
-    for f in &hand.api.fns {
-        string_literals(f.symbol.to_token_stream(), &mut symbols);
-    }
+    let symbols: Vec<String> = hand
+        .api
+        .fns
+        .iter()
+        .flat_map(|f| eval.strings(&f.symbol))
+        .collect();
     for n in hand.notes.iter().filter(|n| n.vendor == v.name) {
         let (item, field) = match n.name.split_once('.') {
             Some((i, f)) => (i, Some(f)),
@@ -274,74 +278,117 @@ pub(crate) fn emit_set(module: &str, set: &Set, hand: &Hand, gen: &Model, gen_pa
         );
     }
 
-    // Functions of the runtime_api! block: one check per function. The
-    // symbol is the one a runtime of this header's version loads; the kinds
-    // (pointer, integer, float, struct) are compared here; the sizes of each
-    // parameter, of what a pointer parameter points to, and of the return are
-    // compared when the program runs.
-    let eval = Eval {
-        hand,
-        runtime_version: set.runtime_version,
-    };
+    // Functions of the runtime_api! block (after `shared_runtime_api!` is
+    // expanded with the vendor's prefix and types): one check per function.
+    // The symbol is the one a runtime of this header's version loads; the
+    // kinds (pointer, integer, float, struct) are compared here; the sizes of
+    // each parameter, of what a pointer parameter points to, and of the
+    // return are compared when the program runs.
+    const EVAL: &str = "see `Eval` in build/hand.rs for what the checker evaluates";
     for f in &hand.api.fns {
-        if let Some(cond) = &f.cond {
-            match eval.bool(cond) {
-                Some(true) => {}
-                Some(false) => {
-                    e.pass(&format!(
-                        "fn {}: not loaded from a runtime of this version (`if {}`)",
-                        show(&f.symbol),
-                        show(cond)
-                    ));
+        // Where a failure is to be fixed.
+        let decl = format!("declared as `{}` in {}", f.name, f.origin);
+        let Some(sym) = eval.string(&f.symbol) else {
+            e.fail(
+                &format!("fn {}", f.name),
+                &format!(
+                    "cannot evaluate the symbol `{}` for this version ({EVAL}; {decl})",
+                    show_expr(&f.symbol)
+                ),
+            );
+            continue;
+        };
+        // `if COND` false: a runtime of this version does not load it.
+        let unloaded = match &f.cond {
+            None => None,
+            Some(cond) => match eval.bool(cond) {
+                Some(true) => None,
+                Some(false) => Some(show_expr(cond)),
+                None => {
+                    e.fail(
+                        &format!("fn {sym}"),
+                        &format!(
+                            "cannot evaluate `if {}` for this version ({EVAL}; {decl})",
+                            show_expr(cond)
+                        ),
+                    );
                     continue;
                 }
-                None => e.note(&format!(
-                    "fn {}: cannot evaluate `if {}`; checked",
-                    show(&f.symbol),
-                    show(cond)
-                )),
-            }
-        }
-        let syms = match eval.symbol(&f.symbol) {
-            Some(s) => vec![s],
-            None => {
-                // Not evaluable: every name it may pick is checked.
-                let mut all = Vec::new();
-                string_literals(f.symbol.to_token_stream(), &mut all);
-                all
-            }
+            },
         };
-        for sym in &syms {
-            let what = format!("fn {sym}");
-            let header = gen.fns.get(sym);
-            if header.is_none() && hand.expect(set, sym, "absent").is_none() {
-                if let Some(since) = &f.since {
-                    match optional_older(set, since) {
-                        Some(true) => {
-                            e.pass(&format!("{what}: absent, optional since {since}"));
-                            continue;
-                        }
-                        Some(false) => {}
-                        None => e.note(&format!("{what}: cannot read `since {since:?}`")),
-                    }
+        // `since` later than this header: older runtimes lack it.
+        let newer = match &f.since {
+            None => None,
+            Some(expr) => match eval.string(expr).map(|s| (optional_older(set, &s), s)) {
+                Some((Some(older), text)) => older.then_some(text),
+                _ => {
+                    e.fail(
+                        &format!("fn {sym}"),
+                        &format!(
+                            "cannot read `since {}`: want \"{} X.Y\", or a constant of sys.rs holding one ({decl})",
+                            show_expr(expr),
+                            v.since_names.join("|")
+                        ),
+                    );
+                    continue;
                 }
+            },
+        };
+        let what = match &unloaded {
+            Some(c) => format!("fn {sym} (not loaded from a runtime of this version: `if {c}` is false)"),
+            None => format!("fn {sym}"),
+        };
+        let marked_absent = hand.expect(set, &sym, "absent");
+        let Some((gparams, gret)) = gen.fns.get(&sym) else {
+            // Marked absent, or allowed to be: optional and newer than this
+            // header, or not loaded by a runtime of this version.
+            let mut why: Vec<String> = marked_absent
+                .iter()
+                .map(|x| format!("as marked ({})", x.origin))
+                .collect();
+            if let Some(s) = &newer {
+                why.push(format!("optional since {s}"));
             }
-            if absent(&mut e, &what, sym, header.is_some()) {
-                continue;
+            if let Some(c) = &unloaded {
+                why.push(format!(
+                    "a runtime of this version does not load it: `if {c}` is false"
+                ));
             }
-            let (gparams, gret) = header.unwrap();
-            check_fn(
-                &mut e,
+            if why.is_empty() {
+                e.fail(
+                    &what,
+                    &format!(
+                        "not declared in the header (if that is right for this version, make it optional \
+                         with a `since` or an `if`, or say so with a `header-check` line; {decl})"
+                    ),
+                );
+            } else {
+                e.pass(&format!("fn {sym}: absent ({})", why.join("; ")));
+            }
+            continue;
+        };
+        // Declared: checked, whether or not a runtime of this version loads
+        // it (a header that declares a function the library may load from a
+        // newer runtime declares it with the signature the library expects).
+        if let Some(x) = marked_absent {
+            e.fail(
                 &what,
-                f,
-                gparams,
-                gret,
-                hand,
-                set,
-                &hand_scope,
-                &gen_scope,
+                &format!("the header declares it, but it is marked absent ({})", x.origin),
             );
+            continue;
         }
+        check_fn(
+            &mut e,
+            &what,
+            &decl,
+            f,
+            gparams,
+            gret,
+            hand,
+            set,
+            &hand_scope,
+            &gen_scope,
+        );
     }
 
     let hand_mod = hand.module();
@@ -389,6 +436,7 @@ pub(crate) fn optional_older(set: &Set, since: &str) -> Option<bool> {
 pub(crate) fn check_fn(
     e: &mut Emit,
     what: &str,
+    decl: &str,
     f: &ApiFn,
     gparams: &[Type],
     gret: &Type,
@@ -401,7 +449,7 @@ pub(crate) fn check_fn(
         e.fail(
             what,
             &format!(
-                "{} parameters by hand, {} in the header",
+                "{} parameters by hand, {} in the header ({decl})",
                 f.params.len(),
                 gparams.len()
             ),
@@ -474,14 +522,23 @@ pub(crate) fn check_fn(
         hret.clone()
     };
     if !problems.is_empty() {
-        e.fail(what, &problems.join("; "));
+        e.fail(what, &format!("{} ({decl})", problems.join("; ")));
         return;
     }
     let params: Vec<String> = f.params.iter().map(show).collect();
     let summary = format!("{what}({}) -> {ret}", params.join(", "));
-    let _ = writeln!(e.body, "    r.sizes({summary:?}, &[");
+    let _ = writeln!(e.body, "    r.sizes({summary:?}, {decl:?}, &[");
     for (label, h, g, holds) in sizes {
         let _ = writeln!(e.body, "        ({label:?}, {h}, {g}, {holds:?}),");
     }
     let _ = writeln!(e.body, "    ]);");
+}
+
+/// An expression as a reader writes it (`f(a, b)`, not `f (a , b)`).
+pub(crate) fn show_expr(e: &syn::Expr) -> String {
+    show(e)
+        .replace(" , ", ", ")
+        .replace(" (", "(")
+        .replace(" . ", ".")
+        .replace("! ", "!")
 }

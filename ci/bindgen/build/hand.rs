@@ -1,16 +1,19 @@
 //! The hand-written side of one vendor: `sys.rs`, the `runtime_api!` block
-//! of `mod.rs`, the `header-check` lines, and the evaluation of the
-//! `runtime_api!` conditions for one header version.
+//! of `mod.rs` (written directly, or through a macro of `backends/*.rs` such
+//! as `shared_runtime_api!`, which is expanded with the vendor's arguments),
+//! the `header-check` lines, and the evaluation of the symbols, `since` texts
+//! and conditions of the declarations for one header version.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use proc_macro2::{Ident, TokenStream, TokenTree};
+use proc_macro2::Ident;
 use quote::ToTokens;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
-use syn::{BinOp, Expr, Item, LitStr, Token, Type};
+use syn::{BinOp, Expr, Item, Token, Type};
 
+use crate::expand::{self, Macros};
 use crate::model::Model;
 use crate::{Set, Vendor};
 
@@ -28,15 +31,22 @@ pub(crate) struct Hand {
     /// `sys.rs` and the structs of `mod.rs`: where hand-written type names
     /// resolve.
     pub(crate) names: Model,
-    /// Integer constants of `mod.rs` and `sys.rs`, for `runtime_api!`
-    /// conditions.
+    /// Constants of `mod.rs` and `sys.rs`, for `runtime_api!` conditions.
     pub(crate) consts: BTreeMap<String, Expr>,
+    /// The functions of `mod.rs`, which conditions may call
+    /// (`rocm_at_least(version, ...)`).
+    pub(crate) fns: BTreeMap<String, syn::ItemFn>,
     pub(crate) api: ApiBlock,
+    /// The macros `sys.rs` imports from `crate::common` (`opaque!`), as
+    /// source: the checker compiles `sys.rs` next to a `common` module that
+    /// holds them.
+    pub(crate) common_macros: BTreeMap<String, String>,
     pub(crate) notes: Vec<Expectation>,
     pub(crate) files: Vec<PathBuf>,
 }
 
-/// A `runtime_api!` block: `version: v;` then `fn` and `optional fn` entries.
+/// A `runtime_api!` block: `version: v;`, then the required (`fn`) and
+/// optional (`optional(since ..., if ...) fn`) entries.
 pub(crate) struct ApiBlock {
     /// The name the entries' conditions give the runtime's version.
     pub(crate) version: Option<String>,
@@ -45,10 +55,17 @@ pub(crate) struct ApiBlock {
 
 /// One entry of a `runtime_api!` block.
 pub(crate) struct ApiFn {
-    /// The symbol: a string, or an expression that picks one by version.
+    /// The field name (`malloc_async`).
+    pub(crate) name: String,
+    /// Where it is declared (`backends/shared.rs`, `rocm/mod.rs`).
+    pub(crate) origin: String,
+    /// The symbol: a string, `concat!(...)` of strings, or an expression
+    /// that picks one by version.
     pub(crate) symbol: Expr,
-    /// `optional fn ... since "CUDA 12.8" [if COND]`.
-    pub(crate) since: Option<String>,
+    /// `optional(since SINCE, if COND)`: the first release that has the
+    /// function (a string, or a constant naming one), and the condition on
+    /// the runtime's version under which it is loaded at all.
+    pub(crate) since: Option<Expr>,
     pub(crate) cond: Option<Expr>,
     pub(crate) params: Vec<Type>,
     pub(crate) ret: Type,
@@ -68,30 +85,35 @@ impl Parse for ApiBlock {
         }
         let mut fns = Vec::new();
         while !input.is_empty() {
-            let optional = input.peek(syn::Ident) && input.fork().parse::<Ident>()? == "optional";
-            if optional {
-                input.parse::<Ident>()?;
+            let (mut since, mut cond) = (None, None);
+            if !input.peek(Token![fn]) {
+                let kw: Ident = input.parse()?;
+                if kw != "optional" {
+                    return Err(syn::Error::new(
+                        kw.span(),
+                        "expected `fn` or `optional(since ...)`",
+                    ));
+                }
+                let content;
+                syn::parenthesized!(content in input);
+                let kw: Ident = content.parse()?;
+                if kw != "since" {
+                    return Err(syn::Error::new(kw.span(), "expected `since ...`"));
+                }
+                since = Some(content.parse::<Expr>()?);
+                if content.peek(Token![,]) {
+                    content.parse::<Token![,]>()?;
+                    content.parse::<Token![if]>()?;
+                    cond = Some(content.parse::<Expr>()?);
+                }
+                if !content.is_empty() {
+                    return Err(content.error("expected `since SINCE` or `since SINCE, if COND`"));
+                }
             }
             input.parse::<Token![fn]>()?;
-            input.parse::<Ident>()?;
+            let name: Ident = input.parse()?;
             input.parse::<Token![=]>()?;
-            let (symbol, since, cond) = if optional {
-                let sym: LitStr = input.parse()?;
-                let kw: Ident = input.parse()?;
-                if kw != "since" {
-                    return Err(syn::Error::new(kw.span(), "expected `since \"...\"`"));
-                }
-                let since: LitStr = input.parse()?;
-                let cond = if input.peek(Token![if]) {
-                    input.parse::<Token![if]>()?;
-                    Some(input.parse::<Expr>()?)
-                } else {
-                    None
-                };
-                (syn::parse_quote!(#sym), Some(since.value()), cond)
-            } else {
-                (input.parse::<Expr>()?, None, None)
-            };
+            let symbol: Expr = input.parse()?;
             input.parse::<Token![;]>()?;
             let content;
             syn::parenthesized!(content in input);
@@ -100,6 +122,8 @@ impl Parse for ApiBlock {
             let ret: Type = input.parse()?;
             input.parse::<Token![;]>()?;
             fns.push(ApiFn {
+                name: name.to_string(),
+                origin: String::new(),
                 symbol,
                 since,
                 cond,
@@ -111,47 +135,192 @@ impl Parse for ApiBlock {
     }
 }
 
+/// The `runtime_api!` block an invocation in `mod.rs` declares: the block
+/// itself, or what a macro of the backends (`shared_runtime_api!`) expands
+/// to. `Ok(None)`: the invocation declares no functions.
+/// `here` is the file of the invocation, which each entry records as where it
+/// is declared unless it comes from the macro's own text.
+fn api_block(
+    mac: &syn::Macro,
+    here: &str,
+    macros: &Macros,
+    depth: usize,
+) -> Result<Option<ApiBlock>, String> {
+    let Some(name) = mac.path.segments.last().map(|s| s.ident.to_string()) else {
+        return Ok(None);
+    };
+    if name == "runtime_api" {
+        let mut block: ApiBlock = mac.parse_body().map_err(|e| format!("runtime_api!: {e}"))?;
+        for f in &mut block.fns {
+            f.origin = here.to_string();
+        }
+        return Ok(Some(block));
+    }
+    let Some(rule) = macros.get(&name) else {
+        return Ok(None);
+    };
+    if depth > 8 || !rule.mentions("runtime_api") {
+        return Ok(None);
+    }
+    let origin = format!("{name}! (macro_rules in {})", rule.file.display());
+    // The entries the invocation writes itself (`required { fn ... }`).
+    let mut own = Vec::new();
+    fn_names(mac.tokens.clone(), &mut own);
+    let expanded = rule
+        .expand(mac.tokens.clone())
+        .ok_or_else(|| format!("{origin}: the invocation does not match the macro's rule"))?;
+    let file: syn::File =
+        syn::parse2(expanded).map_err(|e| format!("{origin}: its expansion does not parse: {e}"))?;
+    for item in &file.items {
+        if let Item::Macro(m) = item {
+            let inner = api_block(&m.mac, &short_path(&rule.file), macros, depth + 1)
+                .map_err(|e| format!("{origin}: {e}"))?;
+            if let Some(mut block) = inner {
+                for f in block.fns.iter_mut().filter(|f| own.contains(&f.name)) {
+                    f.origin = here.to_string();
+                }
+                return Ok(Some(block));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The NAMEs of every `fn NAME` in a token stream.
+fn fn_names(ts: proc_macro2::TokenStream, out: &mut Vec<String>) {
+    let tts: Vec<proc_macro2::TokenTree> = ts.into_iter().collect();
+    for (i, tt) in tts.iter().enumerate() {
+        match (tt, tts.get(i + 1)) {
+            (proc_macro2::TokenTree::Ident(f), Some(proc_macro2::TokenTree::Ident(name))) if f == "fn" => {
+                out.push(name.to_string())
+            }
+            (proc_macro2::TokenTree::Group(g), _) => fn_names(g.stream(), out),
+            _ => {}
+        }
+    }
+}
+
+/// `backends/rocm/mod.rs` as `rocm/mod.rs`: the file and its directory.
+pub(crate) fn short_path(path: &Path) -> String {
+    let file = path.file_name().map(|f| f.to_string_lossy()).unwrap_or_default();
+    match path.parent().and_then(|p| p.file_name()) {
+        Some(dir) => format!("{}/{file}", dir.to_string_lossy()),
+        None => file.to_string(),
+    }
+}
+
+/// The names a `use crate::common::...` item imports.
+fn imported_from_common(tree: &syn::UseTree, path: &mut Vec<String>, out: &mut Vec<String>) {
+    match tree {
+        syn::UseTree::Path(p) => {
+            path.push(p.ident.to_string());
+            imported_from_common(&p.tree, path, out);
+            path.pop();
+        }
+        syn::UseTree::Group(g) => {
+            for t in &g.items {
+                imported_from_common(t, path, out);
+            }
+        }
+        syn::UseTree::Name(n) if path.as_slice() == ["crate", "common"] => out.push(n.ident.to_string()),
+        _ => {}
+    }
+}
+
+fn parse_rs(path: &Path) -> syn::File {
+    let src = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    syn::parse_file(&src).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 impl Hand {
+    /// Reads `dir` (`backends/<vendor>`): `mod.rs`, `sys.rs`, and the
+    /// macros of the `.rs` files of `backends/` itself (`common.rs`,
+    /// `shared.rs`), which both may invoke.
     pub(crate) fn read(vendor: Vendor, dir: &Path) -> Hand {
         let mod_path = dir.join("mod.rs");
         let sys_path = dir.join("sys.rs");
         let mut files = vec![mod_path.clone()];
         let mut notes = Vec::new();
 
+        let mut macros = Macros::new();
+        let mut shared: Vec<PathBuf> = std::fs::read_dir(dir.parent().unwrap_or(dir))
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        shared.retain(|p| p.extension().is_some_and(|x| x == "rs"));
+        shared.sort();
+        for p in shared {
+            expand::collect(&parse_rs(&p).items, &p, &mut macros);
+            files.push(p);
+        }
+
         let mod_src =
             std::fs::read_to_string(&mod_path).unwrap_or_else(|e| panic!("{}: {e}", mod_path.display()));
         notes.extend(Expectation::scan(&mod_src, &mod_path));
         let mod_file = syn::parse_file(&mod_src).unwrap_or_else(|e| panic!("{}: {e}", mod_path.display()));
+        expand::collect(&mod_file.items, &mod_path, &mut macros);
 
+        let mut common_macros = BTreeMap::new();
         let (sys, sys_path) = if sys_path.exists() {
             let src = std::fs::read_to_string(&sys_path).unwrap();
             notes.extend(Expectation::scan(&src, &sys_path));
             files.push(sys_path.clone());
             let file = syn::parse_file(&src).unwrap_or_else(|e| panic!("{}: {e}", sys_path.display()));
-            (Model::from_items(&file.items), Some(sys_path))
+            expand::collect(&file.items, &sys_path, &mut macros);
+            for item in &file.items {
+                let Item::Use(u) = item else { continue };
+                let mut names = Vec::new();
+                imported_from_common(&u.tree, &mut Vec::new(), &mut names);
+                for n in names {
+                    match macros.get(&n) {
+                        Some(rule) => {
+                            common_macros.insert(n, rule.source.clone());
+                        }
+                        None => panic!(
+                            "{}: imports `crate::common::{n}`, which is not a single-rule macro of backends/*.rs \
+                             (the checker compiles sys.rs with only those)",
+                            sys_path.display()
+                        ),
+                    }
+                }
+            }
+            (Model::from_items(&file.items, &macros), Some(sys_path))
         } else {
             (Model::default(), None)
         };
 
         let mut api = None;
         let mut repr_structs = Vec::new();
+        let mut fns = BTreeMap::new();
         for item in &mod_file.items {
             match item {
                 Item::Struct(st) if st.attrs.iter().any(|a| a.path().is_ident("repr")) => {
                     repr_structs.push(st.clone());
                 }
-                Item::Macro(m) if m.mac.path.is_ident("runtime_api") => {
-                    let block: ApiBlock = m
-                        .mac
-                        .parse_body()
-                        .unwrap_or_else(|e| panic!("{}: runtime_api!: {e}", mod_path.display()));
-                    assert!(api.is_none(), "{}: two runtime_api! blocks", mod_path.display());
-                    api = Some(block);
+                Item::Fn(f) => {
+                    fns.insert(f.sig.ident.to_string(), f.clone());
+                }
+                Item::Macro(m) => {
+                    let block = api_block(&m.mac, &short_path(&mod_path), &macros, 0)
+                        .unwrap_or_else(|e| panic!("{}: {e}", mod_path.display()));
+                    if let Some(block) = block {
+                        assert!(
+                            api.is_none(),
+                            "{}: two runtime_api! blocks (direct or through a macro)",
+                            mod_path.display()
+                        );
+                        api = Some(block);
+                    }
                 }
                 _ => {}
             }
         }
-        let api = api.unwrap_or_else(|| panic!("{}: no runtime_api! block", mod_path.display()));
+        let api = api.unwrap_or_else(|| {
+            panic!(
+                "{}: no runtime_api! block (neither `runtime_api! {{ .. }}` nor a macro of backends/*.rs \
+                 that expands to one, like `shared_runtime_api! {{ .. }}`)",
+                mod_path.display()
+            )
+        });
 
         // The `#[repr]` structs of mod.rs that the declarations name (and
         // the ones those name), copied into the checker with public fields.
@@ -185,7 +354,7 @@ impl Hand {
                 locals.push(Item::Struct(st));
             }
         }
-        let local = Model::from_items(&locals);
+        let local = Model::from_items(&locals, &Macros::new());
         let mut names = Model::default();
         for m in [&sys, &local] {
             names.structs.extend(m.structs.clone());
@@ -197,7 +366,7 @@ impl Hand {
             .map(|(n, (_, e))| (n.clone(), e.clone()))
             .collect();
         consts.extend(
-            Model::from_items(&mod_file.items)
+            Model::from_items(&mod_file.items, &Macros::new())
                 .consts
                 .into_iter()
                 .map(|(n, (_, e))| (n, e)),
@@ -209,7 +378,9 @@ impl Hand {
             local_src,
             names,
             consts,
+            fns,
             api,
+            common_macros,
             notes,
             files,
         }
@@ -248,113 +419,226 @@ impl Hand {
 }
 
 // ---------------------------------------------------------------------------
-// Evaluating `runtime_api!` symbol choices for one header version.
+// Evaluating `runtime_api!` symbols, `since` texts and conditions for one
+// runtime version.
 
-pub(crate) struct Eval<'a> {
-    pub(crate) hand: &'a Hand,
-    pub(crate) runtime_version: i128,
+/// What an expression of a declaration evaluates to.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Value {
+    Int(i128),
+    Bool(bool),
+    /// A string, without a trailing NUL (a symbol, or a `since` text).
+    Str(String),
 }
 
-impl Eval<'_> {
+/// Evaluates the expressions of the declarations: literals, the constants of
+/// `sys.rs` and `mod.rs`, the runtime's version (the `version:` name),
+/// integer arithmetic, comparisons, `!`, `&&`, `||`, `if`/`else`,
+/// `concat!` of strings, `(a..b).contains(&x)`, and calls of the functions of
+/// `mod.rs` whose body is one expression. Anything else is `None`: the caller
+/// reports that it cannot tell.
+pub(crate) struct Eval<'a> {
+    pub(crate) hand: &'a Hand,
+    /// Names bound to values: the version, or a called function's parameters.
+    vars: Vec<(String, Value)>,
+    depth: usize,
+}
+
+impl<'a> Eval<'a> {
+    /// For a runtime that reports `runtime_version`.
+    pub(crate) fn new(hand: &'a Hand, runtime_version: i128) -> Eval<'a> {
+        Eval {
+            hand,
+            vars: hand
+                .api
+                .version
+                .iter()
+                .map(|v| (v.clone(), Value::Int(runtime_version)))
+                .collect(),
+            depth: 0,
+        }
+    }
+
     pub(crate) fn int(&self, e: &Expr) -> Option<i128> {
-        match e {
-            Expr::Lit(syn::ExprLit {
-                lit: syn::Lit::Int(i),
-                ..
-            }) => i.base10_parse().ok(),
-            Expr::Paren(p) => self.int(&p.expr),
-            Expr::Path(p) => {
-                let segs: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
-                let name = segs.last()?;
-                if segs.len() == 1 && Some(name) == self.hand.api.version.as_ref() {
-                    return Some(self.runtime_version);
-                }
-                self.int(self.hand.consts.get(name)?)
-            }
-            Expr::Binary(b) => {
-                let (l, r) = (self.int(&b.left)?, self.int(&b.right)?);
-                match b.op {
-                    BinOp::Add(_) => Some(l + r),
-                    BinOp::Sub(_) => Some(l - r),
-                    BinOp::Mul(_) => Some(l * r),
-                    BinOp::Div(_) if r != 0 => Some(l / r),
-                    _ => None,
-                }
-            }
+        match self.value(e)? {
+            Value::Int(i) => Some(i),
             _ => None,
         }
     }
 
     pub(crate) fn bool(&self, e: &Expr) -> Option<bool> {
-        match e {
-            Expr::Paren(p) => self.bool(&p.expr),
-            Expr::Unary(u) if matches!(u.op, syn::UnOp::Not(_)) => self.bool(&u.expr).map(|b| !b),
-            Expr::Lit(syn::ExprLit {
-                lit: syn::Lit::Bool(b),
-                ..
-            }) => Some(b.value),
-            Expr::Binary(b) => match b.op {
-                BinOp::And(_) => Some(self.bool(&b.left)? && self.bool(&b.right)?),
-                BinOp::Or(_) => Some(self.bool(&b.left)? || self.bool(&b.right)?),
-                op => {
-                    let (l, r) = (self.int(&b.left)?, self.int(&b.right)?);
-                    match op {
-                        BinOp::Ge(_) => Some(l >= r),
-                        BinOp::Gt(_) => Some(l > r),
-                        BinOp::Le(_) => Some(l <= r),
-                        BinOp::Lt(_) => Some(l < r),
-                        BinOp::Eq(_) => Some(l == r),
-                        BinOp::Ne(_) => Some(l != r),
-                        _ => None,
-                    }
-                }
-            },
+        match self.value(e)? {
+            Value::Bool(b) => Some(b),
             _ => None,
         }
     }
 
-    /// The symbol a runtime of this version loads, when the expression can be
-    /// evaluated (a string, or `if COND { "a\0" } else { ... }`).
-    pub(crate) fn symbol(&self, e: &Expr) -> Option<String> {
+    /// A symbol (the one a runtime of this version loads) or a `since` text.
+    pub(crate) fn string(&self, e: &Expr) -> Option<String> {
+        match self.value(e)? {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Every string `e` may evaluate to, whatever the version: both branches
+    /// of an `if`.
+    pub(crate) fn strings(&self, e: &Expr) -> Vec<String> {
         match e {
-            Expr::Lit(syn::ExprLit {
-                lit: syn::Lit::Str(s),
-                ..
-            }) => Some(s.value().trim_end_matches('\0').to_string()),
-            Expr::Paren(p) => self.symbol(&p.expr),
-            Expr::Block(b) => self.block_symbol(&b.block),
+            Expr::Paren(p) => self.strings(&p.expr),
+            Expr::Block(b) => match b.block.stmts.as_slice() {
+                [syn::Stmt::Expr(e, None)] => self.strings(e),
+                _ => Vec::new(),
+            },
+            Expr::If(i) => {
+                let mut all = match i.then_branch.stmts.as_slice() {
+                    [syn::Stmt::Expr(e, None)] => self.strings(e),
+                    _ => Vec::new(),
+                };
+                if let Some((_, e)) = &i.else_branch {
+                    all.extend(self.strings(e));
+                }
+                all
+            }
+            e => self.string(e).into_iter().collect(),
+        }
+    }
+
+    pub(crate) fn value(&self, e: &Expr) -> Option<Value> {
+        use Value::{Bool, Int, Str};
+        if self.depth > 16 {
+            return None;
+        }
+        Some(match e {
+            Expr::Lit(l) => match &l.lit {
+                syn::Lit::Int(i) => Int(i.base10_parse().ok()?),
+                syn::Lit::Bool(b) => Bool(b.value),
+                syn::Lit::Str(s) => Str(s.value().trim_end_matches('\0').to_string()),
+                _ => return None,
+            },
+            Expr::Paren(p) => self.value(&p.expr)?,
+            Expr::Group(g) => self.value(&g.expr)?,
+            Expr::Reference(r) => self.value(&r.expr)?,
+            // Version numbers fit every integer type they are cast to.
+            Expr::Cast(c) => self.value(&c.expr)?,
+            Expr::Block(b) => self.block(&b.block)?,
             Expr::If(i) => {
                 if self.bool(&i.cond)? {
-                    self.block_symbol(&i.then_branch)
+                    self.block(&i.then_branch)?
                 } else {
-                    self.symbol(&i.else_branch.as_ref()?.1)
+                    self.value(&i.else_branch.as_ref()?.1)?
                 }
             }
-            Expr::Path(p) => self.symbol(self.hand.consts.get(&p.path.segments.last()?.ident.to_string())?),
-            _ => None,
+            Expr::Path(p) => {
+                let segs = &p.path.segments;
+                let name = segs.last()?.ident.to_string();
+                match self
+                    .vars
+                    .iter()
+                    .rev()
+                    .find(|(n, _)| segs.len() == 1 && *n == name)
+                {
+                    Some((_, v)) => v.clone(),
+                    // A constant: evaluated on its own, with no variables.
+                    None => self.inner(Vec::new()).value(self.hand.consts.get(&name)?)?,
+                }
+            }
+            Expr::Unary(u) => match (&u.op, self.value(&u.expr)?) {
+                (syn::UnOp::Not(_), Bool(b)) => Bool(!b),
+                (syn::UnOp::Neg(_), Int(i)) => Int(-i),
+                _ => return None,
+            },
+            Expr::Binary(b) => self.binary(b)?,
+            Expr::Macro(m) if m.mac.path.is_ident("concat") => {
+                let parts = m
+                    .mac
+                    .parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated)
+                    .ok()?;
+                let mut s = String::new();
+                for part in &parts {
+                    s += &self.string(part)?;
+                }
+                Str(s)
+            }
+            Expr::MethodCall(m) if m.method == "contains" && m.args.len() == 1 => {
+                let mut range = &*m.receiver;
+                while let Expr::Paren(p) = range {
+                    range = &p.expr;
+                }
+                let Expr::Range(r) = range else { return None };
+                let x = self.int(&m.args[0])?;
+                let above = match &r.start {
+                    Some(lo) => x >= self.int(lo)?,
+                    None => true,
+                };
+                let below = match (&r.end, &r.limits) {
+                    (None, _) => true,
+                    (Some(hi), syn::RangeLimits::HalfOpen(_)) => x < self.int(hi)?,
+                    (Some(hi), syn::RangeLimits::Closed(_)) => x <= self.int(hi)?,
+                };
+                Bool(above && below)
+            }
+            Expr::Call(c) => {
+                let Expr::Path(p) = &*c.func else { return None };
+                let f = self.hand.fns.get(&p.path.segments.last()?.ident.to_string())?;
+                let [syn::Stmt::Expr(body, None)] = f.block.stmts.as_slice() else {
+                    return None;
+                };
+                if f.sig.inputs.len() != c.args.len() {
+                    return None;
+                }
+                let mut vars = Vec::new();
+                for (param, arg) in f.sig.inputs.iter().zip(&c.args) {
+                    let syn::FnArg::Typed(t) = param else { return None };
+                    let syn::Pat::Ident(name) = &*t.pat else {
+                        return None;
+                    };
+                    vars.push((name.ident.to_string(), self.value(arg)?));
+                }
+                self.inner(vars).value(body)?
+            }
+            _ => return None,
+        })
+    }
+
+    fn inner(&self, vars: Vec<(String, Value)>) -> Eval<'a> {
+        Eval {
+            hand: self.hand,
+            vars,
+            depth: self.depth + 1,
         }
     }
 
-    pub(crate) fn block_symbol(&self, b: &syn::Block) -> Option<String> {
+    fn block(&self, b: &syn::Block) -> Option<Value> {
         match b.stmts.as_slice() {
-            [syn::Stmt::Expr(e, None)] => self.symbol(e),
+            [syn::Stmt::Expr(e, None)] => self.value(e),
             _ => None,
         }
     }
-}
 
-/// Every string literal in a token stream, without its trailing NUL.
-pub(crate) fn string_literals(tokens: TokenStream, out: &mut Vec<String>) {
-    for tt in tokens {
-        match tt {
-            TokenTree::Group(g) => string_literals(g.stream(), out),
-            TokenTree::Literal(l) => {
-                if let Ok(s) = syn::parse_str::<LitStr>(&l.to_string()) {
-                    out.push(s.value().trim_end_matches('\0').to_string());
-                }
-            }
+    fn binary(&self, b: &syn::ExprBinary) -> Option<Value> {
+        use Value::{Bool, Int};
+        // `&&` and `||` look at the right side only when they must.
+        match b.op {
+            BinOp::And(_) => return Some(Bool(self.bool(&b.left)? && self.bool(&b.right)?)),
+            BinOp::Or(_) => return Some(Bool(self.bool(&b.left)? || self.bool(&b.right)?)),
             _ => {}
         }
+        let (l, r) = (self.int(&b.left)?, self.int(&b.right)?);
+        Some(match b.op {
+            BinOp::Add(_) => Int(l + r),
+            BinOp::Sub(_) => Int(l - r),
+            BinOp::Mul(_) => Int(l * r),
+            BinOp::Div(_) if r != 0 => Int(l / r),
+            BinOp::Rem(_) if r != 0 => Int(l % r),
+            BinOp::Ge(_) => Bool(l >= r),
+            BinOp::Gt(_) => Bool(l > r),
+            BinOp::Le(_) => Bool(l <= r),
+            BinOp::Lt(_) => Bool(l < r),
+            BinOp::Eq(_) => Bool(l == r),
+            BinOp::Ne(_) => Bool(l != r),
+            _ => return None,
+        })
     }
 }
 
@@ -380,12 +664,7 @@ pub(crate) struct Expectation {
 
 impl Expectation {
     pub(crate) fn scan(src: &str, path: &Path) -> Vec<Expectation> {
-        let file = path.file_name().unwrap().to_string_lossy();
-        let dir = path
-            .parent()
-            .and_then(|p| p.file_name())
-            .map(|d| d.to_string_lossy().to_string())
-            .unwrap_or_default();
+        let short = short_path(path);
         let mut v = Vec::new();
         for (n, line) in src.lines().enumerate() {
             let text = line
@@ -396,7 +675,7 @@ impl Expectation {
             let Some(rest) = text.strip_prefix("header-check ") else {
                 continue;
             };
-            let at = format!("{dir}/{file}:{}", n + 1);
+            let at = format!("{short}:{}", n + 1);
             let (selector, clauses) = rest
                 .split_once(':')
                 .unwrap_or_else(|| panic!("{at}: want `header-check SELECTOR: CLAUSE; ...`"));

@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use proc_macro2::{Ident, TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::{Expr, Fields, ForeignItem, Item, ReturnType, Type};
+
+use crate::expand::Macros;
 
 // ---------------------------------------------------------------------------
 // One side's declarations, read from Rust source.
@@ -21,14 +22,15 @@ pub(crate) struct Model {
 }
 
 impl Model {
-    pub(crate) fn from_items(items: &[Item]) -> Model {
+    /// The declarations of `items`, with the invocations of `macros` (the
+    /// backends' `opaque!`) expanded.
+    pub(crate) fn from_items(items: &[Item], macros: &Macros) -> Model {
         let mut m = Model::default();
-        m.add_items(items);
+        m.add_items(items, macros);
         m
     }
 
-    pub(crate) fn add_items(&mut self, items: &[Item]) {
-        let macros = list_macros(items);
+    pub(crate) fn add_items(&mut self, items: &[Item], macros: &Macros) {
         for item in items {
             match item {
                 Item::Struct(s) => {
@@ -80,11 +82,17 @@ impl Model {
                         }
                     }
                 }
-                // A local macro that declares one item per identifier
+                // A macro of the backends that declares items
                 // (`opaque!(A, B)`): read the items it expands to.
                 Item::Macro(m) if m.ident.is_none() => {
-                    if let Some(body) = m.mac.path.get_ident().and_then(|n| macros.get(&n.to_string())) {
-                        self.add_items(&body.expand(m.mac.tokens.clone()));
+                    let name = m.mac.path.segments.last().map(|s| s.ident.to_string());
+                    if let Some(rule) = name.and_then(|n| macros.get(&n)) {
+                        let expanded = rule
+                            .expand(m.mac.tokens.clone())
+                            .and_then(|t| syn::parse2::<syn::File>(t).ok());
+                        if let Some(file) = expanded {
+                            self.add_items(&file.items, macros);
+                        }
                     }
                 }
                 _ => {}
@@ -119,101 +127,6 @@ pub(crate) fn named_fields(fields: &Fields) -> Vec<(String, Type)> {
 /// (`_opaque: [u8; 0]` by hand, `_unused: [u8; 0]` from bindgen).
 pub(crate) fn is_opaque(fields: &[(String, Type)]) -> bool {
     fields.iter().all(|(n, _)| n.starts_with('_'))
-}
-
-/// A `macro_rules!` of the one shape the checker expands: a single rule
-/// `($($x:ident),* $(,)?) => {$( ITEMS )*}`, which declares ITEMS once per
-/// identifier it is given.
-pub(crate) struct ListMacro {
-    pub(crate) var: String,
-    pub(crate) body: TokenStream,
-}
-
-pub(crate) fn list_macros(items: &[Item]) -> BTreeMap<String, ListMacro> {
-    let mut found = BTreeMap::new();
-    for item in items {
-        let Item::Macro(m) = item else { continue };
-        let (Some(name), true) = (&m.ident, m.mac.path.is_ident("macro_rules")) else {
-            continue;
-        };
-        let mut tts: Vec<TokenTree> = m.mac.tokens.clone().into_iter().collect();
-        if matches!(tts.last(), Some(TokenTree::Punct(p)) if p.as_char() == ';') {
-            tts.pop();
-        }
-        // (matcher) => {transcriber}
-        let [TokenTree::Group(matcher), TokenTree::Punct(_), TokenTree::Punct(_), TokenTree::Group(rhs)] =
-            tts.as_slice()
-        else {
-            continue;
-        };
-        let matcher: Vec<TokenTree> = matcher.stream().into_iter().collect();
-        let var = match matcher.first() {
-            Some(TokenTree::Punct(p)) if p.as_char() == '$' => match matcher.get(1) {
-                Some(TokenTree::Group(g)) => {
-                    let inner: Vec<TokenTree> = g.stream().into_iter().collect();
-                    match inner.as_slice() {
-                        [TokenTree::Punct(d), TokenTree::Ident(v), TokenTree::Punct(_), TokenTree::Ident(kind)]
-                            if d.as_char() == '$' && kind == "ident" =>
-                        {
-                            v.to_string()
-                        }
-                        _ => continue,
-                    }
-                }
-                _ => continue,
-            },
-            _ => continue,
-        };
-        let rhs: Vec<TokenTree> = rhs.stream().into_iter().collect();
-        let body = match rhs.as_slice() {
-            [TokenTree::Punct(d), TokenTree::Group(g), TokenTree::Punct(star)]
-                if d.as_char() == '$' && star.as_char() == '*' =>
-            {
-                g.stream()
-            }
-            _ => continue,
-        };
-        found.insert(name.to_string(), ListMacro { var, body });
-    }
-    found
-}
-
-impl ListMacro {
-    pub(crate) fn expand(&self, args: TokenStream) -> Vec<Item> {
-        let mut items = Vec::new();
-        for arg in args.into_iter() {
-            let TokenTree::Ident(arg) = arg else { continue };
-            let tokens = substitute(self.body.clone(), &self.var, &arg);
-            if let Ok(file) = syn::parse2::<syn::File>(tokens) {
-                items.extend(file.items);
-            }
-        }
-        items
-    }
-}
-
-/// `tokens` with every `$var` replaced by `with`.
-pub(crate) fn substitute(tokens: TokenStream, var: &str, with: &Ident) -> TokenStream {
-    let mut out = Vec::new();
-    let mut it = tokens.into_iter().peekable();
-    while let Some(tt) = it.next() {
-        match tt {
-            TokenTree::Punct(p) if p.as_char() == '$' => match it.peek() {
-                Some(TokenTree::Ident(i)) if i == var => {
-                    it.next();
-                    out.push(TokenTree::Ident(with.clone()));
-                }
-                _ => out.push(TokenTree::Punct(p)),
-            },
-            TokenTree::Group(g) => {
-                let mut ng = proc_macro2::Group::new(g.delimiter(), substitute(g.stream(), var, with));
-                ng.set_span(g.span());
-                out.push(TokenTree::Group(ng));
-            }
-            other => out.push(other),
-        }
-    }
-    out.into_iter().collect()
 }
 
 // ---------------------------------------------------------------------------

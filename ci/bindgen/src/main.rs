@@ -89,8 +89,9 @@ impl Report {
 
     /// One function: (what, hand-written size, header size, where a `holds`
     /// line makes a larger hand-written pointee right) for each parameter,
-    /// pointee and return whose size is compared.
-    pub fn sizes(&mut self, what: &str, sizes: &[(&str, usize, usize, Option<&str>)]) {
+    /// pointee and return whose size is compared. `decl` says where the
+    /// function is declared.
+    pub fn sizes(&mut self, what: &str, decl: &str, sizes: &[(&str, usize, usize, Option<&str>)]) {
         let bad: Vec<String> = sizes
             .iter()
             .filter(|(_, h, g, holds)| if holds.is_some() { h < g } else { h != g })
@@ -99,7 +100,7 @@ impl Report {
         if bad.is_empty() {
             self.pass(what);
         } else {
-            self.fail(what, &bad.join("; "));
+            self.fail(what, &format!("{} ({decl})", bad.join("; ")));
         }
     }
 
