@@ -11,7 +11,7 @@ use bytemuck::Pod;
 use crate::backend::{Backend, DevicePtr};
 use crate::error::{record_drop_error, Error, Result};
 use crate::graph::{self, CaptureStatus, Capturing, Deferred};
-use crate::pool::MemPool;
+use crate::pool::{with_stats, MemPool};
 use crate::resource::MemoryResource;
 use crate::stream::{Event, Stream};
 use crate::Active;
@@ -680,19 +680,6 @@ fn order_after(waiter: &Stream, target: &Stream) -> Result<()> {
     waiter.wait_event(&event)
     // Destroying a recorded event is fine: the runtime keeps it until the
     // wait is satisfied.
-}
-
-pub(crate) fn with_stats(e: Error, pool: Option<MemPool>) -> Error {
-    match e {
-        Error::OutOfMemory {
-            requested,
-            stats: None,
-        } => Error::OutOfMemory {
-            requested,
-            stats: pool.and_then(|p| p.stats().ok()),
-        },
-        other => other,
-    }
 }
 
 impl<T: Pod> Drop for DeviceBuffer<T> {

@@ -56,6 +56,7 @@ mod device;
 mod error;
 pub mod graph;
 mod pool;
+mod pool_stats;
 mod resource;
 mod stream;
 #[cfg(test)]
@@ -94,6 +95,7 @@ pub use error::{drop_errors, DropErrors, Error, Result, VendorCode};
 pub use graph::{
     pending_graph_frees, reclaim_graph_frees, CaptureMode, CaptureStatus, Graph, GraphExec, GraphMemStats,
 };
-pub use pool::{ExportHandle, MemPool, PeerAccess, PoolProperties, PoolStats, ReusePolicy};
+pub use pool::{ExportHandle, MemPool, PeerAccess, PoolProperties, ReusePolicy};
+pub use pool_stats::PoolStats;
 pub use resource::MemoryResource;
 pub use stream::{Event, Stream};

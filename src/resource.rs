@@ -29,11 +29,10 @@
 use std::ffi::c_void;
 
 use crate::backend::{Backend, DevicePtr};
-use crate::buffer::with_stats;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::graph;
-use crate::pool::MemPool;
+use crate::pool::{with_stats, MemPool};
 use crate::stream::Stream;
 use crate::Active;
 
