@@ -155,7 +155,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::device::Device;
-use crate::error::{record_drop_error, Error, Result};
+use crate::error::{record_drop_error, Error, InvalidReason, Result};
 use crate::resource::MemoryResource;
 use crate::stream::Stream;
 
@@ -900,7 +900,7 @@ impl StreamCache {
 
     fn check_stream(&self, stream: &Stream) -> Result<()> {
         if stream.as_raw() as usize != self.key {
-            return Err(Error::invalid(format!(
+            return Err(InvalidReason::WrongStream.error(format!(
                 "the cache of stream {:#x} was used with stream {:#x}: \
                  get that stream's cache from CacheTier::for_stream",
                 self.key,
@@ -993,7 +993,7 @@ unsafe impl MemoryResource for StreamCache {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
         self.check_stream(stream)?;
         if bytes == 0 {
-            return Err(Error::invalid("0-byte allocation from a stream cache"));
+            return Err(InvalidReason::ZeroBytes.error("0-byte allocation from a stream cache"));
         }
         if self.stream.may_capture() && self.stream.capturing()?.is_some() {
             return self.allocate_captured(bytes);
@@ -1048,7 +1048,7 @@ unsafe impl MemoryResource for StreamCache {
     unsafe fn deallocate(&self, ptr: *mut c_void, bytes: usize, stream: &Stream) -> Result<()> {
         self.check_stream(stream)?;
         if bytes == 0 {
-            return Err(Error::invalid("0-byte free to a stream cache"));
+            return Err(InvalidReason::ZeroBytes.error("0-byte free to a stream cache"));
         }
         if self.stream.may_capture() && self.stream.capturing()?.is_some() {
             // SAFETY: forwarded from the caller.
@@ -1197,7 +1197,7 @@ impl CacheTier {
     /// The stream must belong to the upstream's device.
     pub fn for_stream(&self, stream: &Stream) -> Result<Arc<StreamCache>> {
         if stream.device() != self.shared.device {
-            return Err(Error::invalid(format!(
+            return Err(InvalidReason::WrongDevice.error(format!(
                 "a cache tier of device {} used with a stream of device {}",
                 self.shared.device.ordinal(),
                 stream.device().ordinal()

@@ -57,7 +57,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::backend::{Backend, CaptureStatus as RawStatus, DevicePtr, GraphMemAttr, RawCaptureMode};
 use crate::device::Device;
-use crate::error::{record_drop_error, Error, Result, VendorCode};
+use crate::error::{record_drop_error, Error, InvalidReason, Result, VendorCode};
 use crate::stream::{capture_flag, Event, Stream};
 use crate::Active;
 
@@ -949,7 +949,7 @@ impl GraphExec {
 
     fn check(&self, stream: &Stream) -> Result<()> {
         if stream.device() != self.device {
-            return Err(Error::invalid(format!(
+            return Err(InvalidReason::WrongDevice.error(format!(
                 "a graph of device {} launched on a stream of device {}",
                 self.device.ordinal(),
                 stream.device().ordinal()

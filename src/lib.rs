@@ -91,7 +91,7 @@ pub use buffer::{DeviceBuffer, ExportedBuffer};
 pub use bytemuck::Pod;
 pub use cache::{CacheConfig, CacheStats, CacheTier, Headroom, StreamCache, StreamCacheStats};
 pub use device::Device;
-pub use error::{drop_errors, DropErrors, Error, Result, VendorCode};
+pub use error::{drop_errors, DropErrors, Error, InvalidReason, Result, VendorCode};
 pub use graph::{
     pending_graph_frees, reclaim_graph_frees, CaptureMode, CaptureStatus, Graph, GraphExec, GraphMemStats,
 };

@@ -30,7 +30,7 @@ use std::ffi::c_void;
 
 use crate::backend::{Backend, DevicePtr};
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{InvalidReason, Result};
 use crate::graph;
 use crate::pool::{with_stats, MemPool};
 use crate::stream::Stream;
@@ -47,7 +47,7 @@ use crate::Active;
 ///
 /// Callers never pass 0 bytes (a 0-byte [`DeviceBuffer`](crate::DeviceBuffer)
 /// does not call its resource); implementations may answer 0 with
-/// [`Error::InvalidArgument`]. Implementations are shared between threads,
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument). Implementations are shared between threads,
 /// hence `Send + Sync`.
 ///
 /// # Safety
@@ -128,7 +128,7 @@ pub unsafe trait MemoryResource: Send + Sync {
 /// The vendor pool as a resource: `cudaMallocFromPoolAsync` /
 /// `cudaFreeAsync` (HIP: the same names). The stream must belong to the
 /// pool's device; an allocation the pool refuses is
-/// [`Error::OutOfMemory`] with the pool's statistics.
+/// [`Error::OutOfMemory`](crate::Error::OutOfMemory) with the pool's statistics.
 ///
 /// Under stream capture the allocation is a graph allocation node and its
 /// free in the same capture a graph free node; a free on a capturing stream
@@ -142,11 +142,11 @@ pub unsafe trait MemoryResource: Send + Sync {
 unsafe impl MemoryResource for MemPool {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
         if bytes == 0 {
-            return Err(Error::invalid("0-byte allocation from a pool resource"));
+            return Err(InvalidReason::ZeroBytes.error("0-byte allocation from a pool resource"));
         }
         let device = MemPool::device(self);
         if stream.device() != device {
-            return Err(Error::invalid(format!(
+            return Err(InvalidReason::WrongDevice.error(format!(
                 "pool of device {} used with a stream of device {}",
                 device.ordinal(),
                 stream.device().ordinal()

@@ -13,7 +13,7 @@ use bytemuck::Pod;
 use crate::backend::{Backend, DevicePtr};
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
-use crate::error::{record_drop_error, Error, Result};
+use crate::error::{record_drop_error, Error, InvalidReason, Result};
 use crate::pool::MemPool;
 use crate::stream::Stream;
 use crate::Active;
@@ -74,7 +74,7 @@ impl SyncBuffer {
     /// Allocates `bytes` (at least 1) synchronously on `device`.
     pub fn new(device: &Device, bytes: usize) -> Result<SyncBuffer> {
         if bytes == 0 {
-            return Err(Error::invalid("SyncBuffer of 0 bytes"));
+            return Err(InvalidReason::ZeroBytes.error("SyncBuffer of 0 bytes"));
         }
         Ok(SyncBuffer {
             ptr: Active::malloc_sync(device.ordinal(), bytes)?,
@@ -227,9 +227,8 @@ impl TestKernels {
 
     fn check(buf: &impl KernelTarget, stream: &Stream) -> Result<()> {
         if !buf.usable_on(stream) {
-            return Err(Error::invalid(
-                "the buffer is not usable on this stream; call use_on first",
-            ));
+            return Err(InvalidReason::WrongStream
+                .error("the buffer is not usable on this stream; call use_on first"));
         }
         Ok(())
     }
@@ -382,7 +381,7 @@ impl TestKernels {
         Self::check(src, stream)?;
         let mut n = Self::words(dst)?;
         if Self::words(src)? != n {
-            return Err(Error::invalid("axpy_u32 over buffers of different sizes"));
+            return Err(InvalidReason::LengthMismatch.error("axpy_u32 over buffers of different sizes"));
         }
         if n == 0 {
             return Ok(());

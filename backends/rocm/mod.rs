@@ -79,7 +79,7 @@ use std::sync::OnceLock;
 
 use super::common::{self, backend_impl, handle, ordinal, shared_runtime_api};
 use crate::backend::{CaptureInfo, DevicePtr};
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidReason, Result};
 
 const BACKEND: &str = "rocm";
 const LIBRARY: &str = "libamdhip64";
@@ -238,7 +238,7 @@ fn version_text(version: i32) -> String {
 #[inline]
 fn refuse_zero_bytes(bytes: usize, what: &'static str) -> Result<()> {
     if bytes == 0 {
-        return Err(Error::invalid(what));
+        return Err(InvalidReason::ZeroBytes.error(what));
     }
     Ok(())
 }

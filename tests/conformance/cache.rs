@@ -8,7 +8,8 @@ use std::sync::Arc;
 use somalloc::adaptors::{LimitingAdaptor, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor};
 use somalloc::testkit::pattern_byte;
 use somalloc::{
-    CacheConfig, CacheTier, DeviceBuffer, Error, MemoryResource, PoolProperties, Stream, StreamCache,
+    CacheConfig, CacheTier, DeviceBuffer, Error, InvalidReason, MemoryResource, PoolProperties, Stream,
+    StreamCache,
 };
 
 use crate::common::{
@@ -192,11 +193,17 @@ fn use_on_another_stream_then_free() {
     assert_ne!(other.as_raw() as usize, addr);
     assert!(matches!(
         DeviceBuffer::<u8>::new_with(bytes, &ra, &b),
-        Err(Error::InvalidArgument { .. })
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::WrongStream,
+            ..
+        })
     ));
     assert!(matches!(
         ca.allocate(bytes, &b),
-        Err(Error::InvalidArgument { .. })
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::WrongStream,
+            ..
+        })
     ));
 
     let c = DeviceBuffer::<u8>::new_with(bytes, &ra, a).unwrap();

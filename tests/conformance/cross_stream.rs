@@ -1,4 +1,4 @@
-use somalloc::{DeviceBuffer, Error};
+use somalloc::{DeviceBuffer, Error, InvalidReason};
 
 use crate::common::{setup, spin_cycles};
 
@@ -52,12 +52,18 @@ fn other_streams_need_use_on() {
     assert!(!buf.is_usable_on(&b));
     assert!(matches!(
         ctx.k.fill(&buf, 1, &b),
-        Err(Error::InvalidArgument { .. })
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::WrongStream,
+            ..
+        })
     ));
     let mut other = DeviceBuffer::<u8>::new_in(4096, &ctx.pool, &b).unwrap();
     assert!(matches!(
         other.copy_from_device(&buf),
-        Err(Error::InvalidArgument { .. })
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::WrongStream,
+            ..
+        })
     ));
     buf.use_on(&b).unwrap();
     buf.use_on(&b).unwrap(); // again: harmless

@@ -1,5 +1,7 @@
 use somalloc::testkit::TestKernels;
-use somalloc::{Device, DeviceBuffer, Error, Event, MemPool, PeerAccess, PoolProperties, Stream};
+use somalloc::{
+    Device, DeviceBuffer, Error, Event, InvalidReason, MemPool, PeerAccess, PoolProperties, Stream,
+};
 
 use crate::common::{device, say};
 
@@ -37,18 +39,30 @@ fn peer_access_write_on_one_verify_on_zero() {
     );
     assert!(matches!(
         pool.set_access(&d0, PeerAccess::None),
-        Err(Error::InvalidArgument { .. })
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::Other,
+            ..
+        })
     ));
 
     let mut buf = DeviceBuffer::<u8>::new_in(16 << 20, &pool, &s0).unwrap();
     k0.fill(&buf, 1, &s0).unwrap();
     assert!(
-        matches!(buf.use_on(&s1), Err(Error::InvalidArgument { .. })),
+        matches!(
+            buf.use_on(&s1),
+            Err(Error::InvalidArgument {
+                reason: InvalidReason::NoPeerAccess,
+                ..
+            })
+        ),
         "no access yet"
     );
     assert!(matches!(
         k1.fill(&buf, 2, &s1),
-        Err(Error::InvalidArgument { .. })
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::WrongStream,
+            ..
+        })
     ));
 
     pool.set_access(&d1, PeerAccess::ReadWrite).unwrap();
@@ -69,13 +83,28 @@ fn peer_access_write_on_one_verify_on_zero() {
     );
     assert!(matches!(
         k1.fill(&buf, 3, &s1),
-        Err(Error::InvalidArgument { .. })
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::WrongStream,
+            ..
+        })
     ));
-    assert!(matches!(buf.use_on(&s1), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        buf.use_on(&s1),
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::NoPeerAccess,
+            ..
+        })
+    ));
 
     // A buffer from the current pool (no explicit pool) is refused too.
     let mut plain = DeviceBuffer::<u8>::new(4096, &s0).unwrap();
-    assert!(matches!(plain.use_on(&s1), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        plain.use_on(&s1),
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::NoPeerAccess,
+            ..
+        })
+    ));
     drop(plain);
     drop(buf);
     s0.synchronize().unwrap();

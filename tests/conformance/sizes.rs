@@ -1,5 +1,5 @@
 use somalloc::testkit::pattern_byte;
-use somalloc::{DeviceBuffer, Error};
+use somalloc::{DeviceBuffer, Error, InvalidReason};
 
 use crate::common::setup;
 
@@ -87,8 +87,26 @@ fn element_count_overflow_is_invalid_argument() {
         return;
     };
     let r = DeviceBuffer::<u64>::new_in(usize::MAX / 4, &ctx.pool, &ctx.stream);
-    assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(Error::InvalidArgument {
+                reason: InvalidReason::SizeOverflow,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
     let r = DeviceBuffer::<[u8; 3]>::new(usize::MAX / 2, &ctx.stream);
-    assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(Error::InvalidArgument {
+                reason: InvalidReason::SizeOverflow,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
     ctx.finish(&[]);
 }
