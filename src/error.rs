@@ -43,7 +43,7 @@ pub enum Error {
     /// The runtime loaded but reports no usable device.
     #[error("no GPU device is available ({backend}: {detail})")]
     NoDevice {
-        /// `cuda` or `rocm`.
+        /// `cuda` or `rocm`: [`Device::backend`](crate::Device::backend)`().as_str()`.
         backend: &'static str,
         /// What the runtime said.
         detail: String,
@@ -91,7 +91,7 @@ pub enum Error {
     /// The selected vendor or the installed runtime does not have this.
     #[error("unsupported on {backend}: {what}")]
     Unsupported {
-        /// `cuda` or `rocm`.
+        /// `cuda` or `rocm`: [`Device::backend`](crate::Device::backend)`().as_str()`.
         backend: &'static str,
         /// What is missing.
         what: String,

@@ -78,10 +78,12 @@ cfg_if::cfg_if! {
         #[path = "../backends/cuda/mod.rs"]
         mod cuda;
         pub(crate) type Active = cuda::Cuda;
+        const VENDOR: Vendor = Vendor::Cuda;
     } else if #[cfg(somalloc_rocm)] {
         #[path = "../backends/rocm/mod.rs"]
         mod rocm;
         pub(crate) type Active = rocm::Rocm;
+        const VENDOR: Vendor = Vendor::Rocm;
     } else {
         compile_error!("somalloc: enable exactly one backend feature: `cuda` or `rocm`");
     }
@@ -90,7 +92,7 @@ cfg_if::cfg_if! {
 pub use buffer::{DeviceBuffer, ExportedBuffer};
 pub use bytemuck::Pod;
 pub use cache::{CacheConfig, CacheStats, CacheTier, Headroom, StreamCache, StreamCacheStats};
-pub use device::Device;
+pub use device::{Device, Vendor};
 pub use error::{drop_errors, DropErrors, Error, InvalidReason, Result, VendorCode};
 pub use graph::{
     pending_graph_frees, reclaim_graph_frees, CaptureMode, CaptureStatus, Graph, GraphExec, GraphMemStats,

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 
 use somalloc::testkit::TestKernels;
-use somalloc::{Device, DeviceBuffer, Error, MemPool, PoolProperties, Stream};
+use somalloc::{Device, DeviceBuffer, Error, MemPool, PoolProperties, Stream, Vendor};
 
 /// Everything a GPU test needs: a device, the test kernels, a pool of its own
 /// (release threshold u64::MAX) and a stream.
@@ -46,7 +46,9 @@ pub fn setup_with(test: &str, props: PoolProperties) -> Option<Ctx> {
         Ok(p) => p,
         // A named vendor difference: HIP before ROCm 6.2 has no maximum
         // pool size, and says so with Unsupported instead of ignoring it.
-        Err(e @ Error::Unsupported { .. }) if Device::backend() == "rocm" && props.max_size.is_some() => {
+        Err(e @ Error::Unsupported { .. })
+            if Device::backend() == Vendor::Rocm && props.max_size.is_some() =>
+        {
             say(&format!("SKIP {test}: not supported by this runtime ({e})"));
             return None;
         }
