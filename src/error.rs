@@ -222,7 +222,10 @@ static LAST_DROP_ERROR: Mutex<Option<Error>> = Mutex::new(None);
 /// `Drop` cannot return an error, and somalloc never panics in `Drop`. Instead
 /// each failure (a stream-ordered free the runtime refused, a stream that could
 /// not be destroyed, ...) is counted here and the most recent one is kept.
+///
+/// Read-only: fields may be added, so it is made only by somalloc.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct DropErrors {
     /// Failures since the process started.
     pub count: u64,

@@ -1007,7 +1007,10 @@ impl Drop for GraphExec {
 /// The device's graph memory (`cudaDeviceGetGraphMemAttribute`): what
 /// graph allocation nodes use, apart from the pools. Freed graph memory
 /// stays counted until [`Device::graph_mem_trim`].
+///
+/// Read-only: fields may be added, so it is made only by somalloc.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GraphMemStats {
     /// Bytes in use by graph allocations now.
     pub used_current: u64,

@@ -28,7 +28,19 @@ type RawPool = <Active as Backend>::Pool;
 /// on A itself (or after it has been released and re-reserved). Both CUDA
 /// and HIP document the same three attributes with the same numbering; the
 /// conformance suite checks the "all off" guarantee on each.
+///
+/// Start from [`ReusePolicy::ALL`] or [`ReusePolicy::NONE`] and change
+/// single flags with the `with_*` methods (flags may be added, so the
+/// struct cannot be written out in full):
+///
+/// ```
+/// use somalloc::ReusePolicy;
+/// let p = ReusePolicy::NONE.with_follow_event_dependencies(true);
+/// assert!(p.follow_event_dependencies && !p.allow_opportunistic);
+/// assert_eq!(ReusePolicy::default(), ReusePolicy::ALL);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReusePolicy {
     /// `cudaMemPoolReuseFollowEventDependencies` / `hipMemPoolReuseFollowEventDependencies`.
     pub follow_event_dependencies: bool,
@@ -51,6 +63,31 @@ impl ReusePolicy {
         allow_opportunistic: false,
         allow_internal_dependencies: false,
     };
+
+    /// This policy with `follow_event_dependencies` set to `on`.
+    pub const fn with_follow_event_dependencies(mut self, on: bool) -> ReusePolicy {
+        self.follow_event_dependencies = on;
+        self
+    }
+
+    /// This policy with `allow_opportunistic` set to `on`.
+    pub const fn with_allow_opportunistic(mut self, on: bool) -> ReusePolicy {
+        self.allow_opportunistic = on;
+        self
+    }
+
+    /// This policy with `allow_internal_dependencies` set to `on`.
+    pub const fn with_allow_internal_dependencies(mut self, on: bool) -> ReusePolicy {
+        self.allow_internal_dependencies = on;
+        self
+    }
+}
+
+/// [`ReusePolicy::ALL`], the runtimes' default.
+impl Default for ReusePolicy {
+    fn default() -> ReusePolicy {
+        ReusePolicy::ALL
+    }
 }
 
 /// How another device may access a pool's memory.

@@ -6,7 +6,9 @@
 use std::fmt;
 
 /// Byte counts of a pool, as the runtime reports them.
+/// Read-only: fields may be added, so it is made only by somalloc.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PoolStats {
     /// Bytes the pool holds from the device now.
     pub reserved_current: u64,

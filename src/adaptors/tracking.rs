@@ -19,7 +19,10 @@ struct Record {
 }
 
 /// One allocation that has not been freed; see [`TrackingAdaptor::outstanding`].
+///
+/// Read-only: fields may be added, so it is made only by somalloc.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Outstanding {
     /// The device address.
     pub ptr: usize,

@@ -49,11 +49,10 @@ fn reuse_policy_round_trips() {
         "both runtimes default to all on"
     );
     for bits in 0..8u8 {
-        let p = ReusePolicy {
-            follow_event_dependencies: bits & 1 != 0,
-            allow_opportunistic: bits & 2 != 0,
-            allow_internal_dependencies: bits & 4 != 0,
-        };
+        let p = ReusePolicy::NONE
+            .with_follow_event_dependencies(bits & 1 != 0)
+            .with_allow_opportunistic(bits & 2 != 0)
+            .with_allow_internal_dependencies(bits & 4 != 0);
         ctx.pool.set_reuse_policy(p).unwrap();
         assert_eq!(ctx.pool.reuse_policy().unwrap(), p);
     }
@@ -88,10 +87,7 @@ fn reuse_flags_off_keep_streams_apart() {
     // With following event dependencies on, B may take A's block once it
     // waits on an event recorded after the free; content stays right.
     ctx.pool
-        .set_reuse_policy(ReusePolicy {
-            follow_event_dependencies: true,
-            ..ReusePolicy::NONE
-        })
+        .set_reuse_policy(ReusePolicy::NONE.with_follow_event_dependencies(true))
         .unwrap();
     let x = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, a).unwrap();
     ctx.k.spin(spin_cycles(20), a).unwrap();
