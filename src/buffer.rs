@@ -38,7 +38,7 @@ pub(crate) fn bytes_for<T>(len: usize) -> Result<usize> {
 ///   vendor runtime on any backend: it has a null address, and copies and
 ///   fills of it do nothing.
 /// * Under stream capture, allocation and free follow the rules of the
-///   [`graph` module](crate::graph): inside a capture they become graph
+///   [stream capture](crate#stream-capture-and-graphs): inside a capture they become graph
 ///   memory nodes; a buffer allocated outside a capture and dropped inside
 ///   it is freed once the graph is gone; a buffer allocated in a capture and
 ///   still alive at its end is a graph output.

@@ -68,7 +68,7 @@ use crate::Active;
 ///    the range may be reused by work ordered after that point of `stream`
 ///    (or, on another stream, only once that point has completed on the
 ///    device or is ordered before it through an event).
-/// 3. Under stream capture (see [`graph`](crate::graph)): on a capturing
+/// 3. Under stream capture (see [stream capture](crate#stream-capture-and-graphs)): on a capturing
 ///    stream, `allocate` returns memory that is safe for the graph to use on
 ///    every replay — a graph allocation (the vendor's stream-ordered
 ///    allocation on that stream, as a pool makes it) or memory that nobody
@@ -134,7 +134,7 @@ pub unsafe trait MemoryResource: Send + Sync {
 /// free in the same capture a graph free node; a free on a capturing stream
 /// of memory allocated outside that capture waits until the graph is
 /// destroyed; a graph output freed after the capture follows the rules of
-/// the [`graph`](crate::graph) module.
+/// the [stream capture](crate#stream-capture-and-graphs) docs.
 // SAFETY: the vendor's stream-ordered allocation and free keep points 1 and
 // 2 of the contract; under capture the allocation is graph memory (point
 // 3), and `graph::vendor_free` never frees memory from outside a capture

@@ -88,7 +88,7 @@ impl Drop for StreamInner {
 /// While a stream is captured into a graph ([`Stream::begin_capture`]),
 /// somalloc's allocations on it become graph memory, its caches stand
 /// aside, and frees that the graph's replays would race with are deferred
-/// (see the [`graph` module](crate::graph)). To keep that check cheap,
+/// (see the [stream capture](crate#stream-capture-and-graphs)). To keep that check cheap,
 /// somalloc knows which streams may be capturing:
 ///
 /// * a stream made by [`Stream::new`] (owned) is asked about only while a
