@@ -47,6 +47,18 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Features
+//!
+//! | feature | what |
+//! |---|---|
+//! | `cuda` | the NVIDIA backend (CUDA 12 or 13 runtime, loaded at run time) |
+//! | `rocm` | the AMD backend (HIP runtime, loaded at run time) |
+//! | `cudarc` | interop with the application's cudarc (implies `cuda`): `interop::cudarc` |
+//! | `hip-sys` | typed handles of the `hip-sys` crate (implies `rocm`): `interop::hip_sys` |
+//! | `kernels` | **unstable, for this crate's own tests, examples and benchmarks only**: builds the test kernels with nvcc or hipcc; never enable it from another crate (Cargo would make every build of the dependency graph need the compiler) |
+//!
+//! Exactly one of `cuda` and `rocm`; the build stops with a message otherwise.
+//!
 //! # The stream cache tier
 //!
 //! Per-stream free lists in front of any [`MemoryResource`].
@@ -261,7 +273,10 @@ mod resource;
 mod stream;
 #[cfg(test)]
 mod testing;
+// The test kit of the crate's own tests, examples and benchmarks: hidden,
+// unstable, no semver promise (see its module docs).
 #[cfg(somalloc_kernels)]
+#[doc(hidden)]
 pub mod testkit;
 
 #[cfg(any(feature = "cudarc", feature = "hip-sys"))]

@@ -139,8 +139,8 @@ pub fn eight_threads_never_overlap(
                         rng ^= rng << 5;
                         let bytes = 256 + (rng as usize % (2 << 20));
                         let seed = ((t * ROUNDS + round) * PER_THREAD + j) as u32;
-                        let b = alloc(bytes);
-                        ctx.k.fill(&b, seed, &stream).unwrap();
+                        let mut b = alloc(bytes);
+                        ctx.k.fill(&mut b, seed, &stream).unwrap();
                         live.lock().unwrap().push((b.as_raw() as usize, bytes, t));
                         bufs.push((b, seed));
                     }

@@ -16,11 +16,11 @@ fn sizes_from_zero_to_one_gib() {
         .unwrap_or(1usize << 30);
     let sizes = [0usize, 1, 4, 1 << 10, 1 << 20, 1 << 30];
     for (i, &bytes) in sizes.iter().filter(|&&b| b <= max).enumerate() {
-        let buf = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &ctx.stream).unwrap();
+        let mut buf = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &ctx.stream).unwrap();
         assert_eq!(buf.len(), bytes);
         assert_eq!(buf.as_raw().is_null(), bytes == 0, "null address iff 0 bytes");
         let seed = 100 + i as u32;
-        ctx.k.fill(&buf, seed, &ctx.stream).unwrap();
+        ctx.k.fill(&mut buf, seed, &ctx.stream).unwrap();
         assert_eq!(ctx.k.verify(&buf, seed, &ctx.stream).unwrap(), 0, "{bytes} bytes");
         if bytes > 0 {
             let used = ctx.pool.stats().unwrap().used_current;
@@ -74,8 +74,8 @@ fn one_pebibyte_is_out_of_memory() {
         other => panic!("expected OutOfMemory from the current pool, got {other:?}"),
     }
     // The pool and the stream are still usable.
-    let buf = DeviceBuffer::<u8>::new_in(1 << 20, &ctx.pool, &ctx.stream).unwrap();
-    ctx.k.fill(&buf, 5, &ctx.stream).unwrap();
+    let mut buf = DeviceBuffer::<u8>::new_in(1 << 20, &ctx.pool, &ctx.stream).unwrap();
+    ctx.k.fill(&mut buf, 5, &ctx.stream).unwrap();
     assert_eq!(ctx.k.verify(&buf, 5, &ctx.stream).unwrap(), 0);
     drop(buf);
     ctx.finish(&[]);
