@@ -322,6 +322,11 @@ impl TestKernels {
 
     /// The seeds' `processKernel`: `data[i] = sqrt(i)` for every `f32` in
     /// `buf`.
+    ///
+    /// It writes through a shared reference, unlike the other writing
+    /// kernels: the benchmark's allocator trait hands its blocks out by `&`.
+    /// Ordering is still the stream's (`buf` must be usable on `stream`);
+    /// to be made `&mut` with the benchmark.
     pub fn process(&self, buf: &impl KernelTarget, stream: &Stream) -> Result<()> {
         Self::check(buf, stream)?;
         let (mut ptr, bytes) = buf.range();
