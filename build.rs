@@ -1,6 +1,12 @@
 //! Build script: checks that exactly one backend is selected and, with the
 //! `kernels` feature, compiles kernels/ with the vendor compiler and embeds the
 //! result.
+//!
+//! `kernels` is for somalloc's own tests, examples and benchmarks (unstable,
+//! off by default): only then is nvcc or hipcc needed. Cargo unifies
+//! features across a dependency graph, so a crate that turned it on would
+//! make every build of the graph need the compiler; when none is found, the
+//! error says so and how to find that crate.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -24,6 +30,13 @@ const DEFAULT_HIP_ARCHS: &str = "gfx90a,gfx1030";
 fn feature(name: &str) -> bool {
     env::var_os(format!("CARGO_FEATURE_{name}")).is_some()
 }
+
+/// What a missing kernel compiler error adds: the feature is not for users.
+const KERNELS_ARE_INTERNAL: &[&str] = &[
+    "somalloc: (`kernels` builds the test kernels of somalloc's own tests, examples and",
+    "somalloc: benchmarks; it is unstable and no library or application needs it. If another",
+    "somalloc: crate turned it on, `cargo tree -e features -i somalloc` shows which.)",
+];
 
 fn fail(lines: &[&str]) -> ! {
     for line in lines {
@@ -148,6 +161,9 @@ fn build_cuda(out: &Path) {
             "somalloc:     \"nvidia-cuda-crt==13.0.*\" \"nvidia-cuda-runtime==13.0.*\" \"nvidia-cuda-cccl==13.0.*\"",
             "somalloc: then set SOMALLOC_NVCC=.venv-cuda/lib/python3.*/site-packages/nvidia/cu13/bin/nvcc",
             "somalloc: (or `source ci/setup.sh cuda`, which installs it where this build looks by itself).",
+            KERNELS_ARE_INTERNAL[0],
+            KERNELS_ARE_INTERNAL[1],
+            KERNELS_ARE_INTERNAL[2],
         ]);
     };
     let mut cmd = Command::new(&nvcc);
@@ -192,6 +208,9 @@ fn build_hip(out: &Path) {
             "somalloc: (looked at $SOMALLOC_HIPCC, PATH, $ROCM_PATH/bin, $HIP_PATH/bin, /opt/rocm/bin).",
             "somalloc: on Debian or Ubuntu: `apt-get install hipcc libamdhip64-dev`",
             "somalloc: (or `source ci/setup.sh rocm`).",
+            KERNELS_ARE_INTERNAL[0],
+            KERNELS_ARE_INTERNAL[1],
+            KERNELS_ARE_INTERNAL[2],
         ]);
     };
     let mut cmd = Command::new(&hipcc);

@@ -7,7 +7,8 @@
 //! (device names, capture info, module loading and launches):
 //! [`shared_runtime_api!`] declares the functions both runtimes have under
 //! the vendor's prefix (`concat!("hip", "MallocAsync\0")`), and
-//! [`backend_impl!`] writes the rest: the `impl Backend`, the error-text type,
+//! [`backend_impl!`] writes the rest: the `impl Backend` (and, with the
+//! `kernels` feature, `impl TestSupport`), the error-text type,
 //! `check`/`check_alloc`, the current-device hooks.
 //!
 //! The macro body is long because it is the whole shared backend; it is one
@@ -131,6 +132,7 @@ pub(crate) use shared_runtime_api;
 ///     stream: CudaStream = sys::cudaStream_t, ...        // handle = raw type
 ///     mem_pool_props: sys::cudaMemPoolProps, ...        // structs and constants
 ///     specific { fn device_name(..) { .. } ... }         // the vendor's own fns
+///     test_support { fn module_load(..) { .. } ... }     // the same, for the test kit
 /// }
 /// ```
 ///
@@ -177,6 +179,7 @@ macro_rules! backend_impl {
             user_object_move: $move_ref:path $(,)?
         },
         specific { $($specific:tt)* }
+        test_support { $($test_support:tt)* }
     ) => {
         // The codes with their own `Error` variant and every shared enum
         // value, as `common` numbers them.
@@ -262,8 +265,6 @@ macro_rules! backend_impl {
             type Stream = $stream;
             type Event = $event;
             type Pool = $pool;
-            type Module = $module;
-            type Function = $function;
             type Graph = $graph;
             type GraphExec = $exec;
 
@@ -613,27 +614,6 @@ macro_rules! backend_impl {
                 check(concat!($p, "FreeAsync"), unsafe { (api.free_async)(ptr.as_mut_ptr(), stream.0) })
             }
 
-            fn malloc_sync(device: usize, bytes: usize) -> crate::error::Result<crate::backend::DevicePtr> {
-                refuse_zero_bytes(bytes, "a synchronous allocation of 0 bytes")?;
-                let _device = crate::common::DeviceGuard::<Self>::set(device)?;
-                let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
-                // SAFETY: valid out-pointer.
-                let code = unsafe { (api()?.malloc)(&mut p, bytes) };
-                check_alloc(concat!($p, "Malloc"), code, bytes)?;
-                Ok(crate::backend::DevicePtr(p as usize))
-            }
-
-            unsafe fn free_sync(device: usize, ptr: crate::backend::DevicePtr) -> crate::error::Result<()> {
-                if free_is_noop(ptr) {
-                    return Ok(());
-                }
-                let _device = crate::common::DeviceGuard::<Self>::set(device)?;
-                // SAFETY: the caller guarantees `ptr` came from the
-                // synchronous malloc and is live; the free waits for the
-                // device before releasing it.
-                check(concat!($p, "Free"), unsafe { (api()?.free)(ptr.as_mut_ptr()) })
-            }
-
             unsafe fn copy_async(
                 dst: *mut std::ffi::c_void,
                 src: *const std::ffi::c_void,
@@ -769,6 +749,36 @@ macro_rules! backend_impl {
                 // never called, so the caller still owns `data` (the trait's
                 // error contract).
                 check(concat!($p, "GraphRetainUserObject"), unsafe { retain(graph.0, object, 1, $move_ref) })
+            }
+        }
+
+        // What only the test kit needs: not part of the allocator's contract.
+        #[cfg(somalloc_kernels)]
+        impl crate::backend::TestSupport for $backend {
+            type Module = $module;
+            type Function = $function;
+
+            $($test_support)*
+
+            fn malloc_sync(device: usize, bytes: usize) -> crate::error::Result<crate::backend::DevicePtr> {
+                refuse_zero_bytes(bytes, "a synchronous allocation of 0 bytes")?;
+                let _device = crate::common::DeviceGuard::<Self>::set(device)?;
+                let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+                // SAFETY: valid out-pointer.
+                let code = unsafe { (api()?.malloc)(&mut p, bytes) };
+                check_alloc(concat!($p, "Malloc"), code, bytes)?;
+                Ok(crate::backend::DevicePtr(p as usize))
+            }
+
+            unsafe fn free_sync(device: usize, ptr: crate::backend::DevicePtr) -> crate::error::Result<()> {
+                if free_is_noop(ptr) {
+                    return Ok(());
+                }
+                let _device = crate::common::DeviceGuard::<Self>::set(device)?;
+                // SAFETY: the caller guarantees `ptr` came from the
+                // synchronous malloc and is live; the free waits for the
+                // device before releasing it.
+                check(concat!($p, "Free"), unsafe { (api()?.free)(ptr.as_mut_ptr()) })
             }
         }
     };

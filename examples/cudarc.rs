@@ -139,7 +139,7 @@ fn run(ctx: &std::sync::Arc<CudaContext>) -> Result<(), Box<dyn std::error::Erro
     refused.arg(&mut buf).arg(&N).arg(&factor);
     // SAFETY: as above (and it is refused before anything is enqueued).
     match unsafe { refused.launch(LaunchConfig::for_num_elems(N)) } {
-        Err(Error::InvalidArgument { why }) => println!("launch on stream C refused: {why}"),
+        Err(Error::InvalidArgument { why, .. }) => println!("launch on stream C refused: {why}"),
         other => return Err(format!("the launch on stream C was not refused: {other:?}").into()),
     }
     drop(refused);

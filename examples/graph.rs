@@ -16,7 +16,7 @@
 use std::process::ExitCode;
 
 use somalloc::testkit::{raw, RawRange, TestKernels};
-use somalloc::{CaptureMode, Device, DeviceBuffer, Error, Event, MemPool, Stream};
+use somalloc::{CaptureMode, Device, DeviceBuffer, Error, Event, InvalidReason, MemPool, Stream};
 
 const N: usize = 1 << 20;
 const ITERATIONS: usize = 1000;
@@ -120,6 +120,7 @@ fn run() -> somalloc::Result<()> {
         .count();
     if wrong != 0 {
         return Err(Error::InvalidArgument {
+            reason: InvalidReason::Other,
             why: format!("{wrong} of {N} results of the replayed kernel are wrong"),
         });
     }

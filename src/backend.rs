@@ -9,7 +9,7 @@
 //! (who destroys what, and when) is decided by the safe types in `src/`, not
 //! here.
 
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 use std::fmt::Debug;
 
 use crate::error::Result;
@@ -124,10 +124,12 @@ pub(crate) type GraphRelease = unsafe extern "C" fn(data: *mut c_void);
 ///
 /// The calling thread's current device belongs to the user: only
 /// `set_device` changes it. Every other function that needs a device current
-/// (creating a stream or an event, `mem_info`, `malloc_sync`, `free_sync`)
-/// makes it current and then restores the previous one (nothing is set when
-/// it already is current). `module_load` and `launch` use the current
-/// device as they find it.
+/// (creating a stream or an event, `mem_info`) makes it current and then
+/// restores the previous one (nothing is set when it already is current).
+///
+/// What only somalloc's own tests, examples and benchmarks need (synchronous
+/// allocation, loading and launching the test kernels) is not part of this
+/// contract: see `TestSupport` (feature `kernels`).
 pub(crate) trait Backend: Sized + 'static {
     /// A stream handle (`cudaStream_t`, `hipStream_t`).
     type Stream: Copy + Debug + PartialEq + Send + Sync;
@@ -135,10 +137,6 @@ pub(crate) trait Backend: Sized + 'static {
     type Event: Copy + Debug + Send + Sync;
     /// A memory-pool handle.
     type Pool: Copy + Debug + PartialEq + Send + Sync;
-    /// A loaded code object (module / library).
-    type Module: Copy + Debug + Send + Sync;
-    /// A kernel inside a module.
-    type Function: Copy + Debug + Send + Sync;
 
     /// A graph (`cudaGraph_t` / `hipGraph_t`).
     type Graph: Copy + Debug + PartialEq + Send + Sync;
@@ -212,15 +210,6 @@ pub(crate) trait Backend: Sized + 'static {
     /// ordered before it.
     unsafe fn free_async(ptr: DevicePtr, stream: Self::Stream) -> Result<()>;
 
-    /// Synchronous allocation (`cudaMalloc` / `hipMalloc`), for baselines.
-    #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
-    fn malloc_sync(device: usize, bytes: usize) -> Result<DevicePtr>;
-    /// # Safety
-    /// `ptr` came from `malloc_sync` and is not freed yet; the device may
-    /// still be using it (the call synchronises).
-    #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
-    unsafe fn free_sync(device: usize, ptr: DevicePtr) -> Result<()>;
-
     // Copies and fills (stream-ordered)
     /// A stream-ordered copy between any two of host and device memory (the
     /// direction is inferred from the addresses: unified addressing).
@@ -290,19 +279,37 @@ pub(crate) trait Backend: Sized + 'static {
         release: GraphRelease,
         data: *mut c_void,
     ) -> Result<()>;
+}
 
-    // Code objects and launches (tests, benchmarks; feature `kernels`)
-    #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
+/// What somalloc's own tests, examples and benchmarks need from a backend
+/// beyond [`Backend`] (feature `kernels`, through `crate::testkit`): the
+/// synchronous allocation the seeds compare against, and loading and
+/// launching the test kernels. Nothing of the library proper calls it.
+///
+/// `malloc_sync` and `free_sync` make the device current and restore the
+/// previous one, as [`Backend`]'s functions do; `module_load` and `launch`
+/// use the current device as they find it.
+#[cfg(somalloc_kernels)]
+pub(crate) trait TestSupport: Backend {
+    /// A loaded code object (module / library).
+    type Module: Copy + Debug + Send + Sync;
+    /// A kernel inside a module.
+    type Function: Copy + Debug + Send + Sync;
+
+    /// Synchronous allocation (`cudaMalloc` / `hipMalloc`), for baselines.
+    fn malloc_sync(device: usize, bytes: usize) -> Result<DevicePtr>;
+    /// # Safety
+    /// `ptr` came from `malloc_sync` and is not freed yet; the device may
+    /// still be using it (the call synchronises).
+    unsafe fn free_sync(device: usize, ptr: DevicePtr) -> Result<()>;
+
     fn module_load(image: &[u8]) -> Result<Self::Module>;
-    #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
     fn module_unload(module: Self::Module) -> Result<()>;
-    #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
-    fn module_function(module: Self::Module, name: &CStr) -> Result<Self::Function>;
+    fn module_function(module: Self::Module, name: &std::ffi::CStr) -> Result<Self::Function>;
     /// # Safety
     /// `args` point to values whose types and count match the kernel's
     /// parameters, and every device address they carry stays valid until the
     /// kernel completes.
-    #[cfg_attr(not(somalloc_kernels), allow(dead_code))]
     unsafe fn launch(
         function: Self::Function,
         grid: u32,

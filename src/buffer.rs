@@ -9,9 +9,9 @@ use std::sync::Arc;
 use bytemuck::Pod;
 
 use crate::backend::{Backend, DevicePtr};
-use crate::error::{record_drop_error, Error, Result};
+use crate::error::{record_drop_error, Error, InvalidReason, Result};
 use crate::graph::{self, CaptureStatus, Capturing, Deferred};
-use crate::pool::MemPool;
+use crate::pool::{with_stats, MemPool};
 use crate::resource::MemoryResource;
 use crate::stream::{Event, Stream};
 use crate::Active;
@@ -19,7 +19,7 @@ use crate::Active;
 /// `len` elements of `T` in bytes, or `InvalidArgument` on overflow.
 pub(crate) fn bytes_for<T>(len: usize) -> Result<usize> {
     len.checked_mul(size_of::<T>()).ok_or_else(|| {
-        Error::invalid(format!(
+        InvalidReason::SizeOverflow.error(format!(
             "{len} elements of {} bytes overflow usize",
             size_of::<T>()
         ))
@@ -38,7 +38,7 @@ pub(crate) fn bytes_for<T>(len: usize) -> Result<usize> {
 ///   vendor runtime on any backend: it has a null address, and copies and
 ///   fills of it do nothing.
 /// * Under stream capture, allocation and free follow the rules of the
-///   [`graph` module](crate::graph): inside a capture they become graph
+///   [stream capture](crate#stream-capture-and-graphs): inside a capture they become graph
 ///   memory nodes; a buffer allocated outside a capture and dropped inside
 ///   it is freed once the graph is gone; a buffer allocated in a capture and
 ///   still alive at its end is a graph output.
@@ -114,7 +114,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// the stream's device.
     pub fn new_in(len: usize, pool: &MemPool, stream: &Stream) -> Result<Self> {
         if pool.device() != stream.device() {
-            return Err(Error::invalid(format!(
+            return Err(InvalidReason::WrongDevice.error(format!(
                 "pool of device {} used with a stream of device {}",
                 pool.device().ordinal(),
                 stream.device().ordinal()
@@ -159,7 +159,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// ```
     pub fn new_with(len: usize, resource: &Arc<dyn MemoryResource>, stream: &Stream) -> Result<Self> {
         if resource.device() != stream.device() {
-            return Err(Error::invalid(format!(
+            return Err(InvalidReason::WrongDevice.error(format!(
                 "resource of device {} used with a stream of device {}",
                 resource.device().ordinal(),
                 stream.device().ordinal()
@@ -277,7 +277,7 @@ impl<T: Pod> DeviceBuffer<T> {
             Origin::Pool(pool) => pool.raw(),
             Origin::DefaultPool(raw) => *raw,
             Origin::Resource(_) => {
-                return Err(Error::invalid(format!(
+                return Err(InvalidReason::NoPeerAccess.error(format!(
                     "a buffer from a memory resource (new_with) of device {} cannot be used on \
                      device {}: allocate it with new_in from a pool that grants access",
                     mine.ordinal(),
@@ -285,7 +285,7 @@ impl<T: Pod> DeviceBuffer<T> {
                 )))
             }
             Origin::CurrentPool => {
-                return Err(Error::invalid(format!(
+                return Err(InvalidReason::NoPeerAccess.error(format!(
                     "a buffer from the current pool of device {} cannot be used on device {}: \
                      allocate it with new_in from a pool that grants access",
                     mine.ordinal(),
@@ -294,7 +294,7 @@ impl<T: Pod> DeviceBuffer<T> {
             }
         };
         match crate::pool::raw_access(raw, &theirs)? {
-            crate::PeerAccess::None => Err(Error::invalid(format!(
+            crate::PeerAccess::None => Err(InvalidReason::NoPeerAccess.error(format!(
                 "the pool of device {} grants device {} no access (MemPool::set_access)",
                 mine.ordinal(),
                 theirs.ordinal()
@@ -446,9 +446,8 @@ impl<T: Pod> DeviceBuffer<T> {
     pub fn copy_from_device(&mut self, src: &DeviceBuffer<T>) -> Result<()> {
         self.check_len(src.len())?;
         if !src.is_usable_on(&self.stream) {
-            return Err(Error::invalid(
-                "source buffer is not usable on the destination's stream; call use_on first",
-            ));
+            return Err(InvalidReason::WrongStream
+                .error("source buffer is not usable on the destination's stream; call use_on first"));
         }
         if self.size_in_bytes() == 0 {
             return Ok(());
@@ -481,7 +480,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// [`MemPool::import_fd`], [`DeviceBuffer::import`]).
     pub fn export(&self) -> Result<ExportedBuffer> {
         if self.ptr == DevicePtr::NULL {
-            return Err(Error::invalid("a 0-byte buffer cannot be exported"));
+            return Err(InvalidReason::ZeroBytes.error("a 0-byte buffer cannot be exported"));
         }
         Ok(ExportedBuffer {
             data: Active::pool_export_pointer(self.ptr)?,
@@ -506,7 +505,8 @@ impl<T: Pod> DeviceBuffer<T> {
     /// size of the exported allocation. Take it only from the exporter's
     /// `export`, over a channel that delivers the wire form unchanged.
     pub unsafe fn import(pool: &MemPool, exported: &ExportedBuffer, stream: &Stream) -> Result<Self> {
-        let bytes = usize::try_from(exported.bytes).map_err(|_| Error::invalid("exported size too large"))?;
+        let bytes = usize::try_from(exported.bytes)
+            .map_err(|_| InvalidReason::SizeOverflow.error("exported size too large"))?;
         let size = size_of::<T>();
         if size == 0 || bytes % size != 0 {
             return Err(Error::invalid(format!(
@@ -514,9 +514,9 @@ impl<T: Pod> DeviceBuffer<T> {
             )));
         }
         if pool.device() != stream.device() {
-            return Err(Error::invalid(
-                "import the buffer on a stream of the pool's device",
-            ));
+            return Err(
+                InvalidReason::WrongDevice.error("import the buffer on a stream of the pool's device")
+            );
         }
         let ptr = Active::pool_import_pointer(pool.raw(), &exported.data)?;
         Ok(Self::wrap(ptr, bytes / size, stream, Origin::Pool(pool.clone())))
@@ -530,7 +530,7 @@ impl<T: Pod> DeviceBuffer<T> {
 
     fn check_len(&self, other: usize) -> Result<()> {
         if other != self.len {
-            return Err(Error::invalid(format!(
+            return Err(InvalidReason::LengthMismatch.error(format!(
                 "length mismatch: buffer has {} elements, the other side {other}",
                 self.len
             )));
@@ -680,19 +680,6 @@ fn order_after(waiter: &Stream, target: &Stream) -> Result<()> {
     waiter.wait_event(&event)
     // Destroying a recorded event is fine: the runtime keeps it until the
     // wait is satisfied.
-}
-
-pub(crate) fn with_stats(e: Error, pool: Option<MemPool>) -> Error {
-    match e {
-        Error::OutOfMemory {
-            requested,
-            stats: None,
-        } => Error::OutOfMemory {
-            requested,
-            stats: pool.and_then(|p| p.stats().ok()),
-        },
-        other => other,
-    }
 }
 
 impl<T: Pod> Drop for DeviceBuffer<T> {

@@ -1,150 +1,5 @@
-//! The stream cache tier: per-stream free lists in front of any resource.
-//!
-//! The vendor pool costs a driver call (and, across threads, the driver's
-//! lock) for every allocation and every free. But a block freed on stream
-//! `S` may be handed to a later allocation on `S` with no call at all: later
-//! work on `S` is ordered after earlier work on `S`. [`CacheTier`] keeps such
-//! blocks, per stream and per size class, and hands them out again.
-//!
-//! ```no_run
-//! use std::sync::Arc;
-//! use somalloc::{CacheConfig, CacheTier, Device, DeviceBuffer, MemPool, MemoryResource, Stream};
-//!
-//! # fn main() -> somalloc::Result<()> {
-//! let dev = Device::get(0)?;
-//! let pool = MemPool::default_for(&dev)?;
-//! let tier = CacheTier::new(Arc::new(pool), CacheConfig::default())?;
-//! let stream = Stream::new(&dev)?;
-//! let res: Arc<dyn MemoryResource> = tier.for_stream(&stream)?; // once per stream
-//! for _ in 0..1000 {
-//!     let buf = DeviceBuffer::<f32>::new_with(1 << 20, &res, &stream)?; // a hit after the first
-//!     drop(buf); // back into `stream`'s cache, no driver call
-//! }
-//! println!("{}", tier.stats());
-//! tier.flush()?; // everything cached goes back to the pool (stream-ordered frees)
-//! # Ok(()) }
-//! ```
-//!
-//! # The hot path
-//!
-//! Each stream has its own [`StreamCache`] (from [`CacheTier::for_stream`]),
-//! a separate heap object aligned to its own cache lines, with its own
-//! lock. A hit takes that lock (one compare-and-swap, uncontended when one
-//! thread drives the stream), pops a block from the size class's free list
-//! and releases the lock (a plain store); a free pushes the block back the
-//! same way. Nothing shared between streams is written on a hit or on a
-//! cached free: threads with streams of their own never touch a common
-//! cache line. The shared parts are touched only on slow paths: the total
-//! cap's byte counter (a stream leases credit for its cached bytes in
-//! granules of `total_cap / 64`, at most 16 MiB, keeps it across hits, and
-//! gives back what exceeds two granules of slack on a miss, a trim or a
-//! flush; a stream that finds the cap used up takes back other streams'
-//! idle credit), and the registry of streams (registration, flush, trim,
-//! recovery from out of memory, reclaiming idle credit).
-//!
-//! Measured on an H200 (CUDA 13.0, one run, the vendor pool as upstream and
-//! the raw `cudaMallocFromPoolAsync` + `cudaFreeAsync` pair at about
-//! 530 ns): an allocate + free pair through a [`StreamCache`] takes about
-//! 20–24 ns, and through `DeviceBuffer::new_with` + `release` about
-//! 59–64 ns (the buffer adds two reference-count increments and decrements);
-//! 8 threads with 8 streams, 64 KiB pairs: 9–13 ns per pair in aggregate
-//! (raw: 2350).
-//!
-//! # Size classes and waste
-//!
-//! Requests of `1..=max_block_bytes` bytes are rounded up to a size class
-//! and the class size is what the upstream resource allocates, so a cached
-//! block serves any request of its class. Classes start at 256 bytes and
-//! have 8 steps per power of two: 256, 288, 320, …, 480, 512, 576, …. A
-//! request of `b ≥ 256` bytes gets a block of less than `b × 9/8`
-//! ([`CacheTier::block_size`]), i.e. at most 12.5 % waste (about 4.5 % on
-//! average for log-uniform sizes); smaller requests get 256 bytes. Requests
-//! above `max_block_bytes` go straight to the upstream resource, unrounded
-//! and uncached.
-//!
-//! # Caps, and the footprint guard
-//!
-//! * On a free, a block goes back to the upstream resource (a stream-ordered
-//!   free on its stream) instead of into the cache when keeping it would put
-//!   the stream's cached bytes above `per_stream_cap` (default 256 MiB), or
-//!   the total cached bytes of all streams above `total_cap` (default
-//!   1 GiB). Cached bytes are never above either cap.
-//! * On an out-of-memory answer from upstream, the stream returns all its
-//!   cached blocks and retries; then those of every other stream, and
-//!   retries once more.
-//! * The footprint guard ([`Headroom`], off by default): on a miss, when the
-//!   stream's live bytes plus its cached bytes would exceed its highest live
-//!   bytes so far plus the headroom, the stream first returns cached blocks
-//!   (largest first) to the upstream, on its own stream, so that what it
-//!   holds from the upstream (live + cached) stays within its live peak (in
-//!   class sizes) plus the headroom. The model test gives 1.08 × the
-//!   requested peak on the churn workload. But the CUDA pool does not reuse
-//!   blocks returned in one size for requests of another size well: on an
-//!   H200 the guard made the pool's reserved peak on churn 3.2–3.8 × the
-//!   requested peak, against 2.0–2.4 × without it and 1.7–1.8 × for the raw
-//!   pool. Hence off unless the upstream reuses freed memory well.
-//!
-//! On that churn workload (up to 1000 live buffers of 2^U(8,22) bytes, one
-//! stream, H200) the default configuration serves 96–99 % of allocations
-//! from the cache at 39–67 ns per operation (raw: 600–690), and the pool's
-//! reserved peak is 1.00–1.06 × its used peak (raw: 1.70–1.77), the used
-//! peak now counting the cached blocks: the pool sees few frees, so it does
-//! not fragment. Smaller per-stream caps (64, 128 MiB) made both the time
-//! and the reserved peak worse there, since every spilled block is a free
-//! the pool fragments on.
-//!
-//! [`CacheTier::flush`] and [`CacheTier::trim`] return cached blocks on
-//! demand; dropping the tier returns everything (a [`StreamCache`] that a
-//! buffer still holds is detached: its later frees go straight upstream).
-//!
-//! # Why a cached block is safe to reuse
-//!
-//! A block enters the cache of stream `S` only through
-//! [`MemoryResource::deallocate`] on `S`, whose contract is that every use
-//! of the block, on any stream, is ordered before that point of `S`.
-//! [`DeviceBuffer`](crate::DeviceBuffer)'s drop keeps it: before it calls
-//! `deallocate` it makes `S` wait on an event recorded on every stream the
-//! buffer was given to with `use_on`, so the uses on those streams that
-//! were enqueued before the drop precede that point of `S`, and the uses on
-//! `S` precede it by stream order. A later allocation on `S` that takes the
-//! block from the cache enqueues its work on `S` after that point, hence
-//! after every earlier use; a stream it is then given to waits on an event
-//! recorded on `S` after the allocation, hence after them too. Work on
-//! another stream `T` is not ordered after that point of `S`, so the cache
-//! is keyed by stream: a [`StreamCache`] refuses (with
-//! [`Error::InvalidArgument`]) an allocation or a free on any stream other
-//! than its own, and never hands a block cached on `S` to `T`. Returning a
-//! cached block upstream (flush, trim, caps, guard, recovery, drop) frees it
-//! on `S`, after that same point.
-//!
-//! # Under stream capture
-//!
-//! While `S` is captured into a graph, an allocation on `S` records a graph
-//! allocation node: the graph owns that memory and replays its work on it
-//! later, again and again. A cached block handed into a capture would be
-//! used by every replay of the graph while the cache (which saw it come
-//! back at the captured free) hands it to ordinary allocations too; a
-//! graph address taken into the cache would be handed out while the graph
-//! owns it. So the cache stands aside while its stream captures:
-//!
-//! * an allocation goes to the upstream resource (a graph allocation node
-//!   when the upstream is a pool), in its class size, and is counted in
-//!   [`StreamCacheStats::captured`]; the block is remembered (in a small map
-//!   looked at only while it is not empty), so that its free, during the
-//!   capture or after it, goes back upstream and never into the cache;
-//! * a free on the capturing stream goes upstream too (the pool defers the
-//!   free of memory allocated outside the capture until the graph is gone;
-//!   a [`DeviceBuffer`](crate::DeviceBuffer) defers it before it reaches
-//!   the cache);
-//! * flush, trim and out-of-memory recovery leave a capturing stream's
-//!   cached blocks where they are (they are freed on a later call); dropping
-//!   the tier or removing the stream hands them to the queue of frees that
-//!   wait for the stream to leave its capture.
-//!
-//! Knowing that the stream captures costs two relaxed loads for an owned
-//! stream while no capture is in progress (see
-//! [Stream capture](crate::Stream#stream-capture)); a borrowed stream asks
-//! the runtime on every allocation and free.
+//! The stream cache tier. Its design is documented for users in the crate
+//! docs (lib.rs, "The stream cache tier").
 
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
@@ -155,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::device::Device;
-use crate::error::{record_drop_error, Error, Result};
+use crate::error::{record_drop_error, Error, InvalidReason, Result};
 use crate::resource::MemoryResource;
 use crate::stream::Stream;
 
@@ -282,7 +137,7 @@ impl<T> Drop for SpinGuard<'_, T> {
     }
 }
 
-/// How a [`CacheTier`] behaves; see the [module docs](crate::cache).
+/// How a [`CacheTier`] behaves; see [the stream cache tier](crate#the-stream-cache-tier).
 ///
 /// ```
 /// use somalloc::CacheConfig;
@@ -302,7 +157,7 @@ pub struct CacheConfig {
     /// The footprint guard: a stream holds at most its live peak plus this
     /// headroom from the upstream resource (live + cached), returning
     /// cached blocks on a miss to stay within. `None` (the default): only
-    /// the caps bound the cache. See the [module docs](crate::cache) for why
+    /// the caps bound the cache. See [the footprint guard](crate#caps-and-the-footprint-guard) for why
     /// it is off by default on the vendor pools.
     pub headroom: Option<Headroom>,
 }
@@ -900,7 +755,7 @@ impl StreamCache {
 
     fn check_stream(&self, stream: &Stream) -> Result<()> {
         if stream.as_raw() as usize != self.key {
-            return Err(Error::invalid(format!(
+            return Err(InvalidReason::WrongStream.error(format!(
                 "the cache of stream {:#x} was used with stream {:#x}: \
                  get that stream's cache from CacheTier::for_stream",
                 self.key,
@@ -993,7 +848,7 @@ unsafe impl MemoryResource for StreamCache {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
         self.check_stream(stream)?;
         if bytes == 0 {
-            return Err(Error::invalid("0-byte allocation from a stream cache"));
+            return Err(InvalidReason::ZeroBytes.error("0-byte allocation from a stream cache"));
         }
         if self.stream.may_capture() && self.stream.capturing()?.is_some() {
             return self.allocate_captured(bytes);
@@ -1048,7 +903,7 @@ unsafe impl MemoryResource for StreamCache {
     unsafe fn deallocate(&self, ptr: *mut c_void, bytes: usize, stream: &Stream) -> Result<()> {
         self.check_stream(stream)?;
         if bytes == 0 {
-            return Err(Error::invalid("0-byte free to a stream cache"));
+            return Err(InvalidReason::ZeroBytes.error("0-byte free to a stream cache"));
         }
         if self.stream.may_capture() && self.stream.capturing()?.is_some() {
             // SAFETY: forwarded from the caller.
@@ -1110,7 +965,7 @@ impl Drop for StreamCache {
 }
 
 /// Per-stream caches of freed blocks in front of an upstream
-/// [`MemoryResource`]; see the [module docs](crate::cache) for the design.
+/// [`MemoryResource`]; see [the stream cache tier](crate#the-stream-cache-tier) for the design.
 ///
 /// The fast way in is [`CacheTier::for_stream`], once per stream: its
 /// [`StreamCache`] serves that stream without touching anything shared.
@@ -1197,7 +1052,7 @@ impl CacheTier {
     /// The stream must belong to the upstream's device.
     pub fn for_stream(&self, stream: &Stream) -> Result<Arc<StreamCache>> {
         if stream.device() != self.shared.device {
-            return Err(Error::invalid(format!(
+            return Err(InvalidReason::WrongDevice.error(format!(
                 "a cache tier of device {} used with a stream of device {}",
                 self.shared.device.ordinal(),
                 stream.device().ordinal()

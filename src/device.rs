@@ -1,8 +1,46 @@
 //! Devices.
 
+use std::fmt;
+
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::Active;
+
+/// The GPU vendor whose runtime this crate was built for; see
+/// [`Device::backend`].
+///
+/// More vendors may be added, so a `match` needs a `_` arm.
+///
+/// ```
+/// use somalloc::Vendor;
+/// assert_eq!(Vendor::Rocm.as_str(), "rocm");
+/// assert_eq!(Vendor::Cuda.to_string(), "cuda");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Vendor {
+    /// NVIDIA, through the CUDA runtime (`libcudart`; feature `cuda`).
+    Cuda,
+    /// AMD, through the HIP runtime (`libamdhip64`; feature `rocm`).
+    Rocm,
+}
+
+impl Vendor {
+    /// The feature's name: `"cuda"` or `"rocm"` (also what
+    /// [`Error::NoDevice`] and [`Error::Unsupported`] carry as `backend`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Vendor::Cuda => "cuda",
+            Vendor::Rocm => "rocm",
+        }
+    }
+}
+
+impl fmt::Display for Vendor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// One GPU, by ordinal.
 ///
@@ -87,14 +125,37 @@ impl Device {
         Active::set_device(self.ordinal)
     }
 
-    /// Which backend this crate was built with: `"cuda"` or `"rocm"`.
-    pub fn backend() -> &'static str {
-        Active::NAME
+    /// Which vendor's backend this crate was built for (the `cuda` or the
+    /// `rocm` feature).
+    ///
+    /// ```
+    /// use somalloc::{Device, Vendor};
+    /// let api = match Device::backend() {
+    ///     Vendor::Cuda => "CUDA",
+    ///     Vendor::Rocm => "HIP",
+    ///     _ => "another runtime",
+    /// };
+    /// println!("built for {} ({api})", Device::backend());
+    /// ```
+    pub fn backend() -> Vendor {
+        crate::VENDOR
     }
 
     /// The runtime's version number (e.g. 13000 for CUDA 13.0).
     pub fn runtime_version() -> Result<i32> {
         Active::init()?;
         Active::runtime_version()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_vendor_is_the_backend_built() {
+        assert_eq!(Device::backend().as_str(), Active::NAME);
+        assert_eq!(Device::backend().to_string(), Active::NAME);
+        assert_ne!(Vendor::Cuda, Vendor::Rocm);
     }
 }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::pool::PoolStats;
+use crate::pool_stats::PoolStats;
 
 /// A result whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -43,7 +43,7 @@ pub enum Error {
     /// The runtime loaded but reports no usable device.
     #[error("no GPU device is available ({backend}: {detail})")]
     NoDevice {
-        /// `cuda` or `rocm`.
+        /// `cuda` or `rocm`: [`Device::backend`](crate::Device::backend)`().as_str()`.
         backend: &'static str,
         /// What the runtime said.
         detail: String,
@@ -64,16 +64,34 @@ pub enum Error {
         /// The statistics of the pool that refused, when they could be read.
         stats: Option<PoolStats>,
     },
-    /// An argument is outside what the call accepts.
+    /// An argument is outside what the call accepts. Nothing was enqueued.
+    ///
+    /// `reason` is for code that reacts to some causes (see
+    /// [`InvalidReason`]); `why` says what exactly was wrong, for people.
+    ///
+    /// ```
+    /// use somalloc::{Error, InvalidReason};
+    /// # fn wrong_stream() -> Error {
+    /// #     Error::InvalidArgument { reason: InvalidReason::WrongStream, why: String::new() }
+    /// # }
+    /// match wrong_stream() {
+    ///     Error::InvalidArgument { reason: InvalidReason::WrongStream, why } => {
+    ///         eprintln!("forgot a use_on: {why}")
+    ///     }
+    ///     other => panic!("{other}"),
+    /// }
+    /// ```
     #[error("invalid argument: {why}")]
     InvalidArgument {
+        /// Which kind of mistake it is.
+        reason: InvalidReason,
         /// What was wrong.
         why: String,
     },
     /// The selected vendor or the installed runtime does not have this.
     #[error("unsupported on {backend}: {what}")]
     Unsupported {
-        /// `cuda` or `rocm`.
+        /// `cuda` or `rocm`: [`Device::backend`](crate::Device::backend)`().as_str()`.
         backend: &'static str,
         /// What is missing.
         what: String,
@@ -112,9 +130,83 @@ pub enum Error {
     },
 }
 
+/// Why an argument was refused ([`Error::InvalidArgument`]).
+///
+/// New reasons may be added (a refusal that is [`Other`](InvalidReason::Other)
+/// today may get a reason of its own), so a `match` needs a `_` arm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum InvalidReason {
+    /// A size in bytes does not fit: `len × size_of::<T>()` overflows
+    /// `usize`, or an exported size does not fit this platform's `usize`.
+    SizeOverflow,
+    /// 0 bytes where memory is needed: a 0-byte allocation or free through
+    /// [`MemoryResource`](crate::MemoryResource) (buffers of 0 elements never
+    /// call a resource), or the export of an empty buffer.
+    ZeroBytes,
+    /// Objects of two devices used together: a pool, resource, cache tier or
+    /// graph of one device with a stream of another, an import on a stream
+    /// of another device than the pool's, or cudarc memory of another
+    /// device or context.
+    WrongDevice,
+    /// A buffer given to a stream of another device
+    /// ([`DeviceBuffer::use_on`](crate::DeviceBuffer::use_on)) without access:
+    /// its pool does not grant that device access
+    /// ([`MemPool::set_access`](crate::MemPool::set_access)), or it is not
+    /// from an explicit pool at all.
+    NoPeerAccess,
+    /// Memory used on a stream it was not given to: a buffer that needs
+    /// [`DeviceBuffer::use_on`](crate::DeviceBuffer::use_on) first (a copy
+    /// source, a kernel argument), or a [`StreamCache`](crate::StreamCache)
+    /// used with another stream than its own.
+    WrongStream,
+    /// A raw stream handle that is not one stream: null (the legacy default
+    /// stream), `0x1` (`cudaStreamLegacy`), `0x2` (the per-thread default
+    /// stream), or cudarc's default and per-thread streams.
+    SpecialStreamHandle,
+    /// The two sides of a copy (or of a two-buffer operation) have
+    /// different lengths.
+    LengthMismatch,
+    /// A free of an address that the resource did not hand out, or with
+    /// another size than it was allocated with (a double free, a foreign
+    /// pointer): what [`TrackingAdaptor`](crate::adaptors::TrackingAdaptor)
+    /// catches.
+    UnknownAllocation,
+    /// Anything else; `why` says what.
+    Other,
+}
+
+impl InvalidReason {
+    /// An [`Error::InvalidArgument`] of this reason.
+    pub(crate) fn error(self, why: impl Into<String>) -> Error {
+        Error::InvalidArgument {
+            reason: self,
+            why: why.into(),
+        }
+    }
+}
+
 impl Error {
+    /// An [`Error::InvalidArgument`] of reason [`InvalidReason::Other`].
     pub(crate) fn invalid(why: impl Into<String>) -> Self {
-        Error::InvalidArgument { why: why.into() }
+        InvalidReason::Other.error(why)
+    }
+
+    /// The reason of an [`Error::InvalidArgument`]; `None` for every other
+    /// error.
+    ///
+    /// ```
+    /// use somalloc::{Error, InvalidReason};
+    /// let e = Error::InvalidArgument { reason: InvalidReason::LengthMismatch, why: "3 != 4".into() };
+    /// assert_eq!(e.invalid_reason(), Some(InvalidReason::LengthMismatch));
+    /// let oom = Error::OutOfMemory { requested: 1, stats: None };
+    /// assert_eq!(oom.invalid_reason(), None);
+    /// ```
+    pub fn invalid_reason(&self) -> Option<InvalidReason> {
+        match self {
+            Error::InvalidArgument { reason, .. } => Some(*reason),
+            _ => None,
+        }
     }
 
     pub(crate) fn capture(why: impl Into<String>) -> Self {
@@ -130,7 +222,10 @@ static LAST_DROP_ERROR: Mutex<Option<Error>> = Mutex::new(None);
 /// `Drop` cannot return an error, and somalloc never panics in `Drop`. Instead
 /// each failure (a stream-ordered free the runtime refused, a stream that could
 /// not be destroyed, ...) is counted here and the most recent one is kept.
+///
+/// Read-only: fields may be added, so it is made only by somalloc.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct DropErrors {
     /// Failures since the process started.
     pub count: u64,
@@ -181,6 +276,88 @@ mod tests {
         // Other tests may record too; this one added exactly two.
         assert!(after.count >= before + 2);
         assert!(after.last.is_some());
+    }
+
+    /// Every reason that can be provoked without a GPU, through the public
+    /// calls, on fake streams (of made-up devices) and a fake resource.
+    #[test]
+    fn invalid_reasons_are_set_where_users_match_them() {
+        use std::ffi::c_void;
+        use std::sync::Arc;
+
+        use crate::adaptors::TrackingAdaptor;
+        use crate::device::Device;
+        use crate::resource::MemoryResource;
+        use crate::stream::Stream;
+        use crate::testing::FakeResource;
+        use crate::DeviceBuffer;
+
+        fn reason<T: std::fmt::Debug>(r: Result<T>) -> InvalidReason {
+            match r {
+                Err(Error::InvalidArgument { reason, why }) => {
+                    assert!(!why.is_empty());
+                    reason
+                }
+                other => panic!("not an invalid argument: {other:?}"),
+            }
+        }
+
+        let fake = FakeResource::new(None);
+        let res: Arc<dyn MemoryResource> = fake.clone();
+        let (s0, s0b, s1) = (
+            Stream::fake(0x100, 0),
+            Stream::fake(0x200, 0),
+            Stream::fake(0x300, 1),
+        );
+
+        assert_eq!(
+            reason(DeviceBuffer::<u64>::new_with(usize::MAX / 4, &res, &s0)),
+            InvalidReason::SizeOverflow
+        );
+        assert_eq!(
+            reason(DeviceBuffer::<u8>::new_with(16, &res, &s1)),
+            InvalidReason::WrongDevice
+        );
+        let mut a = DeviceBuffer::<u8>::new_with(16, &res, &s0).unwrap();
+        let mut b = DeviceBuffer::<u8>::new_with(16, &res, &s0b).unwrap();
+        let mut short = DeviceBuffer::<u8>::new_with(8, &res, &s0b).unwrap();
+        // Buffers of a resource never go to another device.
+        assert_eq!(reason(a.use_on(&s1)), InvalidReason::NoPeerAccess);
+        // `a` was not given to `b`'s stream.
+        assert_eq!(reason(b.copy_from_device(&a)), InvalidReason::WrongStream);
+        assert_eq!(reason(short.copy_from_device(&a)), InvalidReason::LengthMismatch);
+        let empty = DeviceBuffer::<u8>::new_with(0, &res, &s0).unwrap();
+        assert_eq!(reason(empty.export()), InvalidReason::ZeroBytes);
+        // SAFETY: refused before the handle is used.
+        let special = unsafe { Stream::from_raw(&Device::fake(0), 0x2 as *mut c_void) };
+        assert_eq!(reason(special), InvalidReason::SpecialStreamHandle);
+        drop((a, b, short, empty));
+
+        let tier = crate::CacheTier::new(res.clone(), crate::CacheConfig::default()).unwrap();
+        assert_eq!(reason(tier.for_stream(&s1)), InvalidReason::WrongDevice);
+        let cache = tier.for_stream(&s0).unwrap();
+        assert_eq!(reason(cache.allocate(64, &s0b)), InvalidReason::WrongStream);
+        assert_eq!(reason(cache.allocate(0, &s0)), InvalidReason::ZeroBytes);
+        drop((cache, tier));
+
+        let tracking = TrackingAdaptor::new(res, false);
+        let p = tracking.allocate(64, &s0).unwrap();
+        // SAFETY: allocated above, freed once; the second free is refused
+        // before the fake resource sees it.
+        unsafe {
+            tracking.deallocate(p, 64, &s0).unwrap();
+            assert_eq!(
+                reason(tracking.deallocate(p, 64, &s0)),
+                InvalidReason::UnknownAllocation
+            );
+        }
+        fake.assert_clean();
+
+        let e = InvalidReason::WrongStream.error("w");
+        assert_eq!(e.invalid_reason(), Some(InvalidReason::WrongStream));
+        assert_eq!(e.to_string(), "invalid argument: w");
+        assert_eq!(Error::invalid("x").invalid_reason(), Some(InvalidReason::Other));
+        assert_eq!(Error::capture("c").invalid_reason(), None);
     }
 
     #[test]

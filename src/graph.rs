@@ -1,51 +1,6 @@
-//! Stream capture and graphs (CUDA graphs, HIP graphs), and what somalloc's
-//! allocations do under capture.
-//!
-//! A stream in capture records its work into a graph instead of running it;
-//! the graph is then instantiated once and launched (replayed) many times.
-//! Stream-ordered allocations made during a capture become *graph memory
-//! nodes*: the graph owns that memory, at addresses fixed for the graph, and
-//! every replay allocates and frees it again. somalloc therefore treats a
-//! capturing stream specially on every path:
-//!
-//! | path | under capture |
-//! |---|---|
-//! | [`DeviceBuffer::new`], [`DeviceBuffer::new_in`], a [`MemPool`](crate::MemPool) as a resource | a graph allocation node; its drop in the same capture is a graph free node |
-//! | the cache tier ([`StreamCache`](crate::StreamCache), [`CacheTier`](crate::CacheTier)) | stands aside: allocations go to the upstream resource (graph memory, counted as `captured` in its statistics) and such a block is never cached, not even when it is freed after the capture; no cached block is handed into a capture; flush, trim and out-of-memory recovery skip a capturing stream |
-//! | a buffer allocated outside the capture and dropped inside it | the graph may use the memory on every replay, so the free waits until the graph and every executable graph made from it are destroyed (and their launches done); it then happens on the buffer's stream, through its pool or resource, at the next safe point (an allocation or a drop through somalloc, a [`Graph`] or [`GraphExec`] drop, or [`reclaim_graph_frees`]) |
-//! | a buffer allocated inside the capture and alive at its end (a graph *output*) | holds the latest launch's result; each launch frees the previous launch's output first (executables are always made with auto-free-on-launch); dropping it frees the latest launch's memory (on the stream of that launch, after the buffer's own stream), or does nothing if the graph was never launched; an executable launched after such a drop frees what that launch allocated again when it is dropped |
-//! | [`DeviceBuffer::use_on`] and [`Stream::wait_event`] between a capturing and a non-capturing stream (or two captures) | [`Error::Capture`]; within one capture (fork/join) they work as usual |
-//! | [`Stream::synchronize`] of a capturing stream | [`Error::Capture`]: the capture goes on |
-//! | the adaptors | count host-side calls: a captured allocation is counted once, at capture, however often the graph is replayed |
-//!
-//! ```no_run
-//! use somalloc::{CaptureMode, Device, DeviceBuffer, Stream};
-//! # fn main() -> somalloc::Result<()> {
-//! let dev = Device::get(0)?;
-//! let stream = Stream::new(&dev)?;
-//! stream.begin_capture(CaptureMode::ThreadLocal)?;
-//! let mut scratch = DeviceBuffer::<f32>::new(1 << 20, &stream)?; // a graph allocation node
-//! scratch.memset(0)?; // recorded, not run
-//! drop(scratch); // a graph free node
-//! let graph = stream.end_capture()?;
-//! let exec = graph.instantiate()?;
-//! for _ in 0..1000 {
-//!     exec.launch(&stream)?; // allocates, fills and frees on every replay
-//! }
-//! stream.synchronize()?;
-//! println!("{}", dev.graph_mem_stats()?);
-//! # Ok(()) }
-//! ```
-//!
-//! # Which streams are asked
-//!
-//! Asking the runtime whether a stream is capturing costs 45–60 ns, too
-//! much for the cache tier's hot path (25–30 ns for a cached pair). somalloc
-//! counts the captures begun through [`Stream::begin_capture`]; an owned
-//! stream ([`Stream::new`]) is asked only while that count is not zero or
-//! after it waited on an event recorded during a capture. A borrowed stream
-//! ([`Stream::from_raw`]) is always asked, since whoever lent it may capture
-//! it. So: **capture owned streams only through [`Stream::begin_capture`]**.
+//! Stream capture and graphs. What the allocation paths do under capture
+//! is documented for users in the crate docs (lib.rs, "Stream capture and
+//! graphs").
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -57,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::backend::{Backend, CaptureStatus as RawStatus, DevicePtr, GraphMemAttr, RawCaptureMode};
 use crate::device::Device;
-use crate::error::{record_drop_error, Error, Result, VendorCode};
+use crate::error::{record_drop_error, Error, InvalidReason, Result, VendorCode};
 use crate::stream::{capture_flag, Event, Stream};
 use crate::Active;
 
@@ -519,7 +474,7 @@ pub(crate) fn reclaim_if_ready() {
 
 /// Performs the deferred frees whose graphs are gone: buffers that were
 /// dropped during a capture but allocated outside it (see the
-/// [module docs](self)). Each free is enqueued on its buffer's stream,
+/// [stream capture docs](crate#stream-capture-and-graphs)). Each free is enqueued on its buffer's stream,
 /// after the streams the buffer was used on, through its pool or resource;
 /// a free whose streams are capturing right now waits for the next call.
 /// Returns how many frees were enqueued; tries them all and reports the
@@ -676,7 +631,7 @@ impl Stream {
     /// somalloc counts the captures begun here, which is how it knows,
     /// cheaply, that owned streams may be capturing; capture an owned stream
     /// only through this call. Allocations made during the capture follow
-    /// the rules in the [`graph` module](crate::graph).
+    /// the rules in the [stream capture](crate#stream-capture-and-graphs).
     ///
     /// ```no_run
     /// use somalloc::{CaptureMode, Device, Stream};
@@ -949,7 +904,7 @@ impl GraphExec {
 
     fn check(&self, stream: &Stream) -> Result<()> {
         if stream.device() != self.device {
-            return Err(Error::invalid(format!(
+            return Err(InvalidReason::WrongDevice.error(format!(
                 "a graph of device {} launched on a stream of device {}",
                 self.device.ordinal(),
                 stream.device().ordinal()
@@ -1007,7 +962,10 @@ impl Drop for GraphExec {
 /// The device's graph memory (`cudaDeviceGetGraphMemAttribute`): what
 /// graph allocation nodes use, apart from the pools. Freed graph memory
 /// stays counted until [`Device::graph_mem_trim`].
+///
+/// Read-only: fields may be added, so it is made only by somalloc.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GraphMemStats {
     /// Bytes in use by graph allocations now.
     pub used_current: u64,

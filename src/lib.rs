@@ -17,10 +17,11 @@
 //!   one); [`DeviceBuffer::new_with`] allocates from any. The [`adaptors`]
 //!   wrap any resource (statistics, limiting, tracking, retry on out of
 //!   memory), and the stream cache tier ([`CacheTier`], [`StreamCache`])
-//!   serves repeat allocations on a stream without a driver call.
+//!   serves repeat allocations on a stream without a driver call (see
+//!   [The stream cache tier](#the-stream-cache-tier)).
 //! * Stream capture into graphs ([`Stream::begin_capture`], [`Graph`],
 //!   [`GraphExec`]): every allocation path is defined under capture (see
-//!   the [`graph`] module).
+//!   [Stream capture and graphs](#stream-capture-and-graphs)).
 //!
 //! Errors are [`Error`] values, never panics: no runtime library
 //! ([`Error::RuntimeNotFound`]), no device ([`Error::NoDevice`]), out of
@@ -45,22 +46,237 @@
 //! println!("{}", pool.stats()?);
 //! # Ok(()) }
 //! ```
+//!
+//! # Features
+//!
+//! | feature | what |
+//! |---|---|
+//! | `cuda` | the NVIDIA backend (CUDA 12 or 13 runtime, loaded at run time) |
+//! | `rocm` | the AMD backend (HIP runtime, loaded at run time) |
+//! | `cudarc` | interop with the application's cudarc (implies `cuda`): `interop::cudarc` |
+//! | `hip-sys` | typed handles of the `hip-sys` crate (implies `rocm`): `interop::hip_sys` |
+//! | `kernels` | **unstable, for this crate's own tests, examples and benchmarks only**: builds the test kernels with nvcc or hipcc; never enable it from another crate (Cargo would make every build of the dependency graph need the compiler) |
+//!
+//! Exactly one of `cuda` and `rocm`; the build stops with a message otherwise.
+//!
+//! # The stream cache tier
+//!
+//! Per-stream free lists in front of any [`MemoryResource`].
+//!
+//! The vendor pool costs a driver call (and, across threads, the driver's
+//! lock) for every allocation and every free. But a block freed on stream
+//! `S` may be handed to a later allocation on `S` with no call at all: later
+//! work on `S` is ordered after earlier work on `S`. [`CacheTier`] keeps such
+//! blocks, per stream and per size class, and hands them out again.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use somalloc::{CacheConfig, CacheTier, Device, DeviceBuffer, MemPool, MemoryResource, Stream};
+//!
+//! # fn main() -> somalloc::Result<()> {
+//! let dev = Device::get(0)?;
+//! let pool = MemPool::default_for(&dev)?;
+//! let tier = CacheTier::new(Arc::new(pool), CacheConfig::default())?;
+//! let stream = Stream::new(&dev)?;
+//! let res: Arc<dyn MemoryResource> = tier.for_stream(&stream)?; // once per stream
+//! for _ in 0..1000 {
+//!     let buf = DeviceBuffer::<f32>::new_with(1 << 20, &res, &stream)?; // a hit after the first
+//!     drop(buf); // back into `stream`'s cache, no driver call
+//! }
+//! println!("{}", tier.stats());
+//! tier.flush()?; // everything cached goes back to the pool (stream-ordered frees)
+//! # Ok(()) }
+//! ```
+//!
+//! ## The hot path
+//!
+//! Each stream has its own [`StreamCache`] (from [`CacheTier::for_stream`]),
+//! a separate heap object aligned to its own cache lines, with its own
+//! lock. A hit takes that lock (one compare-and-swap, uncontended when one
+//! thread drives the stream), pops a block from the size class's free list
+//! and releases the lock (a plain store); a free pushes the block back the
+//! same way. Nothing shared between streams is written on a hit or on a
+//! cached free: threads with streams of their own never touch a common
+//! cache line. The shared parts are touched only on slow paths: the total
+//! cap's byte counter (a stream leases credit for its cached bytes in
+//! granules of `total_cap / 64`, at most 16 MiB, keeps it across hits, and
+//! gives back what exceeds two granules of slack on a miss, a trim or a
+//! flush; a stream that finds the cap used up takes back other streams'
+//! idle credit), and the registry of streams (registration, flush, trim,
+//! recovery from out of memory, reclaiming idle credit).
+//!
+//! Measured on an H200 (CUDA 13.0, one run, the vendor pool as upstream and
+//! the raw `cudaMallocFromPoolAsync` + `cudaFreeAsync` pair at about
+//! 530 ns): an allocate + free pair through a [`StreamCache`] takes about
+//! 20–24 ns, and through `DeviceBuffer::new_with` + `release` about
+//! 59–64 ns (the buffer adds two reference-count increments and decrements);
+//! 8 threads with 8 streams, 64 KiB pairs: 9–13 ns per pair in aggregate
+//! (raw: 2350).
+//!
+//! ## Size classes and waste
+//!
+//! Requests of `1..=max_block_bytes` bytes are rounded up to a size class
+//! and the class size is what the upstream resource allocates, so a cached
+//! block serves any request of its class. Classes start at 256 bytes and
+//! have 8 steps per power of two: 256, 288, 320, …, 480, 512, 576, …. A
+//! request of `b ≥ 256` bytes gets a block of less than `b × 9/8`
+//! ([`CacheTier::block_size`]), i.e. at most 12.5 % waste (about 4.5 % on
+//! average for log-uniform sizes); smaller requests get 256 bytes. Requests
+//! above `max_block_bytes` go straight to the upstream resource, unrounded
+//! and uncached.
+//!
+//! ## Caps, and the footprint guard
+//!
+//! * On a free, a block goes back to the upstream resource (a stream-ordered
+//!   free on its stream) instead of into the cache when keeping it would put
+//!   the stream's cached bytes above `per_stream_cap` (default 256 MiB), or
+//!   the total cached bytes of all streams above `total_cap` (default
+//!   1 GiB). Cached bytes are never above either cap.
+//! * On an out-of-memory answer from upstream, the stream returns all its
+//!   cached blocks and retries; then those of every other stream, and
+//!   retries once more.
+//! * The footprint guard ([`Headroom`], off by default): on a miss, when the
+//!   stream's live bytes plus its cached bytes would exceed its highest live
+//!   bytes so far plus the headroom, the stream first returns cached blocks
+//!   (largest first) to the upstream, on its own stream, so that what it
+//!   holds from the upstream (live + cached) stays within its live peak (in
+//!   class sizes) plus the headroom. The model test gives 1.08 × the
+//!   requested peak on the churn workload. But the CUDA pool does not reuse
+//!   blocks returned in one size for requests of another size well: on an
+//!   H200 the guard made the pool's reserved peak on churn 3.2–3.8 × the
+//!   requested peak, against 2.0–2.4 × without it and 1.7–1.8 × for the raw
+//!   pool. Hence off unless the upstream reuses freed memory well.
+//!
+//! On that churn workload (up to 1000 live buffers of 2^U(8,22) bytes, one
+//! stream, H200) the default configuration serves 96–99 % of allocations
+//! from the cache at 39–67 ns per operation (raw: 600–690), and the pool's
+//! reserved peak is 1.00–1.06 × its used peak (raw: 1.70–1.77), the used
+//! peak now counting the cached blocks: the pool sees few frees, so it does
+//! not fragment. Smaller per-stream caps (64, 128 MiB) made both the time
+//! and the reserved peak worse there, since every spilled block is a free
+//! the pool fragments on.
+//!
+//! [`CacheTier::flush`] and [`CacheTier::trim`] return cached blocks on
+//! demand; dropping the tier returns everything (a [`StreamCache`] that a
+//! buffer still holds is detached: its later frees go straight upstream).
+//!
+//! ## Why a cached block is safe to reuse
+//!
+//! A block enters the cache of stream `S` only through
+//! [`MemoryResource::deallocate`] on `S`, whose contract is that every use
+//! of the block, on any stream, is ordered before that point of `S`.
+//! [`DeviceBuffer`]'s drop keeps it: before it calls
+//! `deallocate` it makes `S` wait on an event recorded on every stream the
+//! buffer was given to with `use_on`, so the uses on those streams that
+//! were enqueued before the drop precede that point of `S`, and the uses on
+//! `S` precede it by stream order. A later allocation on `S` that takes the
+//! block from the cache enqueues its work on `S` after that point, hence
+//! after every earlier use; a stream it is then given to waits on an event
+//! recorded on `S` after the allocation, hence after them too. Work on
+//! another stream `T` is not ordered after that point of `S`, so the cache
+//! is keyed by stream: a [`StreamCache`] refuses (with
+//! [`Error::InvalidArgument`]) an allocation or a free on any stream other
+//! than its own, and never hands a block cached on `S` to `T`. Returning a
+//! cached block upstream (flush, trim, caps, guard, recovery, drop) frees it
+//! on `S`, after that same point.
+//!
+//! ## Under stream capture
+//!
+//! While `S` is captured into a graph, an allocation on `S` records a graph
+//! allocation node: the graph owns that memory and replays its work on it
+//! later, again and again. A cached block handed into a capture would be
+//! used by every replay of the graph while the cache (which saw it come
+//! back at the captured free) hands it to ordinary allocations too; a
+//! graph address taken into the cache would be handed out while the graph
+//! owns it. So the cache stands aside while its stream captures:
+//!
+//! * an allocation goes to the upstream resource (a graph allocation node
+//!   when the upstream is a pool), in its class size, and is counted in
+//!   [`StreamCacheStats::captured`]; the block is remembered (in a small map
+//!   looked at only while it is not empty), so that its free, during the
+//!   capture or after it, goes back upstream and never into the cache;
+//! * a free on the capturing stream goes upstream too (the pool defers the
+//!   free of memory allocated outside the capture until the graph is gone;
+//!   a [`DeviceBuffer`] defers it before it reaches
+//!   the cache);
+//! * flush, trim and out-of-memory recovery leave a capturing stream's
+//!   cached blocks where they are (they are freed on a later call); dropping
+//!   the tier or removing the stream hands them to the queue of frees that
+//!   wait for the stream to leave its capture.
+//!
+//! Knowing that the stream captures costs two relaxed loads for an owned
+//! stream while no capture is in progress (see
+//! [Stream capture](crate::Stream#stream-capture)); a borrowed stream asks
+//! the runtime on every allocation and free.
+//!
+//! # Stream capture and graphs
+//!
+//! A stream in capture (CUDA graphs, HIP graphs) records its work into a
+//! graph instead of running it;
+//! the graph is then instantiated once and launched (replayed) many times.
+//! Stream-ordered allocations made during a capture become *graph memory
+//! nodes*: the graph owns that memory, at addresses fixed for the graph, and
+//! every replay allocates and frees it again. somalloc therefore treats a
+//! capturing stream specially on every path:
+//!
+//! | path | under capture |
+//! |---|---|
+//! | [`DeviceBuffer::new`], [`DeviceBuffer::new_in`], a [`MemPool`] as a resource | a graph allocation node; its drop in the same capture is a graph free node |
+//! | the cache tier ([`StreamCache`], [`CacheTier`]) | stands aside: allocations go to the upstream resource (graph memory, counted as `captured` in its statistics) and such a block is never cached, not even when it is freed after the capture; no cached block is handed into a capture; flush, trim and out-of-memory recovery skip a capturing stream |
+//! | a buffer allocated outside the capture and dropped inside it | the graph may use the memory on every replay, so the free waits until the graph and every executable graph made from it are destroyed (and their launches done); it then happens on the buffer's stream, through its pool or resource, at the next safe point (an allocation or a drop through somalloc, a [`Graph`] or [`GraphExec`] drop, or [`reclaim_graph_frees`]) |
+//! | a buffer allocated inside the capture and alive at its end (a graph *output*) | holds the latest launch's result; each launch frees the previous launch's output first (executables are always made with auto-free-on-launch); dropping it frees the latest launch's memory (on the stream of that launch, after the buffer's own stream), or does nothing if the graph was never launched; an executable launched after such a drop frees what that launch allocated again when it is dropped |
+//! | [`DeviceBuffer::use_on`] and [`Stream::wait_event`] between a capturing and a non-capturing stream (or two captures) | [`Error::Capture`]; within one capture (fork/join) they work as usual |
+//! | [`Stream::synchronize`] of a capturing stream | [`Error::Capture`]: the capture goes on |
+//! | the adaptors | count host-side calls: a captured allocation is counted once, at capture, however often the graph is replayed |
+//!
+//! ```no_run
+//! use somalloc::{CaptureMode, Device, DeviceBuffer, Stream};
+//! # fn main() -> somalloc::Result<()> {
+//! let dev = Device::get(0)?;
+//! let stream = Stream::new(&dev)?;
+//! stream.begin_capture(CaptureMode::ThreadLocal)?;
+//! let mut scratch = DeviceBuffer::<f32>::new(1 << 20, &stream)?; // a graph allocation node
+//! scratch.memset(0)?; // recorded, not run
+//! drop(scratch); // a graph free node
+//! let graph = stream.end_capture()?;
+//! let exec = graph.instantiate()?;
+//! for _ in 0..1000 {
+//!     exec.launch(&stream)?; // allocates, fills and frees on every replay
+//! }
+//! stream.synchronize()?;
+//! println!("{}", dev.graph_mem_stats()?);
+//! # Ok(()) }
+//! ```
+//!
+//! ## Which streams are asked
+//!
+//! Asking the runtime whether a stream is capturing costs 45–60 ns, too
+//! much for the cache tier's hot path (25–30 ns for a cached pair). somalloc
+//! counts the captures begun through [`Stream::begin_capture`]; an owned
+//! stream ([`Stream::new`]) is asked only while that count is not zero or
+//! after it waited on an event recorded during a capture. A borrowed stream
+//! ([`Stream::from_raw`]) is always asked, since whoever lent it may capture
+//! it. So: **capture owned streams only through [`Stream::begin_capture`]**.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod adaptors;
 mod backend;
 mod buffer;
-pub mod cache;
+mod cache;
 mod device;
 mod error;
-pub mod graph;
+mod graph;
 mod pool;
+mod pool_stats;
 mod resource;
 mod stream;
 #[cfg(test)]
 mod testing;
+// The test kit of the crate's own tests, examples and benchmarks: hidden,
+// unstable, no semver promise (see its module docs).
 #[cfg(somalloc_kernels)]
+#[doc(hidden)]
 pub mod testkit;
 
 #[cfg(any(feature = "cudarc", feature = "hip-sys"))]
@@ -77,10 +293,12 @@ cfg_if::cfg_if! {
         #[path = "../backends/cuda/mod.rs"]
         mod cuda;
         pub(crate) type Active = cuda::Cuda;
+        const VENDOR: Vendor = Vendor::Cuda;
     } else if #[cfg(somalloc_rocm)] {
         #[path = "../backends/rocm/mod.rs"]
         mod rocm;
         pub(crate) type Active = rocm::Rocm;
+        const VENDOR: Vendor = Vendor::Rocm;
     } else {
         compile_error!("somalloc: enable exactly one backend feature: `cuda` or `rocm`");
     }
@@ -89,11 +307,12 @@ cfg_if::cfg_if! {
 pub use buffer::{DeviceBuffer, ExportedBuffer};
 pub use bytemuck::Pod;
 pub use cache::{CacheConfig, CacheStats, CacheTier, Headroom, StreamCache, StreamCacheStats};
-pub use device::Device;
-pub use error::{drop_errors, DropErrors, Error, Result, VendorCode};
+pub use device::{Device, Vendor};
+pub use error::{drop_errors, DropErrors, Error, InvalidReason, Result, VendorCode};
 pub use graph::{
     pending_graph_frees, reclaim_graph_frees, CaptureMode, CaptureStatus, Graph, GraphExec, GraphMemStats,
 };
-pub use pool::{ExportHandle, MemPool, PeerAccess, PoolProperties, PoolStats, ReusePolicy};
+pub use pool::{ExportHandle, MemPool, PeerAccess, PoolProperties, ReusePolicy};
+pub use pool_stats::PoolStats;
 pub use resource::MemoryResource;
 pub use stream::{Event, Stream};

@@ -1,39 +1,16 @@
 //! Vendor memory pools (`cudaMemPool_t` / `hipMemPool_t`).
 
 use std::ffi::c_void;
-use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::backend::{Backend, PoolAttr, RawPoolProps};
 use crate::device::Device;
 use crate::error::{record_drop_error, Error, Result};
+use crate::pool_stats::PoolStats;
 use crate::Active;
 
 type RawPool = <Active as Backend>::Pool;
-
-/// Byte counts of a pool, as the runtime reports them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PoolStats {
-    /// Bytes the pool holds from the device now.
-    pub reserved_current: u64,
-    /// Highest `reserved_current` since creation or the last reset.
-    pub reserved_high: u64,
-    /// Bytes handed out to allocations now.
-    pub used_current: u64,
-    /// Highest `used_current` since creation or the last reset.
-    pub used_high: u64,
-}
-
-impl fmt::Display for PoolStats {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "used {} (high {}), reserved {} (high {})",
-            self.used_current, self.used_high, self.reserved_current, self.reserved_high
-        )
-    }
-}
 
 /// The three reuse-policy switches of a pool. All are on by default on both
 /// vendors.
@@ -51,7 +28,19 @@ impl fmt::Display for PoolStats {
 /// on A itself (or after it has been released and re-reserved). Both CUDA
 /// and HIP document the same three attributes with the same numbering; the
 /// conformance suite checks the "all off" guarantee on each.
+///
+/// Start from [`ReusePolicy::ALL`] or [`ReusePolicy::NONE`] and change
+/// single flags with the `with_*` methods (flags may be added, so the
+/// struct cannot be written out in full):
+///
+/// ```
+/// use somalloc::ReusePolicy;
+/// let p = ReusePolicy::NONE.with_follow_event_dependencies(true);
+/// assert!(p.follow_event_dependencies && !p.allow_opportunistic);
+/// assert_eq!(ReusePolicy::default(), ReusePolicy::ALL);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReusePolicy {
     /// `cudaMemPoolReuseFollowEventDependencies` / `hipMemPoolReuseFollowEventDependencies`.
     pub follow_event_dependencies: bool,
@@ -74,6 +63,31 @@ impl ReusePolicy {
         allow_opportunistic: false,
         allow_internal_dependencies: false,
     };
+
+    /// This policy with `follow_event_dependencies` set to `on`.
+    pub const fn with_follow_event_dependencies(mut self, on: bool) -> ReusePolicy {
+        self.follow_event_dependencies = on;
+        self
+    }
+
+    /// This policy with `allow_opportunistic` set to `on`.
+    pub const fn with_allow_opportunistic(mut self, on: bool) -> ReusePolicy {
+        self.allow_opportunistic = on;
+        self
+    }
+
+    /// This policy with `allow_internal_dependencies` set to `on`.
+    pub const fn with_allow_internal_dependencies(mut self, on: bool) -> ReusePolicy {
+        self.allow_internal_dependencies = on;
+        self
+    }
+}
+
+/// [`ReusePolicy::ALL`], the runtimes' default.
+impl Default for ReusePolicy {
+    fn default() -> ReusePolicy {
+        ReusePolicy::ALL
+    }
 }
 
 /// How another device may access a pool's memory.
@@ -501,6 +515,21 @@ impl MemPool {
 /// How `device` may access the memory of the pool `raw` (which must be alive).
 pub(crate) fn raw_access(raw: RawPool, device: &Device) -> Result<PeerAccess> {
     PeerAccess::from_flags(Active::pool_get_access(raw, device.ordinal())?)
+}
+
+/// An out-of-memory error with the statistics of `pool` (the pool that
+/// refused) filled in, when they can be read; any other error unchanged.
+pub(crate) fn with_stats(e: Error, pool: Option<MemPool>) -> Error {
+    match e {
+        Error::OutOfMemory {
+            requested,
+            stats: None,
+        } => Error::OutOfMemory {
+            requested,
+            stats: pool.and_then(|p| p.stats().ok()),
+        },
+        other => other,
+    }
 }
 
 #[cfg(test)]

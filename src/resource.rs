@@ -29,11 +29,10 @@
 use std::ffi::c_void;
 
 use crate::backend::{Backend, DevicePtr};
-use crate::buffer::with_stats;
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{InvalidReason, Result};
 use crate::graph;
-use crate::pool::MemPool;
+use crate::pool::{with_stats, MemPool};
 use crate::stream::Stream;
 use crate::Active;
 
@@ -48,7 +47,7 @@ use crate::Active;
 ///
 /// Callers never pass 0 bytes (a 0-byte [`DeviceBuffer`](crate::DeviceBuffer)
 /// does not call its resource); implementations may answer 0 with
-/// [`Error::InvalidArgument`]. Implementations are shared between threads,
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument). Implementations are shared between threads,
 /// hence `Send + Sync`.
 ///
 /// # Safety
@@ -69,7 +68,7 @@ use crate::Active;
 ///    the range may be reused by work ordered after that point of `stream`
 ///    (or, on another stream, only once that point has completed on the
 ///    device or is ordered before it through an event).
-/// 3. Under stream capture (see [`graph`](crate::graph)): on a capturing
+/// 3. Under stream capture (see [stream capture](crate#stream-capture-and-graphs)): on a capturing
 ///    stream, `allocate` returns memory that is safe for the graph to use on
 ///    every replay — a graph allocation (the vendor's stream-ordered
 ///    allocation on that stream, as a pool makes it) or memory that nobody
@@ -129,13 +128,13 @@ pub unsafe trait MemoryResource: Send + Sync {
 /// The vendor pool as a resource: `cudaMallocFromPoolAsync` /
 /// `cudaFreeAsync` (HIP: the same names). The stream must belong to the
 /// pool's device; an allocation the pool refuses is
-/// [`Error::OutOfMemory`] with the pool's statistics.
+/// [`Error::OutOfMemory`](crate::Error::OutOfMemory) with the pool's statistics.
 ///
 /// Under stream capture the allocation is a graph allocation node and its
 /// free in the same capture a graph free node; a free on a capturing stream
 /// of memory allocated outside that capture waits until the graph is
 /// destroyed; a graph output freed after the capture follows the rules of
-/// the [`graph`](crate::graph) module.
+/// the [stream capture](crate#stream-capture-and-graphs) docs.
 // SAFETY: the vendor's stream-ordered allocation and free keep points 1 and
 // 2 of the contract; under capture the allocation is graph memory (point
 // 3), and `graph::vendor_free` never frees memory from outside a capture
@@ -143,11 +142,11 @@ pub unsafe trait MemoryResource: Send + Sync {
 unsafe impl MemoryResource for MemPool {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
         if bytes == 0 {
-            return Err(Error::invalid("0-byte allocation from a pool resource"));
+            return Err(InvalidReason::ZeroBytes.error("0-byte allocation from a pool resource"));
         }
         let device = MemPool::device(self);
         if stream.device() != device {
-            return Err(Error::invalid(format!(
+            return Err(InvalidReason::WrongDevice.error(format!(
                 "pool of device {} used with a stream of device {}",
                 device.ordinal(),
                 stream.device().ordinal()

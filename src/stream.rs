@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, CaptureInfo};
 use crate::device::Device;
-use crate::error::{record_drop_error, Error, Result};
+use crate::error::{record_drop_error, Error, InvalidReason, Result};
 use crate::Active;
 
 type RawStream = <Active as Backend>::Stream;
@@ -88,7 +88,7 @@ impl Drop for StreamInner {
 /// While a stream is captured into a graph ([`Stream::begin_capture`]),
 /// somalloc's allocations on it become graph memory, its caches stand
 /// aside, and frees that the graph's replays would race with are deferred
-/// (see the [`graph` module](crate::graph)). To keep that check cheap,
+/// (see the [stream capture](crate#stream-capture-and-graphs)). To keep that check cheap,
 /// somalloc knows which streams may be capturing:
 ///
 /// * a stream made by [`Stream::new`] (owned) is asked about only while a
@@ -179,7 +179,7 @@ impl Stream {
         keep_alive: Option<Box<dyn Any + Send + Sync>>,
     ) -> Result<Stream> {
         if let Some(what) = special_handle(raw) {
-            return Err(Error::invalid(format!(
+            return Err(InvalidReason::SpecialStreamHandle.error(format!(
                 "{what} cannot be borrowed: somalloc tells streams apart by their handle; create a \
                  stream with Stream::new, or wrap a stream from cudarc's ctx.new_stream() with \
                  Stream::from_cudarc"
@@ -454,7 +454,10 @@ mod tests {
         // SAFETY: the special handles are refused before any use (and before
         // any runtime call, so this runs without a GPU).
         match unsafe { Stream::from_raw(&dev, raw as *mut c_void) } {
-            Err(Error::InvalidArgument { why }) => why,
+            Err(Error::InvalidArgument {
+                reason: InvalidReason::SpecialStreamHandle,
+                why,
+            }) => why,
             other => panic!("handle {raw:#x} was not refused: {other:?}"),
         }
     }

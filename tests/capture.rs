@@ -148,19 +148,19 @@ fn vendor_pool_allocations_inside_a_capture_are_graph_memory() {
     let Some(g) = setup("capture::vendor_pool_allocations_inside_a_capture_are_graph_memory") else {
         return;
     };
-    let acc = g.accumulator();
+    let mut acc = g.accumulator();
     let pool_res: Arc<dyn MemoryResource> = Arc::new(g.pool.clone());
     g.stream.synchronize().unwrap();
     let used_before = g.used();
     let terms = [(1, 3, 1), (2, 5, 2), (3, 7, 11)];
 
     g.stream.begin_capture(CaptureMode::Global).unwrap();
-    let a = DeviceBuffer::<u32>::new(N, &g.stream).unwrap();
-    let b = DeviceBuffer::<u32>::new_in(N, &g.pool, &g.stream).unwrap();
-    let c = DeviceBuffer::<u32>::new_with(N, &pool_res, &g.stream).unwrap();
-    for (buf, &(x, mul, add)) in [&a, &b, &c].into_iter().zip(&terms) {
+    let mut a = DeviceBuffer::<u32>::new(N, &g.stream).unwrap();
+    let mut b = DeviceBuffer::<u32>::new_in(N, &g.pool, &g.stream).unwrap();
+    let mut c = DeviceBuffer::<u32>::new_with(N, &pool_res, &g.stream).unwrap();
+    for (buf, &(x, mul, add)) in [&mut a, &mut b, &mut c].into_iter().zip(&terms) {
         g.k.iota_u32(buf, mul, add, &g.stream).unwrap();
-        g.k.axpy_u32(&acc, buf, x, &g.stream).unwrap();
+        g.k.axpy_u32(&mut acc, buf, x, &g.stream).unwrap();
     }
     drop((a, b, c)); // graph free nodes
     let graph = g.stream.end_capture().unwrap();
@@ -201,16 +201,16 @@ fn a_warm_cache_is_not_handed_into_a_capture() {
         let tier = Arc::new(CacheTier::new(Arc::new(g.pool.clone()), CacheConfig::default()).unwrap());
         let cache = tier.for_stream(&g.stream).unwrap();
         let res: Arc<dyn MemoryResource> = if through_tier { tier.clone() } else { cache.clone() };
-        let acc = g.accumulator();
+        let mut acc = g.accumulator();
         // Warm: one 4 MiB block cached.
         drop(DeviceBuffer::<u32>::new_with(N, &res, &g.stream).unwrap());
         assert_eq!(cache.stats().cached_blocks, 1);
         let warm_hits = cache.stats().hits;
 
         g.stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
-        let captured = DeviceBuffer::<u32>::new_with(N, &res, &g.stream).unwrap();
-        g.k.iota_u32(&captured, 9, 4, &g.stream).unwrap();
-        g.k.axpy_u32(&acc, &captured, 1, &g.stream).unwrap();
+        let mut captured = DeviceBuffer::<u32>::new_with(N, &res, &g.stream).unwrap();
+        g.k.iota_u32(&mut captured, 9, 4, &g.stream).unwrap();
+        g.k.axpy_u32(&mut acc, &captured, 1, &g.stream).unwrap();
         let graph_addr = captured.as_raw();
         drop(captured);
         // Flush and trim skip the capturing stream (its frees would land in
@@ -224,10 +224,10 @@ fn a_warm_cache_is_not_handed_into_a_capture() {
         assert_eq!(st.cached_blocks, 1, "the captured free entered the cache");
 
         // The ordinary allocation after the capture takes the cached block.
-        let ordinary = DeviceBuffer::<u32>::new_with(N, &res, &g.stream).unwrap();
+        let mut ordinary = DeviceBuffer::<u32>::new_with(N, &res, &g.stream).unwrap();
         assert_eq!(cache.stats().hits, warm_hits + 1);
         assert_ne!(ordinary.as_raw(), graph_addr);
-        g.k.fill(&ordinary, 77, &g.stream).unwrap();
+        g.k.fill(&mut ordinary, 77, &g.stream).unwrap();
         let exec = graph.instantiate().unwrap();
         for _ in 0..REPLAYS {
             exec.launch(&g.stream).unwrap();
@@ -258,13 +258,13 @@ fn a_cold_cache_keeps_graph_addresses_out() {
     let tier = CacheTier::new(Arc::new(g.pool.clone()), CacheConfig::default()).unwrap();
     let cache = tier.for_stream(&g.stream).unwrap();
     let res: Arc<dyn MemoryResource> = cache.clone();
-    let acc = g.accumulator();
+    let mut acc = g.accumulator();
 
     g.stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
-    let captured = DeviceBuffer::<u32>::new_with(N, &res, &g.stream).unwrap();
+    let mut captured = DeviceBuffer::<u32>::new_with(N, &res, &g.stream).unwrap();
     let graph_addr = captured.as_raw() as usize;
-    g.k.iota_u32(&captured, 2, 1, &g.stream).unwrap();
-    g.k.axpy_u32(&acc, &captured, 3, &g.stream).unwrap();
+    g.k.iota_u32(&mut captured, 2, 1, &g.stream).unwrap();
+    g.k.axpy_u32(&mut acc, &captured, 3, &g.stream).unwrap();
     drop(captured);
     let graph = g.stream.end_capture().unwrap();
     assert_eq!(cache.stats().cached_blocks, 0, "a graph address was cached");
@@ -274,13 +274,13 @@ fn a_cold_cache_keeps_graph_addresses_out() {
     exec.launch(&g.stream).unwrap(); // the second launch failed when the graph address was cached
     let mut ordinary = Vec::new();
     for seed in 0..4u32 {
-        let buf = DeviceBuffer::<u32>::new_with(N, &res, &g.stream).unwrap();
+        let mut buf = DeviceBuffer::<u32>::new_with(N, &res, &g.stream).unwrap();
         let (lo, hi) = (buf.as_raw() as usize, buf.as_raw() as usize + N * 4);
         assert!(
             !(lo..hi).contains(&graph_addr),
             "an ordinary allocation got the graph's memory"
         );
-        g.k.fill(&buf, 100 + seed, &g.stream).unwrap();
+        g.k.fill(&mut buf, 100 + seed, &g.stream).unwrap();
         ordinary.push(buf);
     }
     for _ in 2..REPLAYS {
@@ -310,26 +310,27 @@ fn a_buffer_dropped_inside_a_capture_is_freed_after_the_graph() {
     };
     let other = Stream::new(&g.dev).unwrap();
     let start = g.used();
-    let acc = g.accumulator();
+    let mut acc = g.accumulator();
     let mut x = DeviceBuffer::<u32>::new_in(N, &g.pool, &g.stream).unwrap();
-    g.k.iota_u32(&x, 7, 3, &g.stream).unwrap();
+    g.k.iota_u32(&mut x, 7, 3, &g.stream).unwrap();
     x.use_on(&other).unwrap();
-    g.k.add_u32(&x, 0, &other).unwrap(); // a use on the other stream
-                                         // The pool as a resource, called directly.
+    g.k.add_u32(&mut x, 0, &other).unwrap(); // a use on the other stream
+
+    // The pool as a resource, called directly.
     let direct = g.pool.allocate(N * 4, &g.stream).unwrap();
     // A buffer through a cache tier.
     let tier = CacheTier::new(Arc::new(g.pool.clone()), CacheConfig::default()).unwrap();
     let res: Arc<dyn MemoryResource> = tier.for_stream(&g.stream).unwrap();
-    let y = DeviceBuffer::<u32>::new_with(N, &res, &g.stream).unwrap();
-    g.k.iota_u32(&y, 5, 6, &g.stream).unwrap();
+    let mut y = DeviceBuffer::<u32>::new_with(N, &res, &g.stream).unwrap();
+    g.k.iota_u32(&mut y, 5, 6, &g.stream).unwrap();
     g.stream.synchronize().unwrap();
     other.synchronize().unwrap();
     let with_all = g.used();
     let pending = somalloc::pending_graph_frees();
 
     g.stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
-    g.k.axpy_u32(&acc, &x, 1, &g.stream).unwrap();
-    g.k.axpy_u32(&acc, &y, 2, &g.stream).unwrap();
+    g.k.axpy_u32(&mut acc, &x, 1, &g.stream).unwrap();
+    g.k.axpy_u32(&mut acc, &y, 2, &g.stream).unwrap();
     drop(x); // deferred: the graph reads it on every replay
     drop(y);
     // SAFETY: from this pool's allocate, freed once; nothing uses it.
@@ -380,8 +381,8 @@ fn graph_outputs() {
 
     // Never launched.
     g.stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
-    let out = DeviceBuffer::<u32>::new_in(N, &g.pool, &g.stream).unwrap();
-    g.k.iota_u32(&out, 5, 9, &g.stream).unwrap();
+    let mut out = DeviceBuffer::<u32>::new_in(N, &g.pool, &g.stream).unwrap();
+    g.k.iota_u32(&mut out, 5, 9, &g.stream).unwrap();
     let graph = g.stream.end_capture().unwrap();
     let exec = graph.instantiate().unwrap();
     drop(out);
@@ -391,10 +392,10 @@ fn graph_outputs() {
 
     // Launched.
     g.stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
-    let out = DeviceBuffer::<u32>::new(N, &g.stream).unwrap();
-    let kept = DeviceBuffer::<u32>::new(N, &g.stream).unwrap();
-    g.k.iota_u32(&out, 5, 9, &g.stream).unwrap();
-    g.k.iota_u32(&kept, 3, 2, &g.stream).unwrap();
+    let mut out = DeviceBuffer::<u32>::new(N, &g.stream).unwrap();
+    let mut kept = DeviceBuffer::<u32>::new(N, &g.stream).unwrap();
+    g.k.iota_u32(&mut out, 5, 9, &g.stream).unwrap();
+    g.k.iota_u32(&mut kept, 3, 2, &g.stream).unwrap();
     let graph = g.stream.end_capture().unwrap();
     let exec = graph.instantiate().unwrap();
     let check = |buf: &DeviceBuffer<u32>, mul: u32, add: u32| {
@@ -445,7 +446,7 @@ fn use_on_across_the_edge_of_a_capture_is_refused() {
     };
     let other = Stream::new(&g.dev).unwrap();
     let start = g.used();
-    let acc = g.accumulator();
+    let mut acc = g.accumulator();
     let mut outside = DeviceBuffer::<u32>::new_in(16, &g.pool, &other).unwrap();
     let outside_event = Event::new(&g.dev).unwrap();
     outside_event.record(&other).unwrap();
@@ -479,11 +480,11 @@ fn use_on_across_the_edge_of_a_capture_is_refused() {
     other.wait_event(&fork).unwrap();
     assert_eq!(other.capture_status().unwrap(), CaptureStatus::Active);
     inside.use_on(&other).unwrap();
-    g.k.iota_u32(&inside, 4, 4, &other).unwrap();
+    g.k.iota_u32(&mut inside, 4, 4, &other).unwrap();
     let join = Event::new(&g.dev).unwrap();
     join.record(&other).unwrap();
     g.stream.wait_event(&join).unwrap();
-    g.k.axpy_u32(&acc, &inside, 1, &g.stream).unwrap();
+    g.k.axpy_u32(&mut acc, &inside, 1, &g.stream).unwrap();
     drop(inside); // in the graph, after the other stream's use
     let graph = g.stream.end_capture().unwrap();
     assert_eq!(other.capture_status().unwrap(), CaptureStatus::None);
@@ -526,8 +527,8 @@ fn an_invalidated_capture_is_a_typed_error_and_the_stream_recovers() {
         other => panic!("expected CaptureInvalidated, got {other:?}"),
     }
     assert_eq!(g.stream.capture_status().unwrap(), CaptureStatus::None);
-    let buf = DeviceBuffer::<u8>::new_in(1 << 16, &g.pool, &g.stream).unwrap();
-    g.k.fill(&buf, 5, &g.stream).unwrap();
+    let mut buf = DeviceBuffer::<u8>::new_in(1 << 16, &g.pool, &g.stream).unwrap();
+    g.k.fill(&mut buf, 5, &g.stream).unwrap();
     assert_eq!(g.k.verify(&buf, 5, &g.stream).unwrap(), 0);
     drop(buf);
     reclaim_until("the free parked during the invalidated capture", || {
@@ -551,14 +552,14 @@ fn adaptors_count_captured_allocations_once() {
     let limit = Arc::new(LimitingAdaptor::new(tracking.clone(), 64 << 20));
     let stats = Arc::new(StatisticsAdaptor::new(limit.clone()));
     let res: Arc<dyn MemoryResource> = stats.clone();
-    let acc = g.accumulator();
+    let mut acc = g.accumulator();
 
     g.stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
-    let scratch = DeviceBuffer::<u32>::new_with(N, &res, &g.stream).unwrap();
-    let out = DeviceBuffer::<u32>::new_with(N, &res, &g.stream).unwrap();
-    g.k.iota_u32(&scratch, 11, 1, &g.stream).unwrap();
-    g.k.axpy_u32(&acc, &scratch, 1, &g.stream).unwrap();
-    g.k.iota_u32(&out, 13, 2, &g.stream).unwrap();
+    let mut scratch = DeviceBuffer::<u32>::new_with(N, &res, &g.stream).unwrap();
+    let mut out = DeviceBuffer::<u32>::new_with(N, &res, &g.stream).unwrap();
+    g.k.iota_u32(&mut scratch, 11, 1, &g.stream).unwrap();
+    g.k.axpy_u32(&mut acc, &scratch, 1, &g.stream).unwrap();
+    g.k.iota_u32(&mut out, 13, 2, &g.stream).unwrap();
     drop(scratch);
     let graph = g.stream.end_capture().unwrap();
     let counts = |s: &StatisticsAdaptor| {
@@ -603,18 +604,18 @@ fn a_capture_by_another_library_on_a_borrowed_stream() {
     let tier = CacheTier::new(Arc::new(g.pool.clone()), CacheConfig::default()).unwrap();
     let cache = tier.for_stream(&borrowed).unwrap();
     let res: Arc<dyn MemoryResource> = cache.clone();
-    let acc = g.accumulator();
+    let mut acc = g.accumulator();
     drop(DeviceBuffer::<u32>::new_with(N, &res, &borrowed).unwrap());
     assert_eq!(cache.stats().cached_blocks, 1);
 
     raw::begin_capture(&borrowed, CaptureMode::ThreadLocal).unwrap();
     assert!(borrowed.is_capturing().unwrap());
-    let captured = DeviceBuffer::<u32>::new_with(N, &res, &borrowed).unwrap();
-    g.k.iota_u32(&captured, 6, 5, &borrowed).unwrap();
-    g.k.axpy_u32(&acc, &captured, 1, &borrowed).unwrap();
+    let mut captured = DeviceBuffer::<u32>::new_with(N, &res, &borrowed).unwrap();
+    g.k.iota_u32(&mut captured, 6, 5, &borrowed).unwrap();
+    g.k.axpy_u32(&mut acc, &captured, 1, &borrowed).unwrap();
     drop(captured);
-    let out = DeviceBuffer::<u32>::new_in(N, &g.pool, &borrowed).unwrap();
-    g.k.iota_u32(&out, 8, 8, &borrowed).unwrap();
+    let mut out = DeviceBuffer::<u32>::new_in(N, &g.pool, &borrowed).unwrap();
+    g.k.iota_u32(&mut out, 8, 8, &borrowed).unwrap();
     let graph = raw::end_capture(&borrowed).unwrap();
     assert_eq!(cache.stats().captured, 1);
     assert_eq!(
@@ -622,8 +623,8 @@ fn a_capture_by_another_library_on_a_borrowed_stream() {
         1,
         "the captured free entered the cache"
     );
-    let ordinary = DeviceBuffer::<u32>::new_with(N, &res, &borrowed).unwrap();
-    g.k.fill(&ordinary, 33, &borrowed).unwrap();
+    let mut ordinary = DeviceBuffer::<u32>::new_with(N, &res, &borrowed).unwrap();
+    g.k.fill(&mut ordinary, 33, &borrowed).unwrap();
     let exec = graph.instantiate(true).unwrap();
     for _ in 0..REPLAYS {
         exec.launch(&borrowed).unwrap();

@@ -12,7 +12,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKe
 use cudarc::nvrtc::Ptx;
 use somalloc::interop::cudarc::Launch;
 use somalloc::testkit::pattern_byte;
-use somalloc::{Device, DeviceBuffer, Error, Event, MemPool, PoolProperties, Stream};
+use somalloc::{Device, DeviceBuffer, Error, Event, InvalidReason, MemPool, PoolProperties, Stream};
 
 /// The test kernels, as build.rs compiled them for this crate.
 static IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/somalloc_kernels.bin"));
@@ -180,11 +180,17 @@ fn launch_on_a_stream_the_buffer_was_not_given_to_is_refused() {
     // `c` was never given the buffer: refused, by `&mut` and by `&`, and
     // nothing is enqueued.
     match env.fill(&c, &mut buf, 2) {
-        Err(Error::InvalidArgument { why }) => assert!(why.contains("use_on"), "{why}"),
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::WrongStream,
+            why,
+        }) => assert!(why.contains("use_on"), "{why}"),
         other => panic!("a launch on a stream the buffer was not given to ran: {other:?}"),
     }
     match env.mismatches(&c, &buf, 1) {
-        Err(Error::InvalidArgument { why }) => assert!(why.contains("kernel argument 0"), "{why}"),
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::WrongStream,
+            why,
+        }) => assert!(why.contains("kernel argument 0"), "{why}"),
         other => panic!("a launch on a stream the buffer was not given to ran: {other:?}"),
     }
     c.synchronize().unwrap();
@@ -250,11 +256,20 @@ fn default_and_per_thread_streams_are_refused() {
         ("per_thread_stream", env.ctx.per_thread_stream()),
     ] {
         match Stream::from_cudarc(&cs) {
-            Err(Error::InvalidArgument { why }) => assert!(why.contains("new_stream"), "{name}: {why}"),
+            Err(Error::InvalidArgument {
+                reason: InvalidReason::SpecialStreamHandle,
+                why,
+            }) => assert!(why.contains("new_stream"), "{name}: {why}"),
             other => panic!("{name} was accepted: {other:?}"),
         }
         assert!(
-            matches!(Launch::new(&cs, &env.fill), Err(Error::InvalidArgument { .. })),
+            matches!(
+                Launch::new(&cs, &env.fill),
+                Err(Error::InvalidArgument {
+                    reason: InvalidReason::SpecialStreamHandle,
+                    ..
+                })
+            ),
             "{name}"
         );
     }
@@ -262,7 +277,16 @@ fn default_and_per_thread_streams_are_refused() {
     for raw in [0usize, 1, 2] {
         // SAFETY: refused before use.
         let r = unsafe { Stream::from_raw(&env.dev, raw as *mut std::ffi::c_void) };
-        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{raw:#x}");
+        assert!(
+            matches!(
+                r,
+                Err(Error::InvalidArgument {
+                    reason: InvalidReason::SpecialStreamHandle,
+                    ..
+                })
+            ),
+            "{raw:#x}"
+        );
     }
 }
 
@@ -315,7 +339,10 @@ fn copies_between_cudarc_slices_and_buffers() {
         assert_eq!(half.to_vec().unwrap(), back[..N / 2]);
         assert!(matches!(
             buf.copy_from_cudarc(&view),
-            Err(Error::InvalidArgument { .. })
+            Err(Error::InvalidArgument {
+                reason: InvalidReason::LengthMismatch,
+                ..
+            })
         ));
         stream.synchronize().unwrap();
     }

@@ -79,8 +79,8 @@ fn parent() -> Res<Option<String>> {
     };
     let pool = MemPool::create(&dev, props).map_err(err("create exportable pool"))?;
     let stream = Stream::new(&dev).map_err(err("stream"))?;
-    let buf = DeviceBuffer::<u8>::new_in(BYTES, &pool, &stream).map_err(err("allocate"))?;
-    k.fill(&buf, SEED, &stream).map_err(err("fill"))?;
+    let mut buf = DeviceBuffer::<u8>::new_in(BYTES, &pool, &stream).map_err(err("allocate"))?;
+    k.fill(&mut buf, SEED, &stream).map_err(err("fill"))?;
     stream.synchronize().map_err(err("sync"))?; // the allocation is complete before export
     let pool_fd = pool.export_fd().map_err(err("export pool"))?;
     let exported = buf.export().map_err(err("export buffer"))?;
@@ -153,13 +153,13 @@ fn child(path: &str) -> Res<()> {
               // SAFETY: the exporter allocated and filled the buffer, synchronised,
               // and frees it only after this process answers below, which it does
               // after dropping the import and synchronising its stream.
-    let buf =
+    let mut buf =
         unsafe { DeviceBuffer::<u8>::import(&pool, &exported, &stream) }.map_err(err("import buffer"))?;
     if buf.len() != BYTES {
         return Err(format!("imported {} bytes, expected {BYTES}", buf.len()));
     }
     let mismatches = k.verify(&buf, seed, &stream).map_err(err("verify"))?;
-    k.fill(&buf, seed + 1, &stream).map_err(err("fill"))?;
+    k.fill(&mut buf, seed + 1, &stream).map_err(err("fill"))?;
     drop(buf); // importer releases first
     stream.synchronize().map_err(err("sync"))?;
     drop(pool);

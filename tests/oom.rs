@@ -95,7 +95,7 @@ fn fill_up(
 }
 
 /// Fills `buf` by kernel and checks every byte.
-fn assert_usable(k: &TestKernels, buf: &DeviceBuffer<u8>, seed: u32, stream: &Stream) {
+fn assert_usable(k: &TestKernels, buf: &mut DeviceBuffer<u8>, seed: u32, stream: &Stream) {
     k.fill(buf, seed, stream).unwrap();
     assert_eq!(k.verify(buf, seed, stream).unwrap(), 0, "seed {seed}");
 }
@@ -105,6 +105,11 @@ fn assert_drained(pool: &MemPool, stream: &Stream) {
     stream.synchronize().unwrap();
     let s = pool.stats().unwrap();
     assert_eq!(s.used_current, 0, "{s}");
+}
+
+/// A retry adaptor's (out of memory, recovered, step errors).
+fn counts(s: RetryStats) -> (u64, u64, u64) {
+    (s.out_of_memory, s.recovered, s.step_errors)
 }
 
 #[test]
@@ -139,9 +144,9 @@ fn capped_pool_until_out_of_memory() {
     drop(held);
     assert_drained(&pool, stream);
     // Usable again, up to the cap.
-    let (again, _) = fill_up(1000, || DeviceBuffer::new_in(16 * MIB, &pool, stream));
+    let (mut again, _) = fill_up(1000, || DeviceBuffer::new_in(16 * MIB, &pool, stream));
     assert!(again.len() >= 12);
-    assert_usable(k, &again[0], 3, stream);
+    assert_usable(k, &mut again[0], 3, stream);
     drop(again);
     assert_drained(&pool, stream);
 }
@@ -190,8 +195,8 @@ fn whole_device_until_out_of_memory() {
         free_after + 256 * MIB >= free_before,
         "leaked: {free_before} free before, {free_after} after"
     );
-    let b = DeviceBuffer::<u8>::new_in(chunk, &pool, stream).unwrap();
-    assert_usable(k, &b, 4, stream);
+    let mut b = DeviceBuffer::<u8>::new_in(chunk, &pool, stream).unwrap();
+    assert_usable(k, &mut b, 4, stream);
     drop(b);
     assert_drained(&pool, stream);
 }
@@ -214,8 +219,8 @@ fn retry_recovers_by_flushing_the_cache_tier() {
     assert_eq!(tier.block_size(chunk), chunk);
     let (s1, s2) = (stream, &Stream::new(dev).unwrap());
     let c1: Arc<dyn MemoryResource> = tier.for_stream(s1).unwrap();
-    let (held, refusal) = fill_up(64, || DeviceBuffer::new_with(chunk, &c1, s1));
-    for (i, b) in held.iter().enumerate() {
+    let (mut held, refusal) = fill_up(64, || DeviceBuffer::new_with(chunk, &c1, s1));
+    for (i, b) in held.iter_mut().enumerate() {
         k.fill(b, i as u32, s1).unwrap();
     }
     assert!(matches!(refusal, Error::OutOfMemory { .. }), "{refusal}");
@@ -234,28 +239,14 @@ fn retry_recovers_by_flushing_the_cache_tier() {
         ),
         "the pool had room although the cache holds all of it"
     );
-    assert_eq!(
-        bare.stats(),
-        RetryStats {
-            out_of_memory: 1,
-            recovered: 0,
-            step_errors: 0
-        }
-    );
+    assert_eq!(counts(bare.stats()), (1, 0, 0));
 
     let retry = Arc::new(RetryAdaptor::new(plain).flush_on_oom(&tier));
     let r: Arc<dyn MemoryResource> = retry.clone();
-    let b = DeviceBuffer::<u8>::new_with(chunk, &r, s2).unwrap();
-    assert_eq!(
-        retry.stats(),
-        RetryStats {
-            out_of_memory: 1,
-            recovered: 1,
-            step_errors: 0
-        }
-    );
+    let mut b = DeviceBuffer::<u8>::new_with(chunk, &r, s2).unwrap();
+    assert_eq!(counts(retry.stats()), (1, 1, 0));
     assert_eq!(tier.stats().total.cached_bytes, 0, "the flush emptied the tier");
-    assert_usable(k, &b, 1000, s2);
+    assert_usable(k, &mut b, 1000, s2);
     say(&format!(
         "{test}: {n} x 16 MiB cached, a direct allocation refused, then granted after the flush"
     ));
@@ -294,28 +285,21 @@ fn retry_with_trim_when_another_pool_holds_the_device() {
     let want = 4usize << 30;
     let retry = Arc::new(RetryAdaptor::new(Arc::new(other.clone())).trim_on_oom(&hog));
     let r: Arc<dyn MemoryResource> = retry.clone();
-    let b = DeviceBuffer::<u8>::new_with(want, &r, stream).unwrap();
+    let mut b = DeviceBuffer::<u8>::new_with(want, &r, stream).unwrap();
     let kept = hog.stats().unwrap().reserved_current;
     let path = if retry.stats().out_of_memory == 0 {
-        assert_eq!(retry.stats(), RetryStats::default());
+        assert_eq!(counts(retry.stats()), (0, 0, 0));
         assert!(
             kept + want as u64 <= reserved,
             "4 GiB granted on a full device, but the other pool still holds {kept} of {reserved} bytes"
         );
         "granted at once: the runtime took the unused memory of the other pool itself"
     } else {
-        assert_eq!(
-            retry.stats(),
-            RetryStats {
-                out_of_memory: 1,
-                recovered: 1,
-                step_errors: 0
-            }
-        );
+        assert_eq!(counts(retry.stats()), (1, 1, 0));
         assert_eq!(kept, 0, "the trim released the other pool");
         "refused, then granted after the trim"
     };
-    assert_usable(k, &b, 6, stream);
+    assert_usable(k, &mut b, 6, stream);
     say(&format!(
         "{test}: one pool kept {gib} GiB reserved; 4 GiB from another: {path} (first pool now {} MiB)",
         kept >> 20

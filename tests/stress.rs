@@ -109,7 +109,7 @@ fn threads_streams_random_sizes_cross_stream_use() {
                         let bytes = bytes + rng.below(bytes as u64) as usize;
                         let seed = seeds.fetch_add(1, Ordering::Relaxed);
                         let mut buf = DeviceBuffer::<u8>::new_in(bytes, &pool, owner).unwrap();
-                        k.fill(&buf, seed, owner).unwrap();
+                        k.fill(&mut buf, seed, owner).unwrap();
                         // Half of the buffers are checked on another stream,
                         // possibly another thread's, through use_on.
                         let checker = if rng.below(2) == 0 {

@@ -51,7 +51,7 @@
 #[path = "sys.rs"]
 mod sys;
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
 use super::common::{self, backend_impl, handle, ordinal, shared_runtime_api};
@@ -115,11 +115,12 @@ handle!(
     CudaStream = cudaStream_t,
     CudaEvent = cudaEvent_t,
     CudaPool = cudaMemPool_t,
-    CudaModule = cudaLibrary_t,
-    CudaFunction = cudaKernel_t,
     CudaGraph = cudaGraph_t,
     CudaGraphExec = cudaGraphExec_t,
 );
+// The test kit's code objects (feature `kernels`).
+#[cfg(somalloc_kernels)]
+handle!(CudaModule = cudaLibrary_t, CudaFunction = cudaKernel_t);
 
 /// Why a runtime reporting `version` cannot be used, if it cannot.
 fn unsupported_major(version: i32) -> Option<String> {
@@ -316,6 +317,8 @@ backend_impl! {
             Ok(common::capture_info(status, id, graph, CudaGraph))
         }
 
+    }
+    test_support {
         fn module_load(image: &[u8]) -> Result<CudaModule> {
             let load = api()?.library_load_data.get::<CudaCodes>()?;
             let mut lib: sys::cudaLibrary_t = std::ptr::null_mut();
@@ -344,7 +347,7 @@ backend_impl! {
             check("cudaLibraryUnload", unsafe { unload(module.0) })
         }
 
-        fn module_function(module: CudaModule, name: &CStr) -> Result<CudaFunction> {
+        fn module_function(module: CudaModule, name: &std::ffi::CStr) -> Result<CudaFunction> {
             let get_kernel = api()?.library_get_kernel.get::<CudaCodes>()?;
             let mut k: sys::cudaKernel_t = std::ptr::null_mut();
             // SAFETY: valid out-pointer and NUL-terminated name.

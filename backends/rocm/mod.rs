@@ -74,12 +74,12 @@
 #[path = "sys.rs"]
 mod sys;
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
 use super::common::{self, backend_impl, handle, ordinal, shared_runtime_api};
 use crate::backend::{CaptureInfo, DevicePtr};
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidReason, Result};
 
 const BACKEND: &str = "rocm";
 const LIBRARY: &str = "libamdhip64";
@@ -141,11 +141,12 @@ handle!(
     RocmStream = hipStream_t,
     RocmEvent = hipEvent_t,
     RocmPool = hipMemPool_t,
-    RocmModule = hipModule_t,
-    RocmFunction = hipFunction_t,
     RocmGraph = hipGraph_t,
     RocmGraphExec = hipGraphExec_t,
 );
+// The test kit's code objects (feature `kernels`).
+#[cfg(somalloc_kernels)]
+handle!(RocmModule = hipModule_t, RocmFunction = hipFunction_t);
 
 fn api() -> Result<&'static Api> {
     static API: OnceLock<Result<Api>> = OnceLock::new();
@@ -238,7 +239,7 @@ fn version_text(version: i32) -> String {
 #[inline]
 fn refuse_zero_bytes(bytes: usize, what: &'static str) -> Result<()> {
     if bytes == 0 {
-        return Err(Error::invalid(what));
+        return Err(InvalidReason::ZeroBytes.error(what));
     }
     Ok(())
 }
@@ -356,6 +357,8 @@ backend_impl! {
             Ok(common::capture_info(status, id, graph, RocmGraph))
         }
 
+    }
+    test_support {
         fn module_load(image: &[u8]) -> Result<RocmModule> {
             if image.is_empty() {
                 return Err(Error::invalid("an empty code object"));
@@ -375,7 +378,7 @@ backend_impl! {
             check("hipModuleUnload", unsafe { (api()?.module_unload)(module.0) })
         }
 
-        fn module_function(module: RocmModule, name: &CStr) -> Result<RocmFunction> {
+        fn module_function(module: RocmModule, name: &std::ffi::CStr) -> Result<RocmFunction> {
             let mut f: sys::hipFunction_t = std::ptr::null_mut();
             // SAFETY: valid out-pointer and NUL-terminated name.
             check("hipModuleGetFunction", unsafe {

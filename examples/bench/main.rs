@@ -92,7 +92,7 @@ pub fn run(args: &Args) -> somalloc::Result<ExitCode> {
     if let Some(r) = args.repeats {
         plan.repeats = r;
     }
-    let backend = Device::backend();
+    let backend = Device::backend().as_str();
     let vendor = if backend == "rocm" { "hip" } else { "cuda" };
     let device_name = dev.name()?;
     let runtime = Device::runtime_version()?;

@@ -21,7 +21,10 @@ struct Step {
 }
 
 /// Counters of a [`RetryAdaptor`].
+///
+/// Read-only: fields may be added, so it is made only by somalloc.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryStats {
     /// Allocations the inner resource refused with `OutOfMemory`.
     pub out_of_memory: u64,

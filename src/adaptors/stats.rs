@@ -14,7 +14,10 @@ use crate::stream::Stream;
 const BUCKETS: usize = usize::BITS as usize;
 
 /// A snapshot of a [`StatisticsAdaptor`]'s counters.
+///
+/// Read-only: fields may be added, so it is made only by somalloc.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ResourceStats {
     /// Successful allocations.
     pub allocations: u64,

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use super::*;
 use crate::buffer::DeviceBuffer;
 use crate::cache::{CacheConfig, CacheTier};
-use crate::error::Error;
+use crate::error::{Error, InvalidReason};
 use crate::resource::MemoryResource;
 use crate::stream::Stream;
 use crate::testing::FakeResource;
@@ -147,16 +147,25 @@ fn tracking_reports_outstanding_and_refuses_bad_frees() {
     unsafe {
         assert!(matches!(
             res.deallocate(a, 99, &stream),
-            Err(Error::InvalidArgument { .. })
+            Err(Error::InvalidArgument {
+                reason: InvalidReason::UnknownAllocation,
+                ..
+            })
         ));
         res.deallocate(a, 100, &stream).unwrap();
         assert!(matches!(
             res.deallocate(a, 100, &stream),
-            Err(Error::InvalidArgument { .. })
+            Err(Error::InvalidArgument {
+                reason: InvalidReason::UnknownAllocation,
+                ..
+            })
         ));
         assert!(matches!(
             res.deallocate(0x1234 as *mut c_void, 1, &stream),
-            Err(Error::InvalidArgument { .. })
+            Err(Error::InvalidArgument {
+                reason: InvalidReason::UnknownAllocation,
+                ..
+            })
         ));
     }
     fake.assert_clean();

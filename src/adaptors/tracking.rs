@@ -8,7 +8,7 @@ use std::io::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{InvalidReason, Result};
 use crate::resource::MemoryResource;
 use crate::stream::Stream;
 
@@ -19,7 +19,10 @@ struct Record {
 }
 
 /// One allocation that has not been freed; see [`TrackingAdaptor::outstanding`].
+///
+/// Read-only: fields may be added, so it is made only by somalloc.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Outstanding {
     /// The device address.
     pub ptr: usize,
@@ -36,7 +39,7 @@ pub struct Outstanding {
 ///
 /// A free of an address it does not track (a double free, a foreign
 /// pointer) or with another size than was allocated is refused with
-/// [`Error::InvalidArgument`] and does not reach the inner resource.
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) and does not reach the inner resource.
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -160,12 +163,12 @@ unsafe impl MemoryResource for TrackingAdaptor {
             let mut records = self.records();
             match records.get(&(ptr as usize)) {
                 None => {
-                    return Err(Error::invalid(format!(
+                    return Err(InvalidReason::UnknownAllocation.error(format!(
                         "free of {ptr:p}, which is not outstanding here (a double free or a foreign pointer)"
                     )))
                 }
                 Some(r) if r.bytes != bytes => {
-                    return Err(Error::invalid(format!(
+                    return Err(InvalidReason::UnknownAllocation.error(format!(
                         "free of {ptr:p} with {bytes} bytes; it was allocated with {}",
                         r.bytes
                     )))

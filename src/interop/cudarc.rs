@@ -83,7 +83,7 @@ use bytemuck::Pod;
 use crate::backend::Backend;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
-use crate::error::{Error, Result, VendorCode};
+use crate::error::{Error, InvalidReason, Result, VendorCode};
 use crate::stream::{special_handle, Stream};
 use crate::Active;
 
@@ -134,7 +134,7 @@ impl Stream {
     pub fn from_cudarc(stream: &Arc<CudaStream>) -> Result<Stream> {
         let raw = stream.cu_stream() as *mut c_void;
         if let Some(what) = special_handle(raw) {
-            return Err(Error::invalid(format!(
+            return Err(InvalidReason::SpecialStreamHandle.error(format!(
                 "{what} cannot be wrapped: cudarc's default_stream() and per_thread_stream() are not \
                  one stream that buffers can live on; create a stream with ctx.new_stream()"
             )));
@@ -167,7 +167,7 @@ fn cudarc_view(stream: &Stream, ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream
         }
     }
     if !ctx.is_primary() || ctx.ordinal() != stream.device().ordinal() {
-        return Err(Error::invalid(format!(
+        return Err(InvalidReason::WrongDevice.error(format!(
             "the cudarc memory belongs to {} context of device {}, the buffer's stream to device {}",
             if ctx.is_primary() {
                 "the primary"
@@ -276,7 +276,7 @@ impl<T: Pod> DeviceBuffer<T> {
 
     fn check_cudarc_len(&self, theirs: usize) -> Result<()> {
         if theirs != self.len() {
-            return Err(Error::invalid(format!(
+            return Err(InvalidReason::LengthMismatch.error(format!(
                 "length mismatch: buffer has {} elements, the cudarc memory {theirs}",
                 self.len()
             )));
@@ -340,7 +340,7 @@ impl<'a> Launch<'a> {
         let position = self.pushed;
         self.pushed += 1;
         if self.refused.is_none() && !buf.is_usable_on(&self.stream) {
-            self.refused = Some(Error::invalid(format!(
+            self.refused = Some(InvalidReason::WrongStream.error(format!(
                 "kernel argument {position}: the buffer is not usable on the launch stream (it is \
                  neither the buffer's stream nor one given to use_on); call \
                  buf.use_on(&Stream::from_cudarc(&stream)?) first"

@@ -25,10 +25,10 @@ fn stream_dropped_while_buffers_live() {
     };
     let before = somalloc::drop_errors().count;
     let s = Stream::new(&ctx.dev).unwrap();
-    let buf = DeviceBuffer::<u8>::new_in(1 << 20, &ctx.pool, &s).unwrap();
+    let mut buf = DeviceBuffer::<u8>::new_in(1 << 20, &ctx.pool, &s).unwrap();
     drop(s);
     let s = buf.stream().clone();
-    ctx.k.fill(&buf, 12, &s).unwrap();
+    ctx.k.fill(&mut buf, 12, &s).unwrap();
     assert_eq!(ctx.k.verify(&buf, 12, &s).unwrap(), 0);
     drop(buf);
     s.synchronize().unwrap();

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use somalloc::adaptors::{LimitingAdaptor, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor};
 use somalloc::testkit::pattern_byte;
 use somalloc::{
-    CacheConfig, CacheTier, DeviceBuffer, Error, MemoryResource, PoolProperties, Stream, StreamCache,
+    CacheConfig, CacheTier, DeviceBuffer, Error, InvalidReason, MemoryResource, PoolProperties, Stream,
+    StreamCache,
 };
 
 use crate::common::{
@@ -69,10 +70,10 @@ fn sizes_through_the_cache() {
     ];
     for round in 0..2 {
         for (i, &bytes) in sizes.iter().enumerate() {
-            let buf = DeviceBuffer::<u8>::new_with(bytes, &r, &ctx.stream).unwrap();
+            let mut buf = DeviceBuffer::<u8>::new_with(bytes, &r, &ctx.stream).unwrap();
             assert!(!buf.as_raw().is_null());
             let seed = (round * 100 + i) as u32;
-            ctx.k.fill(&buf, seed, &ctx.stream).unwrap();
+            ctx.k.fill(&mut buf, seed, &ctx.stream).unwrap();
             assert_eq!(ctx.k.verify(&buf, seed, &ctx.stream).unwrap(), 0, "{bytes} bytes");
             if bytes <= 1 << 20 {
                 let host = buf.to_vec().unwrap();
@@ -111,14 +112,14 @@ fn same_stream_reuse_is_race_free() {
     let tier = tier(&ctx, CacheConfig::default());
     let r = res(&tier.for_stream(&ctx.stream).unwrap());
     let bytes = 64 * MIB;
-    let a = DeviceBuffer::<u8>::new_with(bytes, &r, &ctx.stream).unwrap();
+    let mut a = DeviceBuffer::<u8>::new_with(bytes, &r, &ctx.stream).unwrap();
     let a_addr = a.as_raw() as usize;
     ctx.k.spin(spin_cycles(50), &ctx.stream).unwrap();
-    ctx.k.fill(&a, 1, &ctx.stream).unwrap(); // runs ~50 ms from now
+    ctx.k.fill(&mut a, 1, &ctx.stream).unwrap(); // runs ~50 ms from now
     drop(a);
-    let b = DeviceBuffer::<u8>::new_with(bytes, &r, &ctx.stream).unwrap();
+    let mut b = DeviceBuffer::<u8>::new_with(bytes, &r, &ctx.stream).unwrap();
     assert_eq!(b.as_raw() as usize, a_addr, "the cache hands the block back");
-    ctx.k.fill(&b, 2, &ctx.stream).unwrap();
+    ctx.k.fill(&mut b, 2, &ctx.stream).unwrap();
     assert_eq!(ctx.k.verify(&b, 2, &ctx.stream).unwrap(), 0);
     drop(b);
 
@@ -128,8 +129,8 @@ fn same_stream_reuse_is_race_free() {
         .collect();
     for _ in 0..5 {
         for (i, result) in results.iter_mut().enumerate() {
-            let data = DeviceBuffer::<f32>::new_with(N, &r, &ctx.stream).unwrap();
-            ctx.k.fill(&data, i as u32, &ctx.stream).unwrap();
+            let mut data = DeviceBuffer::<f32>::new_with(N, &r, &ctx.stream).unwrap();
+            ctx.k.fill(&mut data, i as u32, &ctx.stream).unwrap();
             if i % 2 == 1 {
                 ctx.k.process(&data, &ctx.stream).unwrap();
             }
@@ -179,11 +180,11 @@ fn use_on_another_stream_then_free() {
 
     let mut buf = DeviceBuffer::<u8>::new_with(bytes, &ra, a).unwrap();
     ctx.k.spin(spin_cycles(30), a).unwrap(); // A's fill runs late
-    ctx.k.fill(&buf, 7, a).unwrap();
+    ctx.k.fill(&mut buf, 7, a).unwrap();
     buf.use_on(&b).unwrap();
     assert_eq!(ctx.k.verify(&buf, 7, &b).unwrap(), 0, "B did not see A's fill");
     ctx.k.spin(spin_cycles(30), &b).unwrap();
-    ctx.k.fill(&buf, 9, &b).unwrap(); // B writes late
+    ctx.k.fill(&mut buf, 9, &b).unwrap(); // B writes late
     let addr = buf.as_raw() as usize;
     drop(buf); // A waits for B, then the block goes into A's cache
 
@@ -192,16 +193,22 @@ fn use_on_another_stream_then_free() {
     assert_ne!(other.as_raw() as usize, addr);
     assert!(matches!(
         DeviceBuffer::<u8>::new_with(bytes, &ra, &b),
-        Err(Error::InvalidArgument { .. })
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::WrongStream,
+            ..
+        })
     ));
     assert!(matches!(
         ca.allocate(bytes, &b),
-        Err(Error::InvalidArgument { .. })
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::WrongStream,
+            ..
+        })
     ));
 
-    let c = DeviceBuffer::<u8>::new_with(bytes, &ra, a).unwrap();
+    let mut c = DeviceBuffer::<u8>::new_with(bytes, &ra, a).unwrap();
     assert_eq!(c.as_raw() as usize, addr, "A's cache hands the block back");
-    ctx.k.fill(&c, 11, a).unwrap();
+    ctx.k.fill(&mut c, 11, a).unwrap();
     b.synchronize().unwrap();
     assert_eq!(
         ctx.k.verify(&c, 11, a).unwrap(),
@@ -300,10 +307,10 @@ fn flush_and_trim_return_the_cached_blocks() {
     let other = ctx.new_stream();
     for s in [&ctx.stream, &other] {
         let r = res(&tier.for_stream(s).unwrap());
-        let bufs: Vec<_> = (1..=20)
+        let mut bufs: Vec<_> = (1..=20)
             .map(|i| DeviceBuffer::<u8>::new_with(i * 100_000, &r, s).unwrap())
             .collect();
-        for (i, b) in bufs.iter().enumerate() {
+        for (i, b) in bufs.iter_mut().enumerate() {
             ctx.k.fill(b, i as u32, s).unwrap();
         }
         drop(bufs);
@@ -332,13 +339,13 @@ fn dropping_the_tier_returns_everything() {
     };
     let tier = tier(&ctx, CacheConfig::default());
     let r = res(&tier.for_stream(&ctx.stream).unwrap());
-    let kept = DeviceBuffer::<u8>::new_with(3 * MIB, &r, &ctx.stream).unwrap();
+    let mut kept = DeviceBuffer::<u8>::new_with(3 * MIB, &r, &ctx.stream).unwrap();
     for i in 1..=10 {
         drop(DeviceBuffer::<u8>::new_with(i * 50_000, &r, &ctx.stream).unwrap());
     }
     assert!(tier.cached_bytes() > 0);
     drop(tier);
-    ctx.k.fill(&kept, 3, &ctx.stream).unwrap();
+    ctx.k.fill(&mut kept, 3, &ctx.stream).unwrap();
     assert_eq!(ctx.k.verify(&kept, 3, &ctx.stream).unwrap(), 0);
     drop(kept);
     drop(r);
@@ -369,9 +376,9 @@ fn out_of_memory_returns_cached_blocks_and_retries() {
         .collect();
     drop(bufs);
     assert_eq!(tier.cached_bytes(), 60 * MIB);
-    let big = DeviceBuffer::<u8>::new_with(20 * MIB, &r, &ctx.stream).unwrap();
+    let mut big = DeviceBuffer::<u8>::new_with(20 * MIB, &r, &ctx.stream).unwrap();
     assert!(cache.stats().released >= 1, "{:?}", cache.stats());
-    ctx.k.fill(&big, 5, &ctx.stream).unwrap();
+    ctx.k.fill(&mut big, 5, &ctx.stream).unwrap();
     assert_eq!(ctx.k.verify(&big, 5, &ctx.stream).unwrap(), 0);
     // Nothing left to return: OutOfMemory with the size asked for.
     match DeviceBuffer::<u8>::new_with(60 * MIB, &r, &ctx.stream) {
@@ -404,8 +411,8 @@ fn an_adaptor_stack_over_the_tier() {
     let r: Arc<dyn MemoryResource> = stats.clone();
     for i in 0..50u32 {
         let bytes = 1000 + (i as usize % 5) * 300_000;
-        let buf = DeviceBuffer::<u8>::new_with(bytes, &r, &ctx.stream).unwrap();
-        ctx.k.fill(&buf, i, &ctx.stream).unwrap();
+        let mut buf = DeviceBuffer::<u8>::new_with(bytes, &r, &ctx.stream).unwrap();
+        ctx.k.fill(&mut buf, i, &ctx.stream).unwrap();
         assert_eq!(ctx.k.verify(&buf, i, &ctx.stream).unwrap(), 0);
         assert_eq!(tracking.outstanding_bytes(), bytes);
     }

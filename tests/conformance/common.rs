@@ -4,7 +4,7 @@ use std::io::Write;
 use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 
 use somalloc::testkit::TestKernels;
-use somalloc::{Device, DeviceBuffer, Error, MemPool, PoolProperties, Stream};
+use somalloc::{Device, DeviceBuffer, Error, MemPool, PoolProperties, Stream, Vendor};
 
 /// Everything a GPU test needs: a device, the test kernels, a pool of its own
 /// (release threshold u64::MAX) and a stream.
@@ -46,7 +46,9 @@ pub fn setup_with(test: &str, props: PoolProperties) -> Option<Ctx> {
         Ok(p) => p,
         // A named vendor difference: HIP before ROCm 6.2 has no maximum
         // pool size, and says so with Unsupported instead of ignoring it.
-        Err(e @ Error::Unsupported { .. }) if Device::backend() == "rocm" && props.max_size.is_some() => {
+        Err(e @ Error::Unsupported { .. })
+            if Device::backend() == Vendor::Rocm && props.max_size.is_some() =>
+        {
             say(&format!("SKIP {test}: not supported by this runtime ({e})"));
             return None;
         }
@@ -137,8 +139,8 @@ pub fn eight_threads_never_overlap(
                         rng ^= rng << 5;
                         let bytes = 256 + (rng as usize % (2 << 20));
                         let seed = ((t * ROUNDS + round) * PER_THREAD + j) as u32;
-                        let b = alloc(bytes);
-                        ctx.k.fill(&b, seed, &stream).unwrap();
+                        let mut b = alloc(bytes);
+                        ctx.k.fill(&mut b, seed, &stream).unwrap();
                         live.lock().unwrap().push((b.as_raw() as usize, bytes, t));
                         bufs.push((b, seed));
                     }

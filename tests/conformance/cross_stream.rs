@@ -1,4 +1,4 @@
-use somalloc::{DeviceBuffer, Error};
+use somalloc::{DeviceBuffer, Error, InvalidReason};
 
 use crate::common::{setup, spin_cycles};
 
@@ -16,17 +16,17 @@ fn allocate_on_a_use_on_b_free_on_a() {
 
     let mut buf = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, a).unwrap();
     ctx.k.spin(spin_cycles(30), a).unwrap(); // A's fill runs late
-    ctx.k.fill(&buf, 7, a).unwrap();
+    ctx.k.fill(&mut buf, 7, a).unwrap();
     buf.use_on(&b).unwrap();
     assert_eq!(ctx.k.verify(&buf, 7, &b).unwrap(), 0, "B did not see A's fill");
 
     // B works on the buffer late; the free on A must wait for it.
     ctx.k.spin(spin_cycles(30), &b).unwrap();
-    ctx.k.fill(&buf, 9, &b).unwrap();
+    ctx.k.fill(&mut buf, 9, &b).unwrap();
     let addr = buf.as_raw() as usize;
     drop(buf);
-    let c = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, a).unwrap();
-    ctx.k.fill(&c, 11, a).unwrap();
+    let mut c = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, a).unwrap();
+    ctx.k.fill(&mut c, 11, a).unwrap();
     // Let B's late write land wherever it lands, then look at C.
     b.synchronize().unwrap();
     assert_eq!(
@@ -51,18 +51,24 @@ fn other_streams_need_use_on() {
     let mut buf = DeviceBuffer::<u8>::new_in(4096, &ctx.pool, &ctx.stream).unwrap();
     assert!(!buf.is_usable_on(&b));
     assert!(matches!(
-        ctx.k.fill(&buf, 1, &b),
-        Err(Error::InvalidArgument { .. })
+        ctx.k.fill(&mut buf, 1, &b),
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::WrongStream,
+            ..
+        })
     ));
     let mut other = DeviceBuffer::<u8>::new_in(4096, &ctx.pool, &b).unwrap();
     assert!(matches!(
         other.copy_from_device(&buf),
-        Err(Error::InvalidArgument { .. })
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::WrongStream,
+            ..
+        })
     ));
     buf.use_on(&b).unwrap();
     buf.use_on(&b).unwrap(); // again: harmless
     assert!(buf.is_usable_on(&b));
-    ctx.k.fill(&buf, 1, &ctx.stream).unwrap();
+    ctx.k.fill(&mut buf, 1, &ctx.stream).unwrap();
     buf.use_on(&b).unwrap(); // orders B after the fill above
     other.copy_from_device(&buf).unwrap();
     assert_eq!(ctx.k.verify(&other, 1, &b).unwrap(), 0);

@@ -1,6 +1,6 @@
 use std::ffi::c_void;
 
-use somalloc::{Device, DeviceBuffer, Error, Event, MemPool, PoolProperties, Stream};
+use somalloc::{Device, DeviceBuffer, Error, Event, InvalidReason, MemPool, PoolProperties, Stream};
 
 use crate::common::{current_pool_lock, device, setup, spin_cycles};
 
@@ -56,7 +56,13 @@ fn borrowed_streams_are_not_destroyed() {
     owned.synchronize().unwrap();
     // SAFETY: a null handle is refused before it is used.
     let null = unsafe { Stream::from_raw(&dev, std::ptr::null_mut()) };
-    assert!(matches!(null, Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        null,
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::SpecialStreamHandle,
+            ..
+        })
+    ));
 }
 
 /// The legacy and per-thread handles are not one stream: streams are told
@@ -70,7 +76,10 @@ fn legacy_and_per_thread_handles_are_refused() {
     for raw in [0usize, 0x1, 0x2] {
         // SAFETY: the special handles are refused before they are used.
         match unsafe { Stream::from_raw(&dev, raw as *mut c_void) } {
-            Err(Error::InvalidArgument { why }) => {
+            Err(Error::InvalidArgument {
+                reason: InvalidReason::SpecialStreamHandle,
+                why,
+            }) => {
                 assert!(
                     why.contains("Stream::new") && why.contains("Stream::from_cudarc"),
                     "{why}"

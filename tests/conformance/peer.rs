@@ -1,5 +1,7 @@
 use somalloc::testkit::TestKernels;
-use somalloc::{Device, DeviceBuffer, Error, Event, MemPool, PeerAccess, PoolProperties, Stream};
+use somalloc::{
+    Device, DeviceBuffer, Error, Event, InvalidReason, MemPool, PeerAccess, PoolProperties, Stream,
+};
 
 use crate::common::{device, say};
 
@@ -37,25 +39,37 @@ fn peer_access_write_on_one_verify_on_zero() {
     );
     assert!(matches!(
         pool.set_access(&d0, PeerAccess::None),
-        Err(Error::InvalidArgument { .. })
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::Other,
+            ..
+        })
     ));
 
     let mut buf = DeviceBuffer::<u8>::new_in(16 << 20, &pool, &s0).unwrap();
-    k0.fill(&buf, 1, &s0).unwrap();
+    k0.fill(&mut buf, 1, &s0).unwrap();
     assert!(
-        matches!(buf.use_on(&s1), Err(Error::InvalidArgument { .. })),
+        matches!(
+            buf.use_on(&s1),
+            Err(Error::InvalidArgument {
+                reason: InvalidReason::NoPeerAccess,
+                ..
+            })
+        ),
         "no access yet"
     );
     assert!(matches!(
-        k1.fill(&buf, 2, &s1),
-        Err(Error::InvalidArgument { .. })
+        k1.fill(&mut buf, 2, &s1),
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::WrongStream,
+            ..
+        })
     ));
 
     pool.set_access(&d1, PeerAccess::ReadWrite).unwrap();
     assert_eq!(pool.access(&d1).unwrap(), PeerAccess::ReadWrite);
     buf.use_on(&s1).unwrap();
     assert_eq!(k1.verify(&buf, 1, &s1).unwrap(), 0, "GPU 1 reads GPU 0's fill");
-    k1.fill(&buf, 2, &s1).unwrap();
+    k1.fill(&mut buf, 2, &s1).unwrap();
     let done = Event::new(&d1).unwrap();
     done.record(&s1).unwrap();
     s0.wait_event(&done).unwrap();
@@ -68,14 +82,29 @@ fn peer_access_write_on_one_verify_on_zero() {
         "access removed: the buffer is no longer usable on GPU 1"
     );
     assert!(matches!(
-        k1.fill(&buf, 3, &s1),
-        Err(Error::InvalidArgument { .. })
+        k1.fill(&mut buf, 3, &s1),
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::WrongStream,
+            ..
+        })
     ));
-    assert!(matches!(buf.use_on(&s1), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        buf.use_on(&s1),
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::NoPeerAccess,
+            ..
+        })
+    ));
 
     // A buffer from the current pool (no explicit pool) is refused too.
     let mut plain = DeviceBuffer::<u8>::new(4096, &s0).unwrap();
-    assert!(matches!(plain.use_on(&s1), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        plain.use_on(&s1),
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::NoPeerAccess,
+            ..
+        })
+    ));
     drop(plain);
     drop(buf);
     s0.synchronize().unwrap();
@@ -99,8 +128,8 @@ fn per_device_default_pools_from_any_thread() {
         d0.bind_to_thread().unwrap();
         let s1 = Stream::new(&d1).unwrap();
         let pool = MemPool::create(&d1, PoolProperties::default()).unwrap();
-        let buf = DeviceBuffer::<u8>::new_in(1 << 20, &pool, &s1).unwrap();
-        k1.fill(&buf, 9, &s1).unwrap();
+        let mut buf = DeviceBuffer::<u8>::new_in(1 << 20, &pool, &s1).unwrap();
+        k1.fill(&mut buf, 9, &s1).unwrap();
         assert_eq!(k1.verify(&buf, 9, &s1).unwrap(), 0);
         assert!(pool.stats().unwrap().used_current >= 1 << 20);
         drop(buf);

@@ -49,11 +49,10 @@ fn reuse_policy_round_trips() {
         "both runtimes default to all on"
     );
     for bits in 0..8u8 {
-        let p = ReusePolicy {
-            follow_event_dependencies: bits & 1 != 0,
-            allow_opportunistic: bits & 2 != 0,
-            allow_internal_dependencies: bits & 4 != 0,
-        };
+        let p = ReusePolicy::NONE
+            .with_follow_event_dependencies(bits & 1 != 0)
+            .with_allow_opportunistic(bits & 2 != 0)
+            .with_allow_internal_dependencies(bits & 4 != 0);
         ctx.pool.set_reuse_policy(p).unwrap();
         assert_eq!(ctx.pool.reuse_policy().unwrap(), p);
     }
@@ -72,36 +71,33 @@ fn reuse_flags_off_keep_streams_apart() {
     let b = ctx.new_stream();
     let bytes = 16 * MIB;
     for round in 0..3u32 {
-        let x = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, a).unwrap();
+        let mut x = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, a).unwrap();
         let x_range = x.as_raw() as usize..x.as_raw() as usize + bytes;
         ctx.k.spin(spin_cycles(50), a).unwrap();
-        ctx.k.fill(&x, round, a).unwrap();
+        ctx.k.fill(&mut x, round, a).unwrap();
         drop(x); // freed on A, behind the spin
-        let y = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &b).unwrap();
+        let mut y = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &b).unwrap();
         let y_start = y.as_raw() as usize;
         let overlap = y_start < x_range.end && x_range.start < y_start + bytes;
         assert!(!overlap, "round {round}: B got A's pending block");
-        ctx.k.fill(&y, 100 + round, &b).unwrap();
+        ctx.k.fill(&mut y, 100 + round, &b).unwrap();
         assert_eq!(ctx.k.verify(&y, 100 + round, &b).unwrap(), 0);
         drop(y);
     }
     // With following event dependencies on, B may take A's block once it
     // waits on an event recorded after the free; content stays right.
     ctx.pool
-        .set_reuse_policy(ReusePolicy {
-            follow_event_dependencies: true,
-            ..ReusePolicy::NONE
-        })
+        .set_reuse_policy(ReusePolicy::NONE.with_follow_event_dependencies(true))
         .unwrap();
-    let x = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, a).unwrap();
+    let mut x = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, a).unwrap();
     ctx.k.spin(spin_cycles(20), a).unwrap();
-    ctx.k.fill(&x, 1, a).unwrap();
+    ctx.k.fill(&mut x, 1, a).unwrap();
     drop(x);
     let e = Event::new(&ctx.dev).unwrap();
     e.record(a).unwrap();
     b.wait_event(&e).unwrap();
-    let y = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &b).unwrap();
-    ctx.k.fill(&y, 2, &b).unwrap();
+    let mut y = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &b).unwrap();
+    ctx.k.fill(&mut y, 2, &b).unwrap();
     assert_eq!(ctx.k.verify(&y, 2, &b).unwrap(), 0);
     drop(y);
     ctx.finish(&[&b]);
@@ -154,8 +150,8 @@ fn max_size_caps_a_created_pool() {
         "16 + 24 MiB fit in a 32 MiB pool: {r:?}"
     );
     // Still usable within the cap.
-    let b = DeviceBuffer::<u8>::new_in(8 * MIB, &ctx.pool, &ctx.stream).unwrap();
-    ctx.k.fill(&b, 3, &ctx.stream).unwrap();
+    let mut b = DeviceBuffer::<u8>::new_in(8 * MIB, &ctx.pool, &ctx.stream).unwrap();
+    ctx.k.fill(&mut b, 3, &ctx.stream).unwrap();
     assert_eq!(ctx.k.verify(&b, 3, &ctx.stream).unwrap(), 0);
     drop((a, b));
     assert!(matches!(
@@ -198,8 +194,8 @@ fn chosen_and_current_pools() {
 
     // Dropping a handle to the default pool never destroys it.
     drop(MemPool::default_for(&ctx.dev).unwrap());
-    let buf = DeviceBuffer::<u8>::new_in(MIB, &default, &ctx.stream).unwrap();
-    ctx.k.fill(&buf, 4, &ctx.stream).unwrap();
+    let mut buf = DeviceBuffer::<u8>::new_in(MIB, &default, &ctx.stream).unwrap();
+    ctx.k.fill(&mut buf, 4, &ctx.stream).unwrap();
     assert_eq!(ctx.k.verify(&buf, 4, &ctx.stream).unwrap(), 0);
     drop(buf);
     ctx.finish(&[]);
@@ -212,9 +208,9 @@ fn buffers_keep_their_pool_alive() {
         return;
     };
     let pool = MemPool::create(&ctx.dev, PoolProperties::default()).unwrap();
-    let buf = DeviceBuffer::<u8>::new_in(MIB, &pool, &ctx.stream).unwrap();
+    let mut buf = DeviceBuffer::<u8>::new_in(MIB, &pool, &ctx.stream).unwrap();
     drop(pool);
-    ctx.k.fill(&buf, 8, &ctx.stream).unwrap();
+    ctx.k.fill(&mut buf, 8, &ctx.stream).unwrap();
     assert_eq!(ctx.k.verify(&buf, 8, &ctx.stream).unwrap(), 0);
     drop(buf); // frees, then destroys the pool
     ctx.finish(&[]);

@@ -1,5 +1,5 @@
 use somalloc::testkit::pattern_byte;
-use somalloc::{DeviceBuffer, Error};
+use somalloc::{DeviceBuffer, Error, InvalidReason};
 
 use crate::common::setup;
 
@@ -16,11 +16,11 @@ fn sizes_from_zero_to_one_gib() {
         .unwrap_or(1usize << 30);
     let sizes = [0usize, 1, 4, 1 << 10, 1 << 20, 1 << 30];
     for (i, &bytes) in sizes.iter().filter(|&&b| b <= max).enumerate() {
-        let buf = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &ctx.stream).unwrap();
+        let mut buf = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &ctx.stream).unwrap();
         assert_eq!(buf.len(), bytes);
         assert_eq!(buf.as_raw().is_null(), bytes == 0, "null address iff 0 bytes");
         let seed = 100 + i as u32;
-        ctx.k.fill(&buf, seed, &ctx.stream).unwrap();
+        ctx.k.fill(&mut buf, seed, &ctx.stream).unwrap();
         assert_eq!(ctx.k.verify(&buf, seed, &ctx.stream).unwrap(), 0, "{bytes} bytes");
         if bytes > 0 {
             let used = ctx.pool.stats().unwrap().used_current;
@@ -74,8 +74,8 @@ fn one_pebibyte_is_out_of_memory() {
         other => panic!("expected OutOfMemory from the current pool, got {other:?}"),
     }
     // The pool and the stream are still usable.
-    let buf = DeviceBuffer::<u8>::new_in(1 << 20, &ctx.pool, &ctx.stream).unwrap();
-    ctx.k.fill(&buf, 5, &ctx.stream).unwrap();
+    let mut buf = DeviceBuffer::<u8>::new_in(1 << 20, &ctx.pool, &ctx.stream).unwrap();
+    ctx.k.fill(&mut buf, 5, &ctx.stream).unwrap();
     assert_eq!(ctx.k.verify(&buf, 5, &ctx.stream).unwrap(), 0);
     drop(buf);
     ctx.finish(&[]);
@@ -87,8 +87,26 @@ fn element_count_overflow_is_invalid_argument() {
         return;
     };
     let r = DeviceBuffer::<u64>::new_in(usize::MAX / 4, &ctx.pool, &ctx.stream);
-    assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(Error::InvalidArgument {
+                reason: InvalidReason::SizeOverflow,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
     let r = DeviceBuffer::<[u8; 3]>::new(usize::MAX / 2, &ctx.stream);
-    assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(Error::InvalidArgument {
+                reason: InvalidReason::SizeOverflow,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
     ctx.finish(&[]);
 }

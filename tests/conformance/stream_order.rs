@@ -10,8 +10,8 @@ fn allocate_fill_copy_back_verify() {
     };
     let _guard = crate::common::current_pool_lock();
     let n = 3 * (1 << 20) + 5;
-    let buf = DeviceBuffer::<u8>::new_in(n, &ctx.pool, &ctx.stream).unwrap();
-    ctx.k.fill(&buf, 42, &ctx.stream).unwrap();
+    let mut buf = DeviceBuffer::<u8>::new_in(n, &ctx.pool, &ctx.stream).unwrap();
+    ctx.k.fill(&mut buf, 42, &ctx.stream).unwrap();
     let host = buf.to_vec().unwrap();
     let bad = host
         .iter()
@@ -44,8 +44,8 @@ fn allocate_compute_deallocate_repeat() {
         .map(|_| DeviceBuffer::new_in(N, &ctx.pool, &ctx.stream).unwrap())
         .collect();
     for (i, result) in results.iter_mut().enumerate() {
-        let data = DeviceBuffer::<f32>::new_in(N, &ctx.pool, &ctx.stream).unwrap();
-        ctx.k.fill(&data, i as u32, &ctx.stream).unwrap();
+        let mut data = DeviceBuffer::<f32>::new_in(N, &ctx.pool, &ctx.stream).unwrap();
+        ctx.k.fill(&mut data, i as u32, &ctx.stream).unwrap();
         if i % 2 == 1 {
             ctx.k.process(&data, &ctx.stream).unwrap();
         }
@@ -80,14 +80,14 @@ fn same_stream_reuse_is_race_free() {
         return;
     };
     let bytes = 64 << 20;
-    let a = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &ctx.stream).unwrap();
+    let mut a = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &ctx.stream).unwrap();
     let a_addr = a.as_raw() as usize;
     ctx.k.spin(spin_cycles(50), &ctx.stream).unwrap();
-    ctx.k.fill(&a, 1, &ctx.stream).unwrap(); // runs ~50 ms from now
+    ctx.k.fill(&mut a, 1, &ctx.stream).unwrap(); // runs ~50 ms from now
     drop(a);
-    let b = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &ctx.stream).unwrap();
+    let mut b = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &ctx.stream).unwrap();
     let reused = b.as_raw() as usize == a_addr;
-    ctx.k.fill(&b, 2, &ctx.stream).unwrap();
+    ctx.k.fill(&mut b, 2, &ctx.stream).unwrap();
     assert_eq!(ctx.k.verify(&b, 2, &ctx.stream).unwrap(), 0);
     crate::common::say(&format!(
         "stream_order::same_stream_reuse_is_race_free: block reused: {reused}"

@@ -9,8 +9,8 @@ fn allocate_on_one_thread_free_on_another() {
     let Some(ctx) = setup("threads::allocate_on_one_thread_free_on_another") else {
         return;
     };
-    let buf = DeviceBuffer::<u32>::new_in(1 << 20, &ctx.pool, &ctx.stream).unwrap();
-    ctx.k.fill(&buf, 77, &ctx.stream).unwrap();
+    let mut buf = DeviceBuffer::<u32>::new_in(1 << 20, &ctx.pool, &ctx.stream).unwrap();
+    ctx.k.fill(&mut buf, 77, &ctx.stream).unwrap();
     let stream = ctx.stream.clone();
     std::thread::spawn(move || {
         // The free is enqueued from this thread, on the buffer's stream.

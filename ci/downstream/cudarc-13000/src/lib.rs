@@ -17,6 +17,7 @@ pub fn scaled(
 ) -> somalloc::Result<DeviceBuffer<f32>> {
     let mut buf = DeviceBuffer::from_slice(data, &Stream::from_cudarc(stream)?)?;
     let n = u32::try_from(data.len()).map_err(|_| somalloc::Error::InvalidArgument {
+        reason: somalloc::InvalidReason::Other,
         why: "too many elements".into(),
     })?;
     let mut launch = Launch::new(stream, scale)?;

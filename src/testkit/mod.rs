@@ -1,19 +1,31 @@
-//! Test kernels (feature `kernels`): fill, verify, spin, the seeds'
-//! `processKernel`, and 32-bit iota / axpy / add for per-replay patterns of
-//! graphs, compiled from `kernels/` by nvcc or hipcc at build time,
-//! embedded, and loaded at run time.
+//! The test kit of somalloc's own tests, examples and benchmarks (feature
+//! `kernels`). **Unstable: not part of the public API.** It is hidden from
+//! the documentation, carries no semver promise, and may change or vanish
+//! in any release; nothing outside this repository should use it.
 //!
-//! This is the launch path of somalloc's own tests, benchmarks and examples;
-//! it is not the library's main API.
+//! * [`TestKernels`]: fill, verify, spin, the seeds' `processKernel`, and
+//!   32-bit iota / axpy / add for per-replay patterns of graphs, compiled
+//!   from `kernels/` by nvcc or hipcc at build time, embedded, and loaded at
+//!   run time. A kernel that writes takes its target by `&mut`, as the
+//!   buffer's own writes do ([`DeviceBuffer::memset`]); `process` is the one
+//!   exception, kept as the seeds' pipeline and the benchmark call it.
+//! * [`SyncBuffer`]: the synchronous `cudaMalloc` / `cudaFree` baseline.
+//! * [`RawRange`]: raw device memory named for the kernels (`unsafe` to make).
+//! * [`raw`]: the vendor's stream-ordered calls with nothing on top
+//!   (raw pointers; the free is `unsafe`).
+//!
+//! The backend calls behind it (synchronous allocation, code objects and
+//! launches) are not part of the allocator's backend contract either: they
+//! live in a trait of their own that only this module uses.
 
 use std::ffi::{c_void, CStr};
 
 use bytemuck::Pod;
 
-use crate::backend::{Backend, DevicePtr};
+use crate::backend::{Backend, DevicePtr, TestSupport};
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
-use crate::error::{record_drop_error, Error, Result};
+use crate::error::{record_drop_error, Error, InvalidReason, Result};
 use crate::pool::MemPool;
 use crate::stream::Stream;
 use crate::Active;
@@ -74,7 +86,7 @@ impl SyncBuffer {
     /// Allocates `bytes` (at least 1) synchronously on `device`.
     pub fn new(device: &Device, bytes: usize) -> Result<SyncBuffer> {
         if bytes == 0 {
-            return Err(Error::invalid("SyncBuffer of 0 bytes"));
+            return Err(InvalidReason::ZeroBytes.error("SyncBuffer of 0 bytes"));
         }
         Ok(SyncBuffer {
             ptr: Active::malloc_sync(device.ordinal(), bytes)?,
@@ -166,14 +178,14 @@ impl KernelTarget for RawRange {
 /// The loaded test kernels.
 #[derive(Debug)]
 pub struct TestKernels {
-    module: <Active as Backend>::Module,
-    fill: <Active as Backend>::Function,
-    verify: <Active as Backend>::Function,
-    spin: <Active as Backend>::Function,
-    process: <Active as Backend>::Function,
-    iota: <Active as Backend>::Function,
-    axpy: <Active as Backend>::Function,
-    add: <Active as Backend>::Function,
+    module: <Active as TestSupport>::Module,
+    fill: <Active as TestSupport>::Function,
+    verify: <Active as TestSupport>::Function,
+    spin: <Active as TestSupport>::Function,
+    process: <Active as TestSupport>::Function,
+    iota: <Active as TestSupport>::Function,
+    axpy: <Active as TestSupport>::Function,
+    add: <Active as TestSupport>::Function,
     device: Device,
 }
 
@@ -227,16 +239,15 @@ impl TestKernels {
 
     fn check(buf: &impl KernelTarget, stream: &Stream) -> Result<()> {
         if !buf.usable_on(stream) {
-            return Err(Error::invalid(
-                "the buffer is not usable on this stream; call use_on first",
-            ));
+            return Err(InvalidReason::WrongStream
+                .error("the buffer is not usable on this stream; call use_on first"));
         }
         Ok(())
     }
 
     fn launch(
         &self,
-        f: <Active as Backend>::Function,
+        f: <Active as TestSupport>::Function,
         n: u64,
         stream: &Stream,
         args: &mut [*mut c_void],
@@ -251,7 +262,7 @@ impl TestKernels {
 
     /// Enqueues on `stream` a fill of every byte of `buf` with the pattern
     /// for `seed` (see [`pattern_byte`]).
-    pub fn fill(&self, buf: &impl KernelTarget, seed: u32, stream: &Stream) -> Result<()> {
+    pub fn fill(&self, buf: &mut impl KernelTarget, seed: u32, stream: &Stream) -> Result<()> {
         Self::check(buf, stream)?;
         let (mut ptr, n) = buf.range();
         let mut n = n as u64;
@@ -311,6 +322,11 @@ impl TestKernels {
 
     /// The seeds' `processKernel`: `data[i] = sqrt(i)` for every `f32` in
     /// `buf`.
+    ///
+    /// It writes through a shared reference, unlike the other writing
+    /// kernels: the benchmark's allocator trait hands its blocks out by `&`.
+    /// Ordering is still the stream's (`buf` must be usable on `stream`);
+    /// to be made `&mut` with the benchmark.
     pub fn process(&self, buf: &impl KernelTarget, stream: &Stream) -> Result<()> {
         Self::check(buf, stream)?;
         let (mut ptr, bytes) = buf.range();
@@ -348,7 +364,7 @@ impl TestKernels {
 
     /// Enqueues `buf[i] = i * mul + add` over the 32-bit words of `buf`
     /// (wrapping; see [`iota_word`]).
-    pub fn iota_u32(&self, buf: &impl KernelTarget, mul: u32, add: u32, stream: &Stream) -> Result<()> {
+    pub fn iota_u32(&self, buf: &mut impl KernelTarget, mul: u32, add: u32, stream: &Stream) -> Result<()> {
         Self::check(buf, stream)?;
         let mut n = Self::words(buf)?;
         if n == 0 {
@@ -373,7 +389,7 @@ impl TestKernels {
     /// both must be usable on `stream` and of the same size.
     pub fn axpy_u32(
         &self,
-        dst: &impl KernelTarget,
+        dst: &mut impl KernelTarget,
         src: &impl KernelTarget,
         a: u32,
         stream: &Stream,
@@ -382,7 +398,7 @@ impl TestKernels {
         Self::check(src, stream)?;
         let mut n = Self::words(dst)?;
         if Self::words(src)? != n {
-            return Err(Error::invalid("axpy_u32 over buffers of different sizes"));
+            return Err(InvalidReason::LengthMismatch.error("axpy_u32 over buffers of different sizes"));
         }
         if n == 0 {
             return Ok(());
@@ -404,7 +420,7 @@ impl TestKernels {
     }
 
     /// Enqueues `buf[i] += value` over the 32-bit words (wrapping).
-    pub fn add_u32(&self, buf: &impl KernelTarget, value: u32, stream: &Stream) -> Result<()> {
+    pub fn add_u32(&self, buf: &mut impl KernelTarget, value: u32, stream: &Stream) -> Result<()> {
         Self::check(buf, stream)?;
         let mut n = Self::words(buf)?;
         if n == 0 {
@@ -441,97 +457,7 @@ impl Drop for TestKernels {
     }
 }
 
-/// The vendor's stream-ordered calls with nothing on top, through the same
-/// FFI the backend uses: the baseline benchmarks compare somalloc against.
-pub mod raw {
-    use std::ffi::c_void;
-
-    use crate::backend::{Backend, DevicePtr};
-    use crate::error::Result;
-    use crate::pool::MemPool;
-    use crate::stream::Stream;
-    use crate::Active;
-
-    /// `cudaMallocAsync` / `hipMallocAsync` from the stream's current pool.
-    #[inline]
-    pub fn malloc_async(bytes: usize, stream: &Stream) -> Result<*mut c_void> {
-        Active::malloc_async(bytes, stream.raw()).map(DevicePtr::as_mut_ptr)
-    }
-
-    /// `cudaMallocFromPoolAsync` / `hipMallocFromPoolAsync`.
-    #[inline]
-    pub fn malloc_from_pool_async(bytes: usize, pool: &MemPool, stream: &Stream) -> Result<*mut c_void> {
-        Active::malloc_from_pool_async(bytes, pool.raw(), stream.raw()).map(DevicePtr::as_mut_ptr)
-    }
-
-    /// `cudaFreeAsync` / `hipFreeAsync`.
-    ///
-    /// # Safety
-    /// `ptr` came from one of the allocation functions above, is freed once,
-    /// and no work uses it after this point of `stream`'s order.
-    #[inline]
-    pub unsafe fn free_async(ptr: *mut c_void, stream: &Stream) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { Active::free_async(DevicePtr(ptr as usize), stream.raw()) }
-    }
-
-    /// `cudaStreamBeginCapture` with nothing of somalloc's around it: a
-    /// capture as another library would begin it (somalloc does not count
-    /// it). For tests of borrowed streams.
-    #[doc(hidden)]
-    pub fn begin_capture(stream: &Stream, mode: crate::CaptureMode) -> Result<()> {
-        Active::stream_begin_capture(stream.raw(), mode.to_raw())
-    }
-
-    /// `cudaStreamEndCapture` with nothing of somalloc's around it.
-    #[doc(hidden)]
-    pub fn end_capture(stream: &Stream) -> Result<RawGraph> {
-        Active::stream_end_capture(stream.raw()).map(RawGraph)
-    }
-
-    /// `cudaStreamSynchronize` without somalloc's capture check: during a
-    /// capture it invalidates the capture. For tests of invalidated captures.
-    #[doc(hidden)]
-    pub fn synchronize(stream: &Stream) -> Result<()> {
-        Active::stream_synchronize(stream.raw())
-    }
-
-    /// A graph as another library holds it; destroyed on drop.
-    #[doc(hidden)]
-    #[derive(Debug)]
-    pub struct RawGraph(<Active as Backend>::Graph);
-
-    impl RawGraph {
-        /// `cudaGraphInstantiateWithFlags`, with or without auto-free-on-launch.
-        pub fn instantiate(&self, auto_free_on_launch: bool) -> Result<RawGraphExec> {
-            Active::graph_instantiate(self.0, auto_free_on_launch).map(RawGraphExec)
-        }
-    }
-
-    impl Drop for RawGraph {
-        fn drop(&mut self) {
-            crate::error::record_drop_error(Active::graph_destroy(self.0));
-        }
-    }
-
-    /// An executable graph as another library holds it; destroyed on drop.
-    #[doc(hidden)]
-    #[derive(Debug)]
-    pub struct RawGraphExec(<Active as Backend>::GraphExec);
-
-    impl RawGraphExec {
-        /// `cudaGraphLaunch`.
-        pub fn launch(&self, stream: &Stream) -> Result<()> {
-            Active::graph_launch(self.0, stream.raw())
-        }
-    }
-
-    impl Drop for RawGraphExec {
-        fn drop(&mut self) {
-            crate::error::record_drop_error(Active::graph_exec_destroy(self.0));
-        }
-    }
-}
+pub mod raw;
 
 #[cfg(test)]
 mod tests {
