@@ -1100,6 +1100,10 @@ unsafe impl MemoryResource for StreamCache {
     fn device(&self) -> Device {
         self.shared.device
     }
+
+    fn placement(&self) -> crate::Placement {
+        self.shared.upstream.placement()
+    }
 }
 
 impl Drop for StreamCache {
@@ -1345,6 +1349,10 @@ unsafe impl MemoryResource for CacheTier {
 
     fn device(&self) -> Device {
         self.shared.device
+    }
+
+    fn placement(&self) -> crate::Placement {
+        self.shared.upstream.placement()
     }
 }
 

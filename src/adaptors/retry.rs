@@ -180,4 +180,8 @@ unsafe impl MemoryResource for RetryAdaptor {
     fn device(&self) -> Device {
         self.inner.device()
     }
+
+    fn placement(&self) -> crate::Placement {
+        self.inner.placement()
+    }
 }
