@@ -26,13 +26,15 @@ pub const PIPELINE_FLOATS: usize = 1 << 20;
 /// Churn: at most this many live buffers.
 pub const CHURN_MAX_LIVE: usize = 1000;
 /// Every workload, in the order they run.
-pub const WORKLOADS: [&str; 6] = [
+pub const WORKLOADS: [&str; 8] = [
     "seed_pipeline",
     "pair",
     "churn",
     "threads",
     "threshold",
     "synchronous",
+    "host_pair",
+    "h2d",
 ];
 
 // ---------------------------------------------------------------------------
@@ -596,6 +598,9 @@ pub fn run_workload(
                 |c, bytes, _| synchronous(c, bytes),
             )?);
         }
+        // Pinned host memory (examples/bench/host.rs).
+        "host_pair" => crate::host::host_pair(ctx, rows)?,
+        "h2d" => crate::host::h2d(ctx, rows)?,
         _ => unreachable!("checked when parsing --only"),
     }
     Ok(())
