@@ -76,21 +76,38 @@ fn expected(placement: Placement) -> bool {
 
 /// A pool of pinned host memory for `dev`: `Location::Host`, else (CUDA
 /// 12.6-12.9) NUMA node 0; `None` after one SKIP line where the runtime has
-/// neither (the `Unsupported` answer is checked by `unsupported_cases`).
+/// neither (the `Unsupported` answer is checked by
+/// `unsupported_and_invalid_requests_are_refused`).
 fn host_pool(test: &str, dev: &Device) -> Option<MemPool> {
+    host_pool_or(dev, |e| {
+        say(&format!(
+            "SKIP {test}: no pools of pinned host memory on this runtime ({e})"
+        ))
+    })
+}
+
+/// `host_pool` for a test that has already checked something: a note
+/// instead of the SKIP line.
+fn host_pool_after_checks(test: &str, dev: &Device) -> Option<MemPool> {
+    host_pool_or(dev, |e| {
+        say(&format!(
+            "{test}: the rest needs a pool of pinned host memory ({e})"
+        ))
+    })
+}
+
+fn host_pool_or(dev: &Device, none: impl FnOnce(Error)) -> Option<MemPool> {
     let pool = match MemPool::create(dev, PoolProperties::host()) {
         Ok(p) => p,
         Err(Error::Unsupported { .. }) => match MemPool::create(dev, PoolProperties::host_numa(0)) {
             Ok(p) => p,
             Err(e @ Error::Unsupported { .. }) => {
-                say(&format!(
-                    "SKIP {test}: no pools of pinned host memory on this runtime ({e})"
-                ));
+                none(e);
                 return None;
             }
-            Err(e) => panic!("{test}: host NUMA pool: {e}"),
+            Err(e) => panic!("host NUMA pool: {e}"),
         },
-        Err(e) => panic!("{test}: host pool: {e}"),
+        Err(e) => panic!("host pool: {e}"),
     };
     pool.set_release_threshold(u64::MAX).expect("threshold");
     Some(pool)
@@ -263,7 +280,7 @@ fn pointer_attributes_tell_pinned_from_pageable() {
         assert!(info.host_accessible, "{}", call.name());
     }
     // A host pool's memory is pinned and the pool's device can address it.
-    let Some(pool) = host_pool(test, &g.dev) else {
+    let Some(pool) = host_pool_after_checks(test, &g.dev) else {
         return;
     };
     let h = HostBuffer::<u8>::new_in(4096, &pool, &g.stream).unwrap();
@@ -599,7 +616,7 @@ fn unsupported_and_invalid_requests_are_refused() {
         Err(Error::InvalidArgument { .. })
     ));
     // The own device of a host pool keeps its access.
-    if let Some(pool) = host_pool(test, &g.dev) {
+    if let Some(pool) = host_pool_after_checks(test, &g.dev) {
         assert!(matches!(
             pool.set_access(&g.dev, PeerAccess::None),
             Err(Error::InvalidArgument { .. })

@@ -92,6 +92,9 @@ fn host_pool(ctx: &Ctx) -> somalloc::Result<Option<MemPool>> {
 pub fn pool_note(name: &str, have_pool: bool) -> Option<&'static str> {
     match (name, have_pool) {
         (MALLOCHOST | HOSTALLOC | PAGEABLE, true) => None,
+        ("cache" | "cache+buf", true) => {
+            Some("on a pool of pinned host memory; one tier for every size and repeat")
+        }
         (_, true) => Some("on a pool of pinned host memory"),
         (_, false) => Some("no pools of pinned host memory on this runtime"),
     }

@@ -454,7 +454,7 @@ pub fn table(res: &Results) -> String {
         m.statistic
     );
     for (name, what) in &m.allocators {
-        let _ = writeln!(s, "  {name:<10}{what}");
+        let _ = writeln!(s, "  {name:<11}{what}");
     }
     let _ = writeln!(
         s,
