@@ -40,6 +40,14 @@
 //! * The library API (`cudaLibraryLoadData`, used only to load the test
 //!   kernels) exists from CUDA 12.8; before, loading a module is
 //!   `Unsupported` while everything else works.
+//! * Pools of pinned host memory: on a host NUMA node from CUDA 12.6, on the
+//!   host without a node from CUDA 13.0; managed pools and the lookups of
+//!   default and current pools by location (`cudaMemGetDefaultMemPool`,
+//!   `cudaMemGetMemPool`, `cudaMemSetMemPool`) from CUDA 13.0. An older
+//!   runtime answers [`Error::Unsupported`] naming itself (the table is
+//!   `common::cuda_pool_refusal`'s).
+//! * `cudaPointerAttributes` is 24 bytes on CUDA 12 and 88 on CUDA 13
+//!   (`reserved[8]`); the backend passes room for the larger, zeroed.
 //!
 //! # What is written here and what is shared
 //!

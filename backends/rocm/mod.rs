@@ -40,9 +40,14 @@
 //!   `cudaLibraryLoadData` is context-independent); the test kit makes the
 //!   device current before loading, and launches go through
 //!   `hipModuleLaunchKernel` with `kernelParams` (no `extra`).
-//! * Pools: only device locations (no host/NUMA locations in HIP 5.x), export
-//!   handle types none or POSIX fd (no fabric handles); anything else is
-//!   `Unsupported`. Pool attributes 1..=8 have the same numbers and value
+//! * Pools: only device locations and pinned memory (every ROCm release's
+//!   `hipMemPoolCreate`, 5.1 to 7.2, refuses host locations and managed
+//!   memory), export handle types none or POSIX fd (no fabric handles);
+//!   anything else is `Unsupported`, naming the runtime. HIP on NVIDIA (a
+//!   runtime that reports a CUDA version) follows CUDA's table.
+//! * `hipPointerGetAttributes`: ROCm 6.0 renumbered `hipMemoryType` (to
+//!   CUDA's numbers) and answers "unregistered" for pageable memory, where
+//!   ROCm 5 fails with `hipErrorInvalidValue`; both are decoded by version. Pool attributes 1..=8 have the same numbers and value
 //!   types as CUDA's.
 //! * Error codes 2, 35, 100 and 801 mean what CUDA's do; the mapping to
 //!   [`Error`] is the same as the CUDA backend's. So do the capture errors
