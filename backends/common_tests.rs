@@ -172,3 +172,34 @@ fn capture_values_map_both_ways() {
     let invalidated = capture_info(CaptureStatus::Invalidated, 42, graph, |p| p as usize);
     assert_eq!((invalidated.id, invalidated.graph), (42, None));
 }
+
+#[test]
+fn pool_locations_follow_the_cuda_release_table() {
+    use crate::backend::{RawAlloc, RawLocation};
+    let refused = |v, loc, alloc| cuda_pool_refusal(v, loc, alloc, "CUDA x.y");
+    let (pinned, managed) = (RawAlloc::Pinned, RawAlloc::Managed);
+    // Device pools: every CUDA 12 and 13 runtime.
+    for v in [12_000, 12_080, 13_000] {
+        assert_eq!(refused(v, RawLocation::Device(0), pinned), None);
+    }
+    // Host NUMA pools from 12.6, host pools from 13.0, managed from 13.0.
+    assert!(refused(12_050, RawLocation::HostNuma(0), pinned).is_some_and(|w| w.contains("CUDA 12.6")));
+    assert_eq!(refused(12_060, RawLocation::HostNuma(1), pinned), None);
+    let host = refused(12_090, RawLocation::Host, pinned).expect("no plain host pools before 13.0");
+    assert!(host.contains("CUDA 13.0") && host.contains("HostNuma") && host.contains("CUDA x.y"));
+    assert_eq!(refused(13_000, RawLocation::Host, pinned), None);
+    for loc in [
+        RawLocation::Device(0),
+        RawLocation::Host,
+        RawLocation::Unspecified,
+    ] {
+        assert!(refused(12_090, loc, managed).is_some_and(|w| w.contains("managed")));
+        assert_eq!(refused(13_010, loc, managed), None);
+    }
+    // The numbers both vendors use.
+    assert_eq!(location_parts(RawLocation::Device(3)), (1, 3));
+    assert_eq!(location_parts(RawLocation::Host), (2, 0));
+    assert_eq!(location_parts(RawLocation::HostNuma(5)), (3, 5));
+    assert_eq!(location_parts(RawLocation::Unspecified), (0, 0));
+    assert_eq!((alloc_type(pinned), alloc_type(managed)), (1, 2));
+}

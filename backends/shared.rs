@@ -141,7 +141,9 @@ pub(crate) use shared_runtime_api;
 /// `fn version_text(i32) -> String`, `fn unsupported(..) -> Error`, and the
 /// vendor hooks `refuse_zero_bytes(bytes, what)`,
 /// `refuse_alloc_in_capture(api, call, stream)`, `free_is_noop(ptr)`,
-/// `pool_max_size_supported(version)` with `POOL_MAX_SIZE_SINCE`.
+/// `pool_max_size_supported(version)` with `POOL_MAX_SIZE_SINCE`,
+/// `refuse_pool_placement(version, props)` (the locations and allocation
+/// types the runtime's pools take).
 macro_rules! backend_impl {
     (
         backend: $backend:ident, codes: $codes:ident, prefix: $p:literal,
@@ -197,6 +199,8 @@ macro_rules! backend_impl {
                 i += 1;
             }
             assert!(pool_attrs.len() == c::POOL_ATTRS.len());
+            assert!($location_device == c::LOCATION_DEVICE);
+            assert!($pinned == c::ALLOC_PINNED);
             assert!(matches!([$($capture_status),*], [c::CAPTURE_STATUS_NONE, c::CAPTURE_STATUS_ACTIVE, c::CAPTURE_STATUS_INVALIDATED]));
             assert!(matches!([$($capture_mode),*], [c::CAPTURE_MODE_GLOBAL, c::CAPTURE_MODE_THREAD_LOCAL, c::CAPTURE_MODE_RELAXED]));
             assert!(matches!(
@@ -416,11 +420,13 @@ macro_rules! backend_impl {
                     other => return Err(unsupported(format!("export handle type mask {other:#x}"))),
                 };
                 let api = api()?;
+                // The vendor's rules for locations and allocation types
+                // (backends/<vendor>/mod.rs).
+                refuse_pool_placement(api.version, props)?;
                 let mut p = <$props>::zeroed();
-                p.allocType = $pinned;
+                p.allocType = crate::common::alloc_type(props.alloc);
                 p.handleTypes = handle_types;
-                p.location.type_ = $location_device;
-                p.location.id = props.device;
+                (p.location.type_, p.location.id) = crate::common::location_parts(props.location);
                 if props.max_size != 0 {
                     if !pool_max_size_supported(api.version) {
                         return Err(unsupported(format!(

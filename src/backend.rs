@@ -54,13 +54,57 @@ impl PoolAttr {
 
 /// What a created pool is made with (the vendor-blind part of
 /// `cudaMemPoolProps` / `hipMemPoolProps`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RawPoolProps {
-    pub device: i32,
+    /// Where the memory lives (`cudaMemPoolProps::location`).
+    pub location: RawLocation,
+    /// `cudaMemPoolProps::allocType`.
+    pub alloc: RawAlloc,
     /// 0: no limit beyond the device.
     pub max_size: usize,
     /// Export handle types as the vendor's bit mask (POSIX fd = 1 on both).
     pub handle_types: u32,
+}
+
+// ---------------------------------------------------------------------------
+// Pool locations, allocation types and host memory (pinned host pools,
+// `HostBuffer`, pointer attributes, the pinned-host baselines).
+
+/// A memory location (`cudaMemLocation` / `hipMemLocation`): the type and
+/// the id it gives meaning to. The numbers are the same on both vendors
+/// (`common::LOCATION_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RawLocation {
+    /// `...MemLocationTypeDevice`, id = the ordinal.
+    Device(i32),
+    /// `...MemLocationTypeHost` (id ignored).
+    Host,
+    /// `...MemLocationTypeHostNuma`, id = the NUMA node.
+    HostNuma(i32),
+    /// `...MemLocationTypeNone` (managed pools: no preferred location).
+    Unspecified,
+}
+
+/// `cudaMemAllocationType` / `hipMemAllocationType` (1 pinned, 2 managed on
+/// both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RawAlloc {
+    Pinned,
+    Managed,
+}
+
+/// What the runtime says about an address (`cudaPointerGetAttributes` /
+/// `hipPointerGetAttributes`), decoded by the backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RawPointerInfo {
+    pub kind: crate::host::MemoryType,
+    /// The device the runtime names (-1 or another negative: none).
+    pub device: i32,
+    /// Whether the runtime gave a device address for it (the current
+    /// device can address it).
+    pub device_pointer: bool,
+    /// Whether the runtime gave a host address for it.
+    pub host_pointer: bool,
 }
 
 /// What a stream is doing with respect to graph capture
@@ -279,6 +323,22 @@ pub(crate) trait Backend: Sized + 'static {
         release: GraphRelease,
         data: *mut c_void,
     ) -> Result<()>;
+    // -----------------------------------------------------------------------
+    // Pool locations, allocation types and host memory. Where the loaded
+    // runtime lacks a location, a type or a call, the answer is
+    // `Error::Unsupported` naming the runtime version.
+
+    /// The default pool of a location and allocation type
+    /// (`cudaMemGetDefaultMemPool`, CUDA 13; device + pinned: the classic
+    /// `cudaDeviceGetDefaultMemPool` on every runtime).
+    fn default_pool_at(location: RawLocation, alloc: RawAlloc) -> Result<Self::Pool>;
+    /// The current pool of a location and allocation type (`cudaMemGetMemPool`).
+    fn current_pool_at(location: RawLocation, alloc: RawAlloc) -> Result<Self::Pool>;
+    /// Makes `pool` current for its location and type (`cudaMemSetMemPool`).
+    fn set_current_pool_at(location: RawLocation, alloc: RawAlloc, pool: Self::Pool) -> Result<()>;
+    /// `cudaPointerGetAttributes` / `hipPointerGetAttributes` (any address;
+    /// the runtime validates it; never null here).
+    fn pointer_info(ptr: *const c_void) -> Result<RawPointerInfo>;
 }
 
 /// What somalloc's own tests, examples and benchmarks need from a backend
@@ -302,6 +362,20 @@ pub(crate) trait TestSupport: Backend {
     /// `ptr` came from `malloc_sync` and is not freed yet; the device may
     /// still be using it (the call synchronises).
     unsafe fn free_sync(device: usize, ptr: DevicePtr) -> Result<()>;
+
+    /// Synchronous pinned host allocation (`cudaHostAlloc` / `hipHostMalloc`,
+    /// with the default or the portable flag), for baselines. `bytes` is
+    /// never 0 here.
+    fn host_alloc(bytes: usize, portable: bool) -> Result<*mut c_void>;
+    /// `cudaMallocHost` (HIP: `hipHostMalloc` with flags 0), for baselines.
+    fn malloc_host(bytes: usize) -> Result<*mut c_void>;
+    /// `cudaFreeHost` / `hipHostFree`.
+    ///
+    /// # Safety
+    /// `ptr` came from `host_alloc` or `malloc_host`, is freed once, and no
+    /// work that uses it is still queued (the runtime synchronises, but the
+    /// caller must not free memory a later-queued copy reads).
+    unsafe fn host_free(ptr: *mut c_void) -> Result<()>;
 
     fn module_load(image: &[u8]) -> Result<Self::Module>;
     fn module_unload(module: Self::Module) -> Result<()>;

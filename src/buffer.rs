@@ -11,7 +11,7 @@ use bytemuck::Pod;
 use crate::backend::{Backend, DevicePtr};
 use crate::error::{record_drop_error, Error, InvalidReason, Result};
 use crate::graph::{self, CaptureStatus, Capturing, Deferred};
-use crate::pool::{with_stats, MemPool};
+use crate::pool::{with_stats, MemPool, Placement};
 use crate::resource::MemoryResource;
 use crate::stream::{Event, Stream};
 use crate::Active;
@@ -111,8 +111,15 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// Allocates `len` elements on `stream` from `pool`, which must belong to
-    /// the stream's device.
+    /// the stream's device. A pool of pinned host memory is refused
+    /// (`InvalidArgument`): its buffers are [`HostBuffer`](crate::HostBuffer)s.
     pub fn new_in(len: usize, pool: &MemPool, stream: &Stream) -> Result<Self> {
+        refuse_host_memory(pool.placement(), "pool")?;
+        Self::alloc_in(len, pool, stream)
+    }
+
+    /// `new_in` for any placement (`HostBuffer` holds its memory in one).
+    pub(crate) fn alloc_in(len: usize, pool: &MemPool, stream: &Stream) -> Result<Self> {
         if pool.device() != stream.device() {
             return Err(InvalidReason::WrongDevice.error(format!(
                 "pool of device {} used with a stream of device {}",
@@ -139,7 +146,10 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Allocates `len` elements on `stream` from `resource` (a
     /// [`MemoryResource`]: a pool, the cache tier, an adaptor stack), which
-    /// must hand out memory of the stream's device. Dropping the buffer gives
+    /// must serve the stream's device and hand out device (or managed)
+    /// memory: a resource of pinned host memory is refused
+    /// (`InvalidArgument`; see [`HostBuffer::new_with`](crate::HostBuffer::new_with)).
+    /// Dropping the buffer gives
     /// the memory back through the resource's `deallocate`, on `stream`,
     /// after every stream given to [`DeviceBuffer::use_on`] (as for any
     /// buffer). A buffer of 0 bytes does not call the resource. Such a buffer
@@ -158,6 +168,16 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Ok(()) }
     /// ```
     pub fn new_with(len: usize, resource: &Arc<dyn MemoryResource>, stream: &Stream) -> Result<Self> {
+        refuse_host_memory(resource.placement(), "resource")?;
+        Self::alloc_with(len, resource, stream)
+    }
+
+    /// `new_with` for any placement (`HostBuffer` holds its memory in one).
+    pub(crate) fn alloc_with(
+        len: usize,
+        resource: &Arc<dyn MemoryResource>,
+        stream: &Stream,
+    ) -> Result<Self> {
         if resource.device() != stream.device() {
             return Err(InvalidReason::WrongDevice.error(format!(
                 "resource of device {} used with a stream of device {}",
@@ -617,6 +637,17 @@ impl<T: Pod> DeviceBuffer<T> {
             &captures,
         )
     }
+}
+
+/// A `DeviceBuffer` never holds pinned host memory (a `HostBuffer` does).
+fn refuse_host_memory(placement: Placement, what: &str) -> Result<()> {
+    if placement.is_pinned_host() {
+        return Err(Error::invalid(format!(
+            "a {what} of pinned host memory ({:?}): allocate a HostBuffer from it, not a DeviceBuffer",
+            placement.location
+        )));
+    }
+    Ok(())
 }
 
 /// Frees `ptr` (`bytes` long) through where it came from, on `stream`.

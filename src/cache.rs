@@ -955,6 +955,10 @@ unsafe impl MemoryResource for StreamCache {
     fn device(&self) -> Device {
         self.shared.device
     }
+
+    fn placement(&self) -> crate::Placement {
+        self.shared.upstream.placement()
+    }
 }
 
 impl Drop for StreamCache {
@@ -1200,6 +1204,10 @@ unsafe impl MemoryResource for CacheTier {
 
     fn device(&self) -> Device {
         self.shared.device
+    }
+
+    fn placement(&self) -> crate::Placement {
+        self.shared.upstream.placement()
     }
 }
 

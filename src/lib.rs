@@ -13,6 +13,10 @@
 //!   [`DeviceBuffer::use_on`].
 //! * Peer access ([`MemPool::set_access`]) and IPC ([`MemPool::export_fd`],
 //!   [`MemPool::import_fd`], [`DeviceBuffer::export`], [`DeviceBuffer::import`]).
+//! * Pools of pinned host memory and of managed memory ([`PoolProperties`],
+//!   [`Location`], [`AllocationType`]) and [`HostBuffer`]: staging memory
+//!   for asynchronous host-device copies, allocated in stream order, read on
+//!   the host only once the stream is done with it.
 //! * [`MemoryResource`]: where stream-ordered memory comes from (a pool is
 //!   one); [`DeviceBuffer::new_with`] allocates from any. The [`adaptors`]
 //!   wrap any resource (statistics, limiting, tracking, retry on out of
@@ -267,6 +271,7 @@ mod cache;
 mod device;
 mod error;
 mod graph;
+mod host;
 mod pool;
 mod pool_stats;
 mod resource;
@@ -312,7 +317,10 @@ pub use error::{drop_errors, DropErrors, Error, InvalidReason, Result, VendorCod
 pub use graph::{
     pending_graph_frees, reclaim_graph_frees, CaptureMode, CaptureStatus, Graph, GraphExec, GraphMemStats,
 };
-pub use pool::{ExportHandle, MemPool, PeerAccess, PoolProperties, ReusePolicy};
+pub use host::{pointer_info, HostBuffer, MemoryType, PointerInfo};
+pub use pool::{
+    AllocationType, ExportHandle, Location, MemPool, PeerAccess, Placement, PoolProperties, ReusePolicy,
+};
 pub use pool_stats::PoolStats;
 pub use resource::MemoryResource;
 pub use stream::{Event, Stream};

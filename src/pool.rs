@@ -4,7 +4,7 @@ use std::ffi::c_void;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use crate::backend::{Backend, PoolAttr, RawPoolProps};
+use crate::backend::{Backend, PoolAttr, RawAlloc, RawLocation, RawPoolProps};
 use crate::device::Device;
 use crate::error::{record_drop_error, Error, Result};
 use crate::pool_stats::PoolStats;
@@ -143,22 +143,213 @@ impl ExportHandle {
     }
 }
 
+/// Where a pool's memory lives (`cudaMemLocation` / `hipMemLocation`).
+///
+/// Which locations a runtime's pools take, by allocation type:
+///
+/// | location | pinned | managed |
+/// |---|---|---|
+/// | `Device` | every runtime | CUDA 13.0+ |
+/// | `HostNuma` | CUDA 12.6+ | CUDA 13.0+ |
+/// | `Host` | CUDA 13.0+ | CUDA 13.0+ |
+/// | `Unspecified` | never | CUDA 13.0+ |
+///
+/// HIP's `hipMemPoolCreate` takes device locations and pinned memory only
+/// (every ROCm release to 7.2); anything else is [`Error::Unsupported`]
+/// naming the runtime, and so is a location an older CUDA lacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Location {
+    /// Memory of the device with this ordinal.
+    Device(usize),
+    /// Host memory on no particular NUMA node (`cudaMemLocationTypeHost`).
+    Host,
+    /// Host memory on this NUMA node (`cudaMemLocationTypeHostNuma`).
+    HostNuma(u32),
+    /// No preferred location (`cudaMemLocationTypeNone`): managed pools only.
+    Unspecified,
+}
+
+impl Location {
+    /// Whether this is host memory (`Host` or `HostNuma`).
+    pub fn is_host(self) -> bool {
+        matches!(self, Location::Host | Location::HostNuma(_))
+    }
+
+    pub(crate) fn raw(self) -> Result<RawLocation> {
+        let c_int = |what: &str, n: usize| {
+            i32::try_from(n).map_err(|_| Error::invalid(format!("{what} {n} does not fit in a C int")))
+        };
+        Ok(match self {
+            Location::Device(d) => RawLocation::Device(c_int("device ordinal", d)?),
+            Location::Host => RawLocation::Host,
+            Location::HostNuma(node) => RawLocation::HostNuma(c_int("NUMA node", node as usize)?),
+            Location::Unspecified => RawLocation::Unspecified,
+        })
+    }
+}
+
+/// How a pool allocates (`cudaMemAllocationType` / `hipMemAllocationType`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AllocationType {
+    /// Memory that stays where it was allocated while in use (device
+    /// memory, or page-locked host memory that copies use without staging).
+    #[default]
+    Pinned,
+    /// Managed (unified) memory, which migrates between host and devices
+    /// (CUDA 13.0+).
+    Managed,
+}
+
+impl AllocationType {
+    pub(crate) fn raw(self) -> RawAlloc {
+        match self {
+            AllocationType::Pinned => RawAlloc::Pinned,
+            AllocationType::Managed => RawAlloc::Managed,
+        }
+    }
+}
+
+/// Where the memory of a pool or a [`MemoryResource`](crate::MemoryResource)
+/// lives and how it is allocated: what decides which buffer type may hold
+/// it. [`DeviceBuffer`](crate::DeviceBuffer) refuses pinned host memory,
+/// [`HostBuffer`](crate::HostBuffer) refuses pinned device memory, and both
+/// take managed memory.
+///
+/// ```
+/// use somalloc::{AllocationType, Location, Placement};
+/// let p = Placement::new(Location::HostNuma(0), AllocationType::Pinned);
+/// assert!(p.is_host_accessible() && !p.is_device_memory());
+/// assert!(Placement::device(0).is_device_memory());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Placement {
+    /// Where the memory lives.
+    pub location: Location,
+    /// How it is allocated.
+    pub allocation: AllocationType,
+}
+
+impl Placement {
+    /// `allocation` at `location`.
+    pub const fn new(location: Location, allocation: AllocationType) -> Placement {
+        Placement { location, allocation }
+    }
+
+    /// Pinned memory of the device with this ordinal (what every resource
+    /// hands out unless it says otherwise).
+    pub const fn device(ordinal: usize) -> Placement {
+        Placement::new(Location::Device(ordinal), AllocationType::Pinned)
+    }
+
+    /// Whether the host may read and write the memory (once the work on it
+    /// is done): pinned host memory or managed memory.
+    pub fn is_host_accessible(&self) -> bool {
+        self.location.is_host() || self.allocation == AllocationType::Managed
+    }
+
+    /// Whether this is pinned device memory (the host cannot touch it).
+    pub fn is_device_memory(&self) -> bool {
+        self.allocation == AllocationType::Pinned && matches!(self.location, Location::Device(_))
+    }
+
+    /// Whether this is pinned host memory.
+    pub fn is_pinned_host(&self) -> bool {
+        self.allocation == AllocationType::Pinned && self.location.is_host()
+    }
+}
+
 /// How to create a pool; see [`MemPool::create`].
+///
+/// Start from [`PoolProperties::device`], [`PoolProperties::host`],
+/// [`PoolProperties::host_numa`] or [`PoolProperties::managed`] and set the
+/// rest with the builder methods:
+///
+/// ```no_run
+/// use somalloc::{Device, ExportHandle, MemPool, PoolProperties};
+/// # fn main() -> somalloc::Result<()> {
+/// let dev = Device::get(0)?;
+/// let capped = MemPool::create(&dev, PoolProperties::device().max_size(1 << 30))?;
+/// let shared = MemPool::create(&dev, PoolProperties::device().export(ExportHandle::PosixFd))?;
+/// let pinned = MemPool::create(&dev, PoolProperties::host_numa(0))?; // CUDA 12.6+
+/// # drop((capped, shared, pinned));
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PoolProperties {
-    /// Most bytes the pool may reserve from the device; `None`: no limit
-    /// beyond the device.
+    /// Where the memory lives; `None`: on the device the pool is created
+    /// for.
+    pub location: Option<Location>,
+    /// Pinned or managed memory.
+    pub allocation: AllocationType,
+    /// Most bytes the pool may reserve; `None`: no limit beyond the
+    /// device (or the host).
     pub max_size: Option<usize>,
     /// Export handle types.
     pub export: ExportHandle,
 }
 
-impl Default for PoolProperties {
-    fn default() -> Self {
+impl PoolProperties {
+    /// Pinned memory of the device the pool is created for.
+    pub const fn device() -> PoolProperties {
         PoolProperties {
+            location: None,
+            allocation: AllocationType::Pinned,
             max_size: None,
             export: ExportHandle::None,
         }
+    }
+
+    /// Pinned (page-locked) host memory on no particular NUMA node
+    /// (CUDA 13.0+; on CUDA 12.6-12.9 use [`PoolProperties::host_numa`]).
+    pub const fn host() -> PoolProperties {
+        PoolProperties::device().location(Location::Host)
+    }
+
+    /// Pinned host memory on NUMA node `node` (CUDA 12.6+).
+    pub const fn host_numa(node: u32) -> PoolProperties {
+        PoolProperties::device().location(Location::HostNuma(node))
+    }
+
+    /// Managed memory preferring the device the pool is created for
+    /// (CUDA 13.0+); set another location with [`PoolProperties::location`]
+    /// ([`Location::Unspecified`]: no preference).
+    pub const fn managed() -> PoolProperties {
+        PoolProperties::device().allocation(AllocationType::Managed)
+    }
+
+    /// Sets where the memory lives.
+    pub const fn location(mut self, location: Location) -> PoolProperties {
+        self.location = Some(location);
+        self
+    }
+
+    /// Sets pinned or managed memory.
+    pub const fn allocation(mut self, allocation: AllocationType) -> PoolProperties {
+        self.allocation = allocation;
+        self
+    }
+
+    /// Caps the bytes the pool may reserve (more than 0).
+    pub const fn max_size(mut self, bytes: usize) -> PoolProperties {
+        self.max_size = Some(bytes);
+        self
+    }
+
+    /// Sets the export handle types (IPC).
+    pub const fn export(mut self, export: ExportHandle) -> PoolProperties {
+        self.export = export;
+        self
+    }
+}
+
+impl Default for PoolProperties {
+    /// [`PoolProperties::device`].
+    fn default() -> Self {
+        PoolProperties::device()
     }
 }
 
@@ -166,6 +357,8 @@ impl Default for PoolProperties {
 struct PoolInner {
     raw: RawPool,
     device: Device,
+    /// Where its memory lives and how it is allocated.
+    placement: Placement,
     owned: bool,
     /// The device's default pool, which lives as long as the process.
     default: bool,
@@ -252,17 +445,22 @@ impl<T> RegistryGuard<'_, T> {
     }
 }
 
-/// A stream-ordered memory pool of one device.
+/// A stream-ordered memory pool, used from the streams of one device.
 ///
 /// Cheap to clone. A pool made by [`MemPool::create`] is destroyed when the
-/// last clone and the last buffer allocated from it are gone; the device's
-/// default pool is never destroyed.
+/// last clone and the last buffer allocated from it are gone; the default
+/// pools are never destroyed.
+///
+/// Its memory is usually that device's ([`Location::Device`]); a pool of
+/// pinned host memory or of managed memory (see [`PoolProperties`]) serves
+/// [`HostBuffer`](crate::HostBuffer)s on the streams of its device, which
+/// somalloc grants read-write access to it.
 ///
 /// ```no_run
 /// use somalloc::{Device, MemPool, PoolProperties};
 /// # fn main() -> somalloc::Result<()> {
 /// let dev = Device::get(0)?;
-/// let pool = MemPool::create(&dev, PoolProperties { max_size: Some(1 << 30), ..Default::default() })?;
+/// let pool = MemPool::create(&dev, PoolProperties::device().max_size(1 << 30))?;
 /// pool.set_release_threshold(u64::MAX)?; // keep freed memory for reuse
 /// println!("{}", pool.stats()?);
 /// # Ok(()) }
@@ -274,10 +472,15 @@ pub struct MemPool {
 
 impl MemPool {
     fn borrowed(device: &Device, raw: RawPool, default: bool) -> MemPool {
+        Self::borrowed_at(device, raw, default, Placement::device(device.ordinal()))
+    }
+
+    fn borrowed_at(device: &Device, raw: RawPool, default: bool, placement: Placement) -> MemPool {
         MemPool {
             inner: Arc::new(PoolInner {
                 raw,
                 device: *device,
+                placement,
                 owned: false,
                 default,
             }),
@@ -285,10 +488,11 @@ impl MemPool {
     }
 
     /// A pool somalloc destroys when the last handle and buffer are gone.
-    fn owned(device: &Device, raw: RawPool) -> MemPool {
+    fn owned(device: &Device, raw: RawPool, placement: Placement) -> MemPool {
         let inner = Arc::new(PoolInner {
             raw,
             device: *device,
+            placement,
             owned: true,
             default: false,
         });
@@ -303,10 +507,22 @@ impl MemPool {
     /// handle. Called after the registry's lock is released, so that
     /// dropping a strong reference here cannot wait for that lock.
     fn for_raw(device: &Device, raw: RawPool, found: Lookup<PoolInner>) -> Result<MemPool> {
+        Self::for_raw_at(device, raw, found, Placement::device(device.ordinal()))
+    }
+
+    /// `for_raw` for the current pool of a placement.
+    fn for_raw_at(
+        device: &Device,
+        raw: RawPool,
+        found: Lookup<PoolInner>,
+        placement: Placement,
+    ) -> Result<MemPool> {
         match found {
-            Lookup::Live(inner) if inner.device == *device => Ok(MemPool { inner }),
-            Lookup::Dying => Self::default_for(device),
-            Lookup::Live(_) | Lookup::Unknown => Ok(Self::borrowed(device, raw, false)),
+            Lookup::Live(inner) if inner.device == *device && inner.placement == placement => {
+                Ok(MemPool { inner })
+            }
+            Lookup::Dying => Self::default_at(device, placement),
+            Lookup::Live(_) | Lookup::Unknown => Ok(Self::borrowed_at(device, raw, false, placement)),
         }
     }
 
@@ -356,34 +572,149 @@ impl MemPool {
     }
 
     /// Makes `pool` the one allocations without an explicit pool use on its
-    /// device. When a created pool that is current is destroyed, the
-    /// runtime makes the default pool current again.
+    /// device (for a pool of another placement: the current pool of that
+    /// location and allocation type, `cudaMemSetMemPool`, CUDA 13.0+). When
+    /// a created pool that is current is destroyed, the runtime makes the
+    /// default pool current again.
     pub fn set_current(pool: &MemPool) -> Result<()> {
-        Active::set_current_pool(pool.inner.device.ordinal(), pool.inner.raw)
+        let p = pool.inner.placement;
+        if p == Placement::device(pool.inner.device.ordinal()) {
+            return Active::set_current_pool(pool.inner.device.ordinal(), pool.inner.raw);
+        }
+        Active::set_current_pool_at(p.location.raw()?, p.allocation.raw(), pool.inner.raw)
     }
 
-    /// Creates a pool on `device`. Its release threshold starts at 0 (freed
-    /// memory goes back to the device at the next synchronisation) as on
-    /// both runtimes; set it with [`MemPool::set_release_threshold`].
+    /// The default pool of a location and allocation type, for the streams
+    /// of `device` (`cudaMemGetDefaultMemPool`, CUDA 13.0+; for
+    /// `Placement::device(device.ordinal())` it is [`MemPool::default_for`]
+    /// on every runtime). Never destroyed by somalloc.
+    ///
+    /// For the default pool of pinned host memory, `device` is granted
+    /// read-write access to it (a process-wide setting of that pool, which
+    /// the runtime leaves without any device access).
+    ///
+    /// ```no_run
+    /// use somalloc::{AllocationType, Device, HostBuffer, Location, MemPool, Placement, Stream};
+    /// # fn main() -> somalloc::Result<()> {
+    /// let dev = Device::get(0)?;
+    /// let stream = Stream::new(&dev)?;
+    /// let pinned = MemPool::default_at(&dev, Placement::new(Location::Host, AllocationType::Pinned))?;
+    /// let staging = HostBuffer::<u8>::new_in(1 << 20, &pinned, &stream)?;
+    /// # drop(staging);
+    /// # Ok(()) }
+    /// ```
+    pub fn default_at(device: &Device, placement: Placement) -> Result<MemPool> {
+        if placement == Placement::device(device.ordinal()) {
+            return Self::default_for(device);
+        }
+        Self::check_placement_for(device, placement)?;
+        let raw = Active::default_pool_at(placement.location.raw()?, placement.allocation.raw())?;
+        if placement.is_pinned_host() {
+            grant_own_device(raw, device)?;
+        }
+        Ok(Self::borrowed_at(device, raw, true, placement))
+    }
+
+    /// The current pool of a location and allocation type, for the streams
+    /// of `device` (`cudaMemGetMemPool`, CUDA 13.0+; for
+    /// `Placement::device(device.ordinal())` it is [`MemPool::current`] on
+    /// every runtime). As with [`MemPool::current`], a pool somalloc created
+    /// comes back as a clone of its owning handle.
+    pub fn current_at(device: &Device, placement: Placement) -> Result<MemPool> {
+        if placement == Placement::device(device.ordinal()) {
+            return Self::current(device);
+        }
+        Self::check_placement_for(device, placement)?;
+        let (location, alloc) = (placement.location.raw()?, placement.allocation.raw());
+        let (raw, found) = {
+            let created = CREATED.lock();
+            let raw = Active::current_pool_at(location, alloc)?;
+            (raw, created.lookup(pool_key(raw)))
+        };
+        Self::for_raw_at(device, raw, found, placement)
+    }
+
+    /// A device location must be `device`'s own.
+    fn check_placement_for(device: &Device, placement: Placement) -> Result<()> {
+        match placement.location {
+            Location::Device(d) if d != device.ordinal() => Err(Error::invalid(format!(
+                "a pool located on device {d} for the streams of device {}",
+                device.ordinal()
+            ))),
+            Location::Unspecified if placement.allocation == AllocationType::Pinned => Err(Error::invalid(
+                "pinned memory needs a location (Location::Unspecified is for managed pools)",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Creates a pool whose memory is used from the streams of `device`. Its
+    /// release threshold starts at 0 (freed memory is released at the next
+    /// synchronisation) as on both runtimes; set it with
+    /// [`MemPool::set_release_threshold`].
+    ///
+    /// Where the memory lives is `props.location` (by default on `device`);
+    /// a location or allocation type the loaded runtime's pools do not take
+    /// is [`Error::Unsupported`] naming the runtime (see [`Location`]). A
+    /// pool of pinned host memory is made accessible (read-write) to
+    /// `device`, so that its streams copy to and from it without staging;
+    /// other devices get access through [`MemPool::set_access`]. Host pools
+    /// are not exportable: [`ExportHandle::PosixFd`] with a host location is
+    /// `Unsupported` (CUDA refuses IPC for `Location::Host`, and an imported
+    /// pool's location cannot be read back from the runtime).
+    ///
+    /// ```no_run
+    /// use somalloc::{Device, Error, MemPool, PoolProperties};
+    /// # fn main() -> somalloc::Result<()> {
+    /// let dev = Device::get(0)?;
+    /// let pinned = match MemPool::create(&dev, PoolProperties::host()) {
+    ///     Err(Error::Unsupported { .. }) => MemPool::create(&dev, PoolProperties::host_numa(0))?, // CUDA 12.6-12.9
+    ///     other => other?,
+    /// };
+    /// assert!(pinned.placement().is_pinned_host());
+    /// # Ok(()) }
+    /// ```
     pub fn create(device: &Device, props: PoolProperties) -> Result<MemPool> {
         let max_size = match props.max_size {
             None => 0,
             Some(0) => return Err(Error::invalid("max_size of 0: use None for no limit")),
             Some(n) => n,
         };
-        let device_id = i32::try_from(device.ordinal())
-            .map_err(|_| Error::invalid("device ordinal does not fit in a C int"))?;
+        let placement = Placement::new(
+            props.location.unwrap_or(Location::Device(device.ordinal())),
+            props.allocation,
+        );
+        Self::check_placement_for(device, placement)?;
+        if placement.location.is_host() && props.export != ExportHandle::None {
+            return Err(Error::Unsupported {
+                backend: Active::NAME,
+                what: "exporting a pool of host memory (IPC of host pools is not supported)".into(),
+            });
+        }
         let raw = Active::pool_create(&RawPoolProps {
-            device: device_id,
+            location: placement.location.raw()?,
+            alloc: placement.allocation.raw(),
             max_size,
             handle_types: props.export.mask(),
         })?;
-        Ok(Self::owned(device, raw))
+        if placement.is_pinned_host() {
+            if let Err(e) = grant_own_device(raw, device) {
+                record_drop_error(Active::pool_destroy(raw));
+                return Err(e);
+            }
+        }
+        Ok(Self::owned(device, raw, placement))
     }
 
-    /// The device the pool belongs to.
+    /// The device whose streams use the pool (for a device pool: where its
+    /// memory lives).
     pub fn device(&self) -> Device {
         self.inner.device
+    }
+
+    /// Where the pool's memory lives and how it is allocated.
+    pub fn placement(&self) -> Placement {
+        self.inner.placement
     }
 
     /// Whether somalloc created this pool (and will destroy it).
@@ -499,7 +830,8 @@ impl MemPool {
     /// [`DeviceBuffer::import`](crate::DeviceBuffer::import). It is released
     /// when the last handle and buffer are gone.
     pub fn import_fd(device: &Device, fd: BorrowedFd<'_>) -> Result<MemPool> {
-        Ok(Self::owned(device, Active::pool_import_fd(fd.as_raw_fd())?))
+        let raw = Active::pool_import_fd(fd.as_raw_fd())?;
+        Ok(Self::owned(device, raw, Placement::device(device.ordinal())))
     }
 
     /// The vendor handle, still owned by this `MemPool` when created by it.
@@ -510,6 +842,12 @@ impl MemPool {
     pub(crate) fn raw(&self) -> RawPool {
         self.inner.raw
     }
+}
+
+/// Gives the device a pinned host pool is used from read-write access (the
+/// runtimes make host pools accessible from the host only).
+fn grant_own_device(raw: RawPool, device: &Device) -> Result<()> {
+    Active::pool_set_access(raw, device.ordinal(), PeerAccess::ReadWrite.flags())
 }
 
 /// How `device` may access the memory of the pool `raw` (which must be alive).
@@ -535,6 +873,45 @@ pub(crate) fn with_stats(e: Error, pool: Option<MemPool>) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pool_properties_build_up() {
+        let d = PoolProperties::device();
+        assert_eq!(d, PoolProperties::default());
+        assert_eq!(
+            (d.location, d.allocation, d.max_size, d.export),
+            (None, AllocationType::Pinned, None, ExportHandle::None)
+        );
+        let h = PoolProperties::host().max_size(1 << 20);
+        assert_eq!((h.location, h.max_size), (Some(Location::Host), Some(1 << 20)));
+        assert_eq!(PoolProperties::host_numa(2).location, Some(Location::HostNuma(2)));
+        let m = PoolProperties::managed().location(Location::Unspecified);
+        assert_eq!(
+            (m.location, m.allocation),
+            (Some(Location::Unspecified), AllocationType::Managed)
+        );
+        let e = PoolProperties::device()
+            .export(ExportHandle::PosixFd)
+            .allocation(AllocationType::Pinned);
+        assert_eq!(e.export, ExportHandle::PosixFd);
+        assert!(Location::Host.is_host() && Location::HostNuma(0).is_host());
+        assert!(!Location::Device(0).is_host() && !Location::Unspecified.is_host());
+        assert_eq!(Location::HostNuma(7).raw().unwrap(), RawLocation::HostNuma(7));
+        assert!(Location::HostNuma(u32::MAX).raw().is_err());
+        assert!(Location::Device(usize::MAX).raw().is_err());
+        assert_eq!(AllocationType::Managed.raw(), RawAlloc::Managed);
+    }
+
+    #[test]
+    fn pinned_memory_needs_the_streams_device_or_a_host_location() {
+        let dev = Device::fake(0);
+        let ok = |p| MemPool::check_placement_for(&dev, p).is_ok();
+        assert!(ok(Placement::device(0)));
+        assert!(!ok(Placement::device(1)));
+        assert!(ok(Placement::new(Location::Host, AllocationType::Pinned)));
+        assert!(!ok(Placement::new(Location::Unspecified, AllocationType::Pinned)));
+        assert!(ok(Placement::new(Location::Unspecified, AllocationType::Managed)));
+    }
 
     #[test]
     fn registry_answers_live_dying_and_unknown() {

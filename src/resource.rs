@@ -1,12 +1,17 @@
-//! Memory resources: where stream-ordered device memory comes from.
+//! Memory resources: where stream-ordered memory comes from.
 //!
-//! A [`MemoryResource`] hands out device memory in stream order and takes it
-//! back in stream order, like RMM's `device_memory_resource`. The vendor pool
+//! A [`MemoryResource`] hands out memory in stream order and takes it back
+//! in stream order, like RMM's `device_memory_resource`. The vendor pool
 //! ([`MemPool`]) is one; the cache tier ([`CacheTier`](crate::CacheTier),
 //! [`StreamCache`](crate::StreamCache)) and the adaptors in
 //! [`adaptors`](crate::adaptors) are others, and each of those wraps any
 //! resource, so they compose. A [`DeviceBuffer`](crate::DeviceBuffer) comes
-//! from any resource through [`DeviceBuffer::new_with`](crate::DeviceBuffer::new_with).
+//! from any resource of device memory through
+//! [`DeviceBuffer::new_with`](crate::DeviceBuffer::new_with), a
+//! [`HostBuffer`](crate::HostBuffer) from any resource of host-accessible
+//! memory (a pool of pinned host memory, and whatever wraps one) through
+//! [`HostBuffer::new_with`](crate::HostBuffer::new_with): a resource says
+//! which it hands out with [`MemoryResource::placement`].
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -32,7 +37,7 @@ use crate::backend::{Backend, DevicePtr};
 use crate::device::Device;
 use crate::error::{InvalidReason, Result};
 use crate::graph;
-use crate::pool::{with_stats, MemPool};
+use crate::pool::{with_stats, MemPool, Placement};
 use crate::stream::Stream;
 use crate::Active;
 
@@ -56,10 +61,13 @@ use crate::Active;
 /// [`DeviceBuffer`](crate::DeviceBuffer) (copies, fills, kernels given its
 /// address, `use_on`) trust what it hands out. An implementation promises:
 ///
-/// 1. `allocate(bytes, stream)` returns `Ok(ptr)` only for device memory of
-///    at least `bytes` bytes, non-null, aligned to at least 256 bytes, on
-///    [`device()`](MemoryResource::device) (which never changes), that work
-///    enqueued on `stream` after the call may read and write, and that no
+/// 1. `allocate(bytes, stream)` returns `Ok(ptr)` only for memory of at
+///    least `bytes` bytes, non-null, aligned to at least 256 bytes, of the
+///    kind and at the location [`placement()`](MemoryResource::placement)
+///    says, used from the streams of [`device()`](MemoryResource::device)
+///    (neither ever changes), that work enqueued on `stream` after the call
+///    may read and write (and, for host-accessible memory, the host once
+///    that point of `stream` has completed), and that no
 ///    other work uses from that point on: the range is not handed out again
 ///    (by this resource or any other) and not used by the resource itself
 ///    until it comes back through `deallocate` and every use ordered before
@@ -121,13 +129,27 @@ pub unsafe trait MemoryResource: Send + Sync {
     /// `stream`.
     unsafe fn deallocate(&self, ptr: *mut c_void, bytes: usize, stream: &Stream) -> Result<()>;
 
-    /// The device whose memory this resource hands out.
+    /// The device whose streams this resource serves (for device memory:
+    /// where it lives).
     fn device(&self) -> Device;
+
+    /// Where the memory this resource hands out lives and how it is
+    /// allocated; by default pinned memory of [`device()`](MemoryResource::device).
+    /// A resource of pinned host (or managed) memory says so here, and an
+    /// adaptor answers what the resource it wraps answers: buffers rely on
+    /// it ([`DeviceBuffer`](crate::DeviceBuffer) refuses pinned host memory,
+    /// [`HostBuffer`](crate::HostBuffer) hands the memory to the host as a
+    /// slice only when it is host-accessible).
+    fn placement(&self) -> Placement {
+        Placement::device(self.device().ordinal())
+    }
 }
 
 /// The vendor pool as a resource: `cudaMallocFromPoolAsync` /
-/// `cudaFreeAsync` (HIP: the same names). The stream must belong to the
-/// pool's device; an allocation the pool refuses is
+/// `cudaFreeAsync` (HIP: the same names), of the memory the pool's
+/// [`placement`](MemPool::placement) says (device, pinned host or managed).
+/// The stream must belong to the pool's device; an allocation the pool
+/// refuses is
 /// [`Error::OutOfMemory`](crate::Error::OutOfMemory) with the pool's statistics.
 ///
 /// Under stream capture the allocation is a graph allocation node and its
@@ -173,5 +195,9 @@ unsafe impl MemoryResource for MemPool {
 
     fn device(&self) -> Device {
         MemPool::device(self)
+    }
+
+    fn placement(&self) -> Placement {
+        MemPool::placement(self)
     }
 }

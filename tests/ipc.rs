@@ -73,10 +73,7 @@ fn parent() -> Res<Option<String>> {
         Err(e) => return Err(format!("device 0: {e}")),
     };
     let k = TestKernels::load(&dev).map_err(err("load kernels"))?;
-    let props = PoolProperties {
-        export: ExportHandle::PosixFd,
-        ..Default::default()
-    };
+    let props = PoolProperties::device().export(ExportHandle::PosixFd);
     let pool = MemPool::create(&dev, props).map_err(err("create exportable pool"))?;
     let stream = Stream::new(&dev).map_err(err("stream"))?;
     let mut buf = DeviceBuffer::<u8>::new_in(BYTES, &pool, &stream).map_err(err("allocate"))?;

@@ -59,9 +59,9 @@ fn pool(
 ) -> Option<MemPool> {
     let created = MemPool::create(
         dev,
-        PoolProperties {
-            max_size,
-            ..Default::default()
+        match max_size {
+            Some(bytes) => PoolProperties::device().max_size(bytes),
+            None => PoolProperties::device(),
         },
     );
     let pool = match created {

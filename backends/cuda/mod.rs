@@ -40,6 +40,14 @@
 //! * The library API (`cudaLibraryLoadData`, used only to load the test
 //!   kernels) exists from CUDA 12.8; before, loading a module is
 //!   `Unsupported` while everything else works.
+//! * Pools of pinned host memory: on a host NUMA node from CUDA 12.6, on the
+//!   host without a node from CUDA 13.0; managed pools and the lookups of
+//!   default and current pools by location (`cudaMemGetDefaultMemPool`,
+//!   `cudaMemGetMemPool`, `cudaMemSetMemPool`) from CUDA 13.0. An older
+//!   runtime answers [`Error::Unsupported`] naming itself (the table is
+//!   `common::cuda_pool_refusal`'s).
+//! * `cudaPointerAttributes` is 24 bytes on CUDA 12 and 88 on CUDA 13
+//!   (`reserved[8]`); the backend passes room for the larger, zeroed.
 //!
 //! # What is written here and what is shared
 //!
@@ -55,8 +63,9 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
 use super::common::{self, backend_impl, handle, ordinal, shared_runtime_api};
-use crate::backend::{CaptureInfo, DevicePtr};
+use crate::backend::{CaptureInfo, DevicePtr, RawAlloc, RawLocation, RawPointerInfo, RawPoolProps};
 use crate::error::{Error, Result};
+use crate::host::MemoryType;
 
 const BACKEND: &str = "cuda";
 const LIBRARY: &str = "libcudart";
@@ -82,8 +91,25 @@ shared_runtime_api! {
         fn launch_kernel = "cudaLaunchKernel\0"; (
             *const c_void, sys::dim3, sys::dim3, *mut *mut c_void, usize, sys::cudaStream_t,
         ) -> i32;
+        // Host memory: pointer attributes, and the pinned-host baselines.
+        fn pointer_get_attributes = "cudaPointerGetAttributes\0"; (
+            *mut sys::cudaPointerAttributes, *const c_void,
+        ) -> i32;
+        fn host_alloc = "cudaHostAlloc\0"; (*mut *mut c_void, usize, c_uint) -> i32;
+        fn malloc_host = "cudaMallocHost\0"; (*mut *mut c_void, usize) -> i32;
+        fn free_host = "cudaFreeHost\0"; (*mut c_void) -> i32;
     }
     optional {
+        // Default and current pools by location and allocation type.
+        optional(since "CUDA 13.0") fn mem_get_default_mem_pool = "cudaMemGetDefaultMemPool\0"; (
+            *mut sys::cudaMemPool_t, *mut sys::cudaMemLocation, sys::cudaMemAllocationType,
+        ) -> i32;
+        optional(since "CUDA 13.0") fn mem_get_mem_pool = "cudaMemGetMemPool\0"; (
+            *mut sys::cudaMemPool_t, *mut sys::cudaMemLocation, sys::cudaMemAllocationType,
+        ) -> i32;
+        optional(since "CUDA 13.0") fn mem_set_mem_pool = "cudaMemSetMemPool\0"; (
+            *mut sys::cudaMemLocation, sys::cudaMemAllocationType, sys::cudaMemPool_t,
+        ) -> i32;
         // cudaStreamGetCaptureInfo: the headers of each major map the name
         // to a different symbol and signature (see sys.rs); exactly one is
         // loaded.
@@ -195,6 +221,49 @@ const POOL_MAX_SIZE_SINCE: &str = "CUDA 12.2";
 
 fn pool_max_size_supported(version: i32) -> bool {
     version >= sys::CUDA_VERSION_POOL_MAX_SIZE
+}
+
+// ---------------------------------------------------------------------------
+// Pool locations, allocation types and host memory.
+
+const _: () = {
+    assert!(sys::cudaMemLocationTypeInvalid == common::LOCATION_NONE);
+    assert!(sys::cudaMemLocationTypeHost == common::LOCATION_HOST);
+    assert!(sys::cudaMemLocationTypeHostNuma == common::LOCATION_HOST_NUMA);
+    assert!(sys::cudaMemAllocationTypeManaged == common::ALLOC_MANAGED);
+};
+
+/// The locations and allocation types the loaded runtime's pools take (the
+/// version table is `common::cuda_pool_refusal`'s).
+fn refuse_pool_placement(version: i32, props: &RawPoolProps) -> Result<()> {
+    match common::cuda_pool_refusal(version, props.location, props.alloc, &version_text(version)) {
+        Some(why) => Err(unsupported(why)),
+        None => Ok(()),
+    }
+}
+
+fn mem_location(location: RawLocation) -> sys::cudaMemLocation {
+    let (type_, id) = common::location_parts(location);
+    sys::cudaMemLocation { type_, id }
+}
+
+/// The device ordinal of a device location, for the classic per-device calls.
+fn device_pinned(location: RawLocation, alloc: RawAlloc) -> Option<usize> {
+    match (location, alloc) {
+        (RawLocation::Device(id), RawAlloc::Pinned) => usize::try_from(id).ok(),
+        _ => None,
+    }
+}
+
+/// `cudaPointerAttributes::type` as somalloc's memory type.
+fn memory_type(raw: c_int) -> MemoryType {
+    match raw {
+        sys::cudaMemoryTypeUnregistered => MemoryType::Pageable,
+        sys::cudaMemoryTypeHost => MemoryType::PinnedHost,
+        sys::cudaMemoryTypeDevice => MemoryType::Device,
+        sys::cudaMemoryTypeManaged => MemoryType::Managed,
+        other => MemoryType::Other(other),
+    }
 }
 
 /// The CUDA backend.
@@ -317,6 +386,64 @@ backend_impl! {
             Ok(common::capture_info(status, id, graph, CudaGraph))
         }
 
+
+        // -------------------------------------------------------------------
+        // Pool locations, allocation types and host memory.
+
+        fn default_pool_at(location: RawLocation, alloc: RawAlloc) -> Result<CudaPool> {
+            if let Some(device) = device_pinned(location, alloc) {
+                return Self::default_pool(device);
+            }
+            let get = api()?.mem_get_default_mem_pool.get::<CudaCodes>()?;
+            let mut loc = mem_location(location);
+            let mut pool: sys::cudaMemPool_t = std::ptr::null_mut();
+            // SAFETY: valid out-pointer and location; the runtime validates
+            // the location and type.
+            check("cudaMemGetDefaultMemPool", unsafe {
+                get(&mut pool, &mut loc, common::alloc_type(alloc))
+            })?;
+            Ok(CudaPool(pool))
+        }
+
+        fn current_pool_at(location: RawLocation, alloc: RawAlloc) -> Result<CudaPool> {
+            if let Some(device) = device_pinned(location, alloc) {
+                return Self::current_pool(device);
+            }
+            let get = api()?.mem_get_mem_pool.get::<CudaCodes>()?;
+            let mut loc = mem_location(location);
+            let mut pool: sys::cudaMemPool_t = std::ptr::null_mut();
+            // SAFETY: as above.
+            check("cudaMemGetMemPool", unsafe { get(&mut pool, &mut loc, common::alloc_type(alloc)) })?;
+            Ok(CudaPool(pool))
+        }
+
+        fn set_current_pool_at(location: RawLocation, alloc: RawAlloc, pool: CudaPool) -> Result<()> {
+            if let Some(device) = device_pinned(location, alloc) {
+                return Self::set_current_pool(device, pool);
+            }
+            let set = api()?.mem_set_mem_pool.get::<CudaCodes>()?;
+            let mut loc = mem_location(location);
+            // SAFETY: valid location; a pool handle of this backend; the
+            // runtime checks that the pool's location and type match.
+            check("cudaMemSetMemPool", unsafe { set(&mut loc, common::alloc_type(alloc), pool.0) })
+        }
+
+        fn pointer_info(ptr: *const c_void) -> Result<RawPointerInfo> {
+            // Room for the CUDA 13 struct, zeroed (a CUDA 12 runtime writes
+            // the first 24 bytes).
+            let mut attr = sys::cudaPointerAttributes::zeroed();
+            // SAFETY: valid, large enough out-pointer; the runtime only
+            // looks the address up, it does not access the memory.
+            check("cudaPointerGetAttributes", unsafe {
+                (api()?.pointer_get_attributes)(&mut attr, ptr)
+            })?;
+            Ok(RawPointerInfo {
+                kind: memory_type(attr.type_),
+                device: attr.device,
+                device_pointer: !attr.devicePointer.is_null(),
+                host_pointer: !attr.hostPointer.is_null(),
+            })
+        }
     }
     test_support {
         fn module_load(image: &[u8]) -> Result<CudaModule> {
@@ -355,6 +482,29 @@ backend_impl! {
                 get_kernel(&mut k, module.0, name.as_ptr())
             })?;
             Ok(CudaFunction(k))
+        }
+
+        fn host_alloc(bytes: usize, portable: bool) -> Result<*mut c_void> {
+            let flags = if portable { sys::cudaHostAllocPortable } else { sys::cudaHostAllocDefault };
+            let mut p: *mut c_void = std::ptr::null_mut();
+            // SAFETY: valid out-pointer; a documented flag.
+            let code = unsafe { (api()?.host_alloc)(&mut p, bytes, flags) };
+            check_alloc("cudaHostAlloc", code, bytes)?;
+            Ok(p)
+        }
+
+        fn malloc_host(bytes: usize) -> Result<*mut c_void> {
+            let mut p: *mut c_void = std::ptr::null_mut();
+            // SAFETY: valid out-pointer.
+            let code = unsafe { (api()?.malloc_host)(&mut p, bytes) };
+            check_alloc("cudaMallocHost", code, bytes)?;
+            Ok(p)
+        }
+
+        unsafe fn host_free(ptr: *mut c_void) -> Result<()> {
+            // SAFETY: the caller guarantees `ptr` is a live pinned host
+            // allocation of this runtime, freed once.
+            check("cudaFreeHost", unsafe { (api()?.free_host)(ptr) })
         }
 
         unsafe fn launch(
@@ -406,6 +556,18 @@ mod tests {
             }
             Err(e) => panic!("init: unexpected error {e}"),
         }
+    }
+
+    #[test]
+    fn pointer_types_are_cuda_memory_types() {
+        assert_eq!(memory_type(0), MemoryType::Pageable);
+        assert_eq!(memory_type(1), MemoryType::PinnedHost);
+        assert_eq!(memory_type(2), MemoryType::Device);
+        assert_eq!(memory_type(3), MemoryType::Managed);
+        assert_eq!(memory_type(9), MemoryType::Other(9));
+        // A CUDA 12 runtime writes the first 24 bytes, a CUDA 13 one all 88.
+        let attr = sys::cudaPointerAttributes::zeroed();
+        assert!(attr.devicePointer.is_null() && attr.reserved == [0; 8]);
     }
 
     #[test]
@@ -461,7 +623,8 @@ mod tests {
     #[test]
     fn bad_input_is_refused_before_the_runtime() {
         let props = RawPoolProps {
-            device: 0,
+            location: crate::backend::RawLocation::Device(0),
+            alloc: crate::backend::RawAlloc::Pinned,
             max_size: 0,
             handle_types: 2,
         };

@@ -138,6 +138,30 @@ pub(crate) const cudaUserObjectNoDestructorSync: c_uint = 0x1;
 pub(crate) const cudaGraphUserObjectMove: c_uint = 0x1;
 
 // ---------------------------------------------------------------------------
+// Pool locations, allocation types and host memory (pinned host pools,
+// pointer attributes, the pinned-host baselines).
+
+/// `enum cudaMemLocationType`; `cudaMemLocationTypeNone` (13.0+) is the
+/// same 0 as `Invalid` and marks a managed pool without a preferred location.
+pub(crate) type cudaMemLocationType = c_uint;
+// header-check cuda<12.2: cudaMemLocationTypeHost absent; cudaMemLocationTypeHostNuma absent
+pub(crate) const cudaMemLocationTypeInvalid: cudaMemLocationType = 0;
+pub(crate) const cudaMemLocationTypeHost: cudaMemLocationType = 2;
+pub(crate) const cudaMemLocationTypeHostNuma: cudaMemLocationType = 3;
+/// `enum cudaMemAllocationType`.
+pub(crate) type cudaMemAllocationType = c_uint;
+// header-check cuda<13: cudaMemAllocationTypeManaged absent
+pub(crate) const cudaMemAllocationTypeManaged: cudaMemAllocationType = 0x2;
+/// `enum cudaMemoryType` (the `type` of `cudaPointerAttributes`).
+pub(crate) const cudaMemoryTypeUnregistered: c_int = 0;
+pub(crate) const cudaMemoryTypeHost: c_int = 1;
+pub(crate) const cudaMemoryTypeDevice: c_int = 2;
+pub(crate) const cudaMemoryTypeManaged: c_int = 3;
+/// `cudaHostAllocDefault` / `cudaHostAllocPortable` (`#define`s).
+pub(crate) const cudaHostAllocDefault: c_uint = 0x00;
+pub(crate) const cudaHostAllocPortable: c_uint = 0x01;
+
+// ---------------------------------------------------------------------------
 // Versions (`cudaRuntimeGetVersion`: major * 1000 + minor * 10).
 
 // The library's own numbers, in no header:
@@ -220,6 +244,34 @@ impl cudaMemPoolProps {
 /// `struct cudaMemPoolPtrExportData`: 64 opaque bytes.
 pub(crate) type cudaMemPoolPtrExportData = [u8; 64];
 
+/// `struct cudaPointerAttributes` in its CUDA 13 shape: CUDA 12 has no
+/// `reserved` (24 bytes), CUDA 13 adds `long reserved[8]` (88 bytes). The
+/// backend passes room for the larger one, zeroed, and reads only the
+/// first four fields, at the same offsets in both.
+// header-check cuda<13: cudaPointerAttributes.reserved absent; cudaPointerAttributes size 24
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct cudaPointerAttributes {
+    /// `enum cudaMemoryType`, written by the runtime: kept as an integer.
+    pub type_: c_int,
+    pub device: c_int,
+    pub devicePointer: *mut c_void,
+    pub hostPointer: *mut c_void,
+    pub reserved: [i64; 8],
+}
+
+impl cudaPointerAttributes {
+    pub(crate) const fn zeroed() -> Self {
+        cudaPointerAttributes {
+            type_: 0,
+            device: 0,
+            devicePointer: std::ptr::null_mut(),
+            hostPointer: std::ptr::null_mut(),
+            reserved: [0; 8],
+        }
+    }
+}
+
 /// `struct dim3` (`vector_types.h`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -271,3 +323,7 @@ const _: () = assert!(size_of::<cudaDevicePropStorage>() >= 1032);
 const _: () = assert!(offset_of!(cudaDevicePropStorage, name) == 0);
 const _: () = assert!(size_of::<cudaStream_t>() == size_of::<*mut c_void>());
 const _: () = assert!(size_of::<cudaHostFn_t>() == size_of::<*mut c_void>());
+const _: () = assert!(size_of::<cudaPointerAttributes>() == 88);
+const _: () = assert!(offset_of!(cudaPointerAttributes, device) == 4);
+const _: () = assert!(offset_of!(cudaPointerAttributes, devicePointer) == 8);
+const _: () = assert!(offset_of!(cudaPointerAttributes, hostPointer) == 16);

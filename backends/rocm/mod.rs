@@ -40,9 +40,14 @@
 //!   `cudaLibraryLoadData` is context-independent); the test kit makes the
 //!   device current before loading, and launches go through
 //!   `hipModuleLaunchKernel` with `kernelParams` (no `extra`).
-//! * Pools: only device locations (no host/NUMA locations in HIP 5.x), export
-//!   handle types none or POSIX fd (no fabric handles); anything else is
-//!   `Unsupported`. Pool attributes 1..=8 have the same numbers and value
+//! * Pools: only device locations and pinned memory (every ROCm release's
+//!   `hipMemPoolCreate`, 5.1 to 7.2, refuses host locations and managed
+//!   memory), export handle types none or POSIX fd (no fabric handles);
+//!   anything else is `Unsupported`, naming the runtime. HIP on NVIDIA (a
+//!   runtime that reports a CUDA version) follows CUDA's table.
+//! * `hipPointerGetAttributes`: ROCm 6.0 renumbered `hipMemoryType` (to
+//!   CUDA's numbers) and answers "unregistered" for pageable memory, where
+//!   ROCm 5 fails with `hipErrorInvalidValue`; both are decoded by version. Pool attributes 1..=8 have the same numbers and value
 //!   types as CUDA's.
 //! * Error codes 2, 35, 100 and 801 mean what CUDA's do; the mapping to
 //!   [`Error`] is the same as the CUDA backend's. So do the capture errors
@@ -78,8 +83,9 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
 use super::common::{self, backend_impl, handle, ordinal, shared_runtime_api};
-use crate::backend::{CaptureInfo, DevicePtr};
+use crate::backend::{CaptureInfo, DevicePtr, RawAlloc, RawLocation, RawPointerInfo, RawPoolProps};
 use crate::error::{Error, InvalidReason, Result};
+use crate::host::MemoryType;
 
 const BACKEND: &str = "rocm";
 const LIBRARY: &str = "libamdhip64";
@@ -133,6 +139,13 @@ shared_runtime_api! {
             sys::hipStream_t, *mut sys::hipStreamCaptureStatus, *mut u64, *mut sys::hipGraph_t,
             *mut *const sys::hipGraphNode_t, *mut usize,
         ) -> i32;
+        // Host memory: pointer attributes, and the pinned-host baselines
+        // (all since ROCm 4.2, node hip_4.2).
+        fn pointer_get_attributes = "hipPointerGetAttributes\0"; (
+            *mut sys::hipPointerAttribute_t, *const c_void,
+        ) -> i32;
+        fn host_malloc = "hipHostMalloc\0"; (*mut *mut c_void, usize, c_uint) -> i32;
+        fn host_free = "hipHostFree\0"; (*mut c_void) -> i32;
     }
     optional {}
 }
@@ -251,6 +264,87 @@ fn free_is_noop(ptr: DevicePtr) -> bool {
     ptr == DevicePtr::NULL
 }
 
+// ---------------------------------------------------------------------------
+// Pool locations, allocation types and host memory.
+
+const _: () = {
+    assert!(sys::hipMemLocationTypeInvalid == common::LOCATION_NONE);
+    assert!(sys::hipMemLocationTypeHost == common::LOCATION_HOST);
+    assert!(sys::hipMemLocationTypeHostNuma == common::LOCATION_HOST_NUMA);
+    assert!(sys::hipMemAllocationTypeManaged == common::ALLOC_MANAGED);
+};
+
+/// The locations and allocation types the runtime's pools take. Every ROCm
+/// release's `hipMemPoolCreate` (5.1 to 7.2) takes only device locations
+/// and pinned memory (ROCm's `hip_mempool.cpp` refuses anything else with
+/// `hipErrorInvalidValue`): the rest is refused here, naming the runtime. HIP
+/// on NVIDIA (a runtime that reports a CUDA version) follows CUDA's table.
+fn refuse_pool_placement(version: i32, props: &RawPoolProps) -> Result<()> {
+    if version < sys::HIP_VERSION_MAJOR_SCALE {
+        return match common::cuda_pool_refusal(version, props.location, props.alloc, &version_text(version)) {
+            Some(why) => Err(unsupported(why)),
+            None => Ok(()),
+        };
+    }
+    let what = match (props.location, props.alloc) {
+        (RawLocation::Device(_), RawAlloc::Pinned) => return Ok(()),
+        (_, RawAlloc::Managed) => "managed memory pools",
+        (RawLocation::Host | RawLocation::HostNuma(_), _) => "pools of pinned host memory",
+        (RawLocation::Unspecified, RawAlloc::Pinned) => "a pinned pool without a location",
+    };
+    Err(unsupported(format!(
+        "{what}: hipMemPoolCreate takes device locations and pinned memory only (ROCm 5.1 to 7.2); \
+         this runtime is {}",
+        version_text(version)
+    )))
+}
+
+/// Whether a runtime reporting `version` numbers `hipMemoryType` as CUDA
+/// does (ROCm >= 6.0, or HIP on NVIDIA).
+fn cuda_memory_types(version: i32) -> bool {
+    !(sys::HIP_VERSION_MAJOR_SCALE..sys::HIP_VERSION_POINTER_TYPES_6).contains(&version)
+}
+
+/// `hipPointerAttribute_t` as somalloc's memory type, by the runtime's
+/// numbering.
+fn memory_type(version: i32, attr: &sys::hipPointerAttribute_t) -> MemoryType {
+    if cuda_memory_types(version) {
+        return match attr.memoryType {
+            sys::HIP6_MEMORY_TYPE_UNREGISTERED => MemoryType::Pageable,
+            sys::HIP6_MEMORY_TYPE_HOST => MemoryType::PinnedHost,
+            sys::HIP6_MEMORY_TYPE_DEVICE => MemoryType::Device,
+            sys::HIP6_MEMORY_TYPE_MANAGED => MemoryType::Managed,
+            other => MemoryType::Other(other),
+        };
+    }
+    if attr.isManaged != 0 {
+        return MemoryType::Managed;
+    }
+    match attr.memoryType {
+        sys::hipMemoryTypeHost => MemoryType::PinnedHost,
+        sys::hipMemoryTypeDevice | sys::hipMemoryTypeArray => MemoryType::Device,
+        sys::hipMemoryTypeUnified => MemoryType::Managed,
+        other => MemoryType::Other(other),
+    }
+}
+
+/// The device ordinal of a device location, for the per-device calls.
+fn device_pinned(location: RawLocation, alloc: RawAlloc) -> Option<usize> {
+    match (location, alloc) {
+        (RawLocation::Device(id), RawAlloc::Pinned) => usize::try_from(id).ok(),
+        _ => None,
+    }
+}
+
+/// The by-location pool lookups somalloc makes only for device pools.
+fn no_pool_by_location(call: &str) -> Error {
+    let runtime = api().map_or_else(|_| "not loaded".to_string(), |a| version_text(a.version));
+    unsupported(format!(
+        "{call}: only the pinned pools of a device can be looked up on HIP (hipDeviceGetDefaultMemPool, \
+         hipDeviceGetMemPool); this runtime is {runtime}"
+    ))
+}
+
 /// The ROCm (HIP) backend.
 #[derive(Debug)]
 pub(crate) struct Rocm;
@@ -357,6 +451,55 @@ backend_impl! {
             Ok(common::capture_info(status, id, graph, RocmGraph))
         }
 
+
+        // -------------------------------------------------------------------
+        // Pool locations, allocation types and host memory.
+
+        fn default_pool_at(location: RawLocation, alloc: RawAlloc) -> Result<RocmPool> {
+            match device_pinned(location, alloc) {
+                Some(device) => Self::default_pool(device),
+                None => Err(no_pool_by_location("the default pool of a location")),
+            }
+        }
+
+        fn current_pool_at(location: RawLocation, alloc: RawAlloc) -> Result<RocmPool> {
+            match device_pinned(location, alloc) {
+                Some(device) => Self::current_pool(device),
+                None => Err(no_pool_by_location("the current pool of a location")),
+            }
+        }
+
+        fn set_current_pool_at(location: RawLocation, alloc: RawAlloc, pool: RocmPool) -> Result<()> {
+            match device_pinned(location, alloc) {
+                Some(device) => Self::set_current_pool(device, pool),
+                None => Err(no_pool_by_location("setting the current pool of a location")),
+            }
+        }
+
+        fn pointer_info(ptr: *const c_void) -> Result<RawPointerInfo> {
+            let api = api()?;
+            let mut attr = sys::hipPointerAttribute_t::zeroed();
+            // SAFETY: valid out-pointer of the struct's size (the same in
+            // every ROCm); the runtime only looks the address up.
+            let code = unsafe { (api.pointer_get_attributes)(&mut attr, ptr) };
+            if code == sys::hipErrorInvalidValue && !cuda_memory_types(api.version) && !ptr.is_null() {
+                // Before ROCm 6.0 an address the runtime does not know (plain
+                // host memory) is an error, not "unregistered".
+                return Ok(RawPointerInfo {
+                    kind: MemoryType::Pageable,
+                    device: -1,
+                    device_pointer: false,
+                    host_pointer: false,
+                });
+            }
+            check("hipPointerGetAttributes", code)?;
+            Ok(RawPointerInfo {
+                kind: memory_type(api.version, &attr),
+                device: attr.device,
+                device_pointer: !attr.devicePointer.is_null(),
+                host_pointer: !attr.hostPointer.is_null(),
+            })
+        }
     }
     test_support {
         fn module_load(image: &[u8]) -> Result<RocmModule> {
@@ -385,6 +528,25 @@ backend_impl! {
                 (api()?.module_get_function)(&mut f, module.0, name.as_ptr())
             })?;
             Ok(RocmFunction(f))
+        }
+
+        fn host_alloc(bytes: usize, portable: bool) -> Result<*mut c_void> {
+            let flags = if portable { sys::hipHostMallocPortable } else { sys::hipHostMallocDefault };
+            let mut p: *mut c_void = std::ptr::null_mut();
+            // SAFETY: valid out-pointer; a documented flag.
+            let code = unsafe { (api()?.host_malloc)(&mut p, bytes, flags) };
+            check_alloc("hipHostMalloc", code, bytes)?;
+            Ok(p)
+        }
+
+        fn malloc_host(bytes: usize) -> Result<*mut c_void> {
+            Self::host_alloc(bytes, false)
+        }
+
+        unsafe fn host_free(ptr: *mut c_void) -> Result<()> {
+            // SAFETY: the caller guarantees `ptr` is a live pinned host
+            // allocation of this runtime, freed once.
+            check("hipHostFree", unsafe { (api()?.host_free)(ptr) })
         }
 
         unsafe fn launch(

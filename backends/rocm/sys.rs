@@ -127,9 +127,75 @@ pub(crate) const hipUserObjectNoDestructorSync: c_uint = 0x1;
 pub(crate) const hipGraphUserObjectMove: c_uint = 0x1;
 
 // ---------------------------------------------------------------------------
+// Pool locations, allocation types and host memory (pointer attributes, the
+// pinned-host baselines).
+
+/// `hipErrorInvalidValue`: what `hipPointerGetAttributes` answers for an
+/// address the runtime does not know before ROCm 6.0.
+pub(crate) const hipErrorInvalidValue: i32 = 1;
+// The HIP 5.2 header has only Invalid and Device; the host types (CUDA's
+// numbers) are in the ROCm 6.x/7.x headers, and no ROCm release's
+// hipMemPoolCreate takes them.
+// header-check hip<6: hipMemLocationTypeHost absent; hipMemLocationTypeHostNuma absent
+pub(crate) const hipMemLocationTypeInvalid: u32 = 0;
+pub(crate) const hipMemLocationTypeHost: u32 = 2;
+pub(crate) const hipMemLocationTypeHostNuma: u32 = 3;
+// In the ROCm development headers after 7.2, not in any release's pool
+// creation.
+// header-check hip<7: hipMemAllocationTypeManaged absent
+pub(crate) const hipMemAllocationTypeManaged: u32 = 0x2;
+
+/// `hipPointerAttribute_t`: the same 32 bytes in every ROCm; the first
+/// field is `memoryType` up to ROCm 5.x and `type` from ROCm 6.0, whose
+/// `hipMemoryType` numbers changed too (see below).
+// header-check hip>=6: hipPointerAttribute_t.memoryType absent
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct hipPointerAttribute_t {
+    /// `enum hipMemoryType`, written by the runtime: kept as an integer.
+    pub memoryType: c_int,
+    pub device: c_int,
+    pub devicePointer: *mut c_void,
+    pub hostPointer: *mut c_void,
+    pub isManaged: c_int,
+    pub allocationFlags: c_uint,
+}
+
+impl hipPointerAttribute_t {
+    pub(crate) const fn zeroed() -> Self {
+        hipPointerAttribute_t {
+            memoryType: 0,
+            device: 0,
+            devicePointer: std::ptr::null_mut(),
+            hostPointer: std::ptr::null_mut(),
+            isManaged: 0,
+            allocationFlags: 0,
+        }
+    }
+}
+
+/// `hipMemoryType` up to ROCm 5.x (managed memory is flagged by
+/// `isManaged`); ROCm 6.0 renumbered it as CUDA's `cudaMemoryType`.
+// header-check hip>=6: hipMemoryTypeHost = 1; hipMemoryTypeDevice = 2; hipMemoryTypeArray = 10; hipMemoryTypeUnified = 11
+pub(crate) const hipMemoryTypeHost: c_int = 0;
+pub(crate) const hipMemoryTypeDevice: c_int = 1;
+pub(crate) const hipMemoryTypeArray: c_int = 2;
+pub(crate) const hipMemoryTypeUnified: c_int = 3;
+// header-check hip: HIP6_MEMORY_TYPE_UNREGISTERED absent; HIP6_MEMORY_TYPE_HOST absent; HIP6_MEMORY_TYPE_DEVICE absent; HIP6_MEMORY_TYPE_MANAGED absent
+/// `hipMemoryType` from ROCm 6.0 (and HIP on NVIDIA): CUDA's numbers.
+pub(crate) const HIP6_MEMORY_TYPE_UNREGISTERED: c_int = 0;
+pub(crate) const HIP6_MEMORY_TYPE_HOST: c_int = 1;
+pub(crate) const HIP6_MEMORY_TYPE_DEVICE: c_int = 2;
+pub(crate) const HIP6_MEMORY_TYPE_MANAGED: c_int = 3;
+/// `hipHostMallocDefault` / `hipHostMallocPortable` (`#define`s).
+pub(crate) const hipHostMallocDefault: c_uint = 0x0;
+pub(crate) const hipHostMallocPortable: c_uint = 0x1;
+
+// ---------------------------------------------------------------------------
 // Versions.
 
 // The library's own numbers, in no header:
+// header-check hip: HIP_VERSION_POINTER_TYPES_6 absent
 // header-check hip: HIP_VERSION_ALLOC_IN_CAPTURE absent; HIP_VERSION_GRAPH_UPLOAD absent; HIP_VERSION_GRAPH_MEMORY absent; HIP_VERSION_USER_OBJECTS absent
 // header-check hip: HIP_VERSION_MAJOR_SCALE absent; HIP_VERSION_POOL_MAX_SIZE absent; CUDA_VERSION_POOL_MAX_SIZE absent
 
@@ -172,6 +238,10 @@ pub(crate) const HIP_VERSION_GRAPH_UPLOAD: i32 = 50_500_000;
 pub(crate) const HIP_VERSION_GRAPH_MEMORY: i32 = 50_300_000;
 /// ROCm 5.3: user objects.
 pub(crate) const HIP_VERSION_USER_OBJECTS: i32 = 50_300_000;
+/// ROCm 6.0: `hipMemoryType` takes CUDA's numbers and
+/// `hipPointerGetAttributes` answers `hipMemoryTypeUnregistered` for an
+/// address it does not know (before: `hipErrorInvalidValue`).
+pub(crate) const HIP_VERSION_POINTER_TYPES_6: i32 = 60_000_000;
 
 // ---------------------------------------------------------------------------
 // Structs.
@@ -245,3 +315,6 @@ const _: () = assert!(offset_of!(hipMemPoolProps, maxSize) == 24);
 const _: () = assert!(offset_of!(hipMemPoolProps, reserved) == 32);
 const _: () = assert!(size_of::<hipStream_t>() == size_of::<*mut c_void>());
 const _: () = assert!(size_of::<hipHostFn_t>() == size_of::<*mut c_void>());
+const _: () = assert!(size_of::<hipPointerAttribute_t>() == 32);
+const _: () = assert!(offset_of!(hipPointerAttribute_t, devicePointer) == 8);
+const _: () = assert!(offset_of!(hipPointerAttribute_t, isManaged) == 24);

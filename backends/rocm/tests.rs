@@ -74,7 +74,8 @@ fn max_size_needs_rocm_6_2() {
 fn hip_gaps_are_errors_not_no_ops() {
     // Checked before any runtime call, so these hold with or without one.
     let props = RawPoolProps {
-        device: 0,
+        location: crate::backend::RawLocation::Device(0),
+        alloc: crate::backend::RawAlloc::Pinned,
         max_size: 0,
         handle_types: 2,
     };
@@ -186,12 +187,96 @@ fn max_size_on_an_old_runtime_is_unsupported() {
         return; // a runtime that reads maxSize; needs a device to go on
     }
     let props = RawPoolProps {
-        device: 0,
+        location: crate::backend::RawLocation::Device(0),
+        alloc: crate::backend::RawAlloc::Pinned,
         max_size: 1 << 20,
         handle_types: 0,
     };
     assert!(matches!(
         Rocm::pool_create(&props),
+        Err(Error::Unsupported { backend: "rocm", .. })
+    ));
+}
+
+#[test]
+fn rocm_pools_take_device_locations_only() {
+    use crate::backend::{RawAlloc, RawLocation};
+    let props = |location, alloc| RawPoolProps {
+        location,
+        alloc,
+        max_size: 0,
+        handle_types: 0,
+    };
+    for version in [50_221_153, 60_200_000, 70_200_000] {
+        assert!(refuse_pool_placement(version, &props(RawLocation::Device(0), RawAlloc::Pinned)).is_ok());
+        for (loc, alloc) in [
+            (RawLocation::Host, RawAlloc::Pinned),
+            (RawLocation::HostNuma(0), RawAlloc::Pinned),
+            (RawLocation::Device(0), RawAlloc::Managed),
+        ] {
+            match refuse_pool_placement(version, &props(loc, alloc)) {
+                Err(Error::Unsupported {
+                    backend: "rocm",
+                    what,
+                }) => {
+                    assert!(what.contains(&version_text(version)), "{what}")
+                }
+                other => panic!("{loc:?} {alloc:?} on {version}: {other:?}"),
+            }
+        }
+    }
+    // HIP on NVIDIA (a CUDA version): CUDA's table.
+    assert!(refuse_pool_placement(13_000, &props(RawLocation::Host, RawAlloc::Pinned)).is_ok());
+    assert!(refuse_pool_placement(12_080, &props(RawLocation::HostNuma(0), RawAlloc::Pinned)).is_ok());
+    assert!(refuse_pool_placement(12_080, &props(RawLocation::Host, RawAlloc::Pinned)).is_err());
+}
+
+#[test]
+fn pointer_types_by_rocm_numbering() {
+    use crate::host::MemoryType;
+    let attr = |t: i32, managed: i32| sys::hipPointerAttribute_t {
+        memoryType: t,
+        isManaged: managed,
+        ..sys::hipPointerAttribute_t::zeroed()
+    };
+    // ROCm 5.x: Host 0, Device 1, Array 2, Unified 3; isManaged flags managed.
+    let r5 = 50_221_153;
+    assert_eq!(memory_type(r5, &attr(0, 0)), MemoryType::PinnedHost);
+    assert_eq!(memory_type(r5, &attr(1, 0)), MemoryType::Device);
+    assert_eq!(memory_type(r5, &attr(0, 1)), MemoryType::Managed);
+    // ROCm 6.0 and HIP on NVIDIA: CUDA's numbers.
+    for v in [60_000_000, 70_100_000, 13_000] {
+        assert_eq!(memory_type(v, &attr(0, 0)), MemoryType::Pageable);
+        assert_eq!(memory_type(v, &attr(1, 0)), MemoryType::PinnedHost);
+        assert_eq!(memory_type(v, &attr(2, 0)), MemoryType::Device);
+        assert_eq!(memory_type(v, &attr(3, 1)), MemoryType::Managed);
+        assert_eq!(memory_type(v, &attr(10, 0)), MemoryType::Other(10));
+    }
+}
+
+#[test]
+fn host_pools_on_an_old_runtime_are_unsupported() {
+    let Ok(version) = Rocm::init().and_then(|()| Rocm::runtime_version()) else {
+        return; // no runtime here
+    };
+    if version < sys::HIP_VERSION_MAJOR_SCALE {
+        return; // HIP on NVIDIA; needs a device to go on
+    }
+    let props = RawPoolProps {
+        location: crate::backend::RawLocation::Host,
+        alloc: crate::backend::RawAlloc::Pinned,
+        max_size: 0,
+        handle_types: 0,
+    };
+    // Refused before the runtime is asked, naming it (here: Debian's ROCm
+    // 5.2.3 library, no GPU needed).
+    assert!(matches!(
+        Rocm::pool_create(&props),
+        Err(Error::Unsupported { backend: "rocm", what }) if what.contains("this runtime is HIP")
+    ));
+    // The lookups by location exist only for device pools.
+    assert!(matches!(
+        Rocm::default_pool_at(props.location, props.alloc),
         Err(Error::Unsupported { backend: "rocm", .. })
     ));
 }

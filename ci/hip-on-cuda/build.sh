@@ -155,6 +155,16 @@ constexpr unsigned rocm_flags[] = {hipStreamDefault, hipStreamNonBlocking, hipEv
 #undef hipEventInterprocess
 #undef hipEventReleaseToDevice
 #undef hipEventReleaseToSystem
+constexpr unsigned rocm_host_malloc_flags[] = {hipHostMallocDefault, hipHostMallocPortable, hipHostMallocMapped,
+                                               hipHostMallocWriteCombined, hipHostMallocNumaUser,
+                                               hipHostMallocCoherent, hipHostMallocNonCoherent};
+#undef hipHostMallocDefault
+#undef hipHostMallocPortable
+#undef hipHostMallocMapped
+#undef hipHostMallocWriteCombined
+#undef hipHostMallocNumaUser
+#undef hipHostMallocCoherent
+#undef hipHostMallocNonCoherent
 #define HIP_ON_CUDA_ABI_ONLY
 #include "hip_on_cuda.cpp"
 namespace s = hip_abi;
@@ -174,6 +184,40 @@ constexpr bool same_flags() {
   return true;
 }
 static_assert(same_flags(), "stream/event flags differ from ROCm's");
+constexpr unsigned shim_host_malloc_flags[] = {s::hipHostMallocDefault, s::hipHostMallocPortable,
+                                               s::hipHostMallocMapped, s::hipHostMallocWriteCombined,
+                                               s::hipHostMallocNumaUser, s::hipHostMallocCoherent,
+                                               s::hipHostMallocNonCoherent};
+constexpr bool same_host_malloc_flags() {
+  for (unsigned i = 0; i < sizeof rocm_host_malloc_flags / sizeof rocm_host_malloc_flags[0]; ++i)
+    if (rocm_host_malloc_flags[i] != shim_host_malloc_flags[i]) return false;
+  return true;
+}
+static_assert(same_host_malloc_flags(), "hipHostMalloc flags differ from ROCm's");
+static_assert(sizeof(::hipPointerAttribute_t) == sizeof(s::hipPointerAttribute_t), "hipPointerAttribute_t size");
+static_assert(offsetof(::hipPointerAttribute_t, device) == offsetof(s::hipPointerAttribute_t, device), "device");
+static_assert(offsetof(::hipPointerAttribute_t, devicePointer) == offsetof(s::hipPointerAttribute_t, devicePointer),
+              "devicePointer");
+static_assert(offsetof(::hipPointerAttribute_t, hostPointer) == offsetof(s::hipPointerAttribute_t, hostPointer),
+              "hostPointer");
+static_assert(offsetof(::hipPointerAttribute_t, isManaged) == offsetof(s::hipPointerAttribute_t, isManaged),
+              "isManaged");
+static_assert(offsetof(::hipPointerAttribute_t, allocationFlags) ==
+                  offsetof(s::hipPointerAttribute_t, allocationFlags), "allocationFlags");
+#if HIP_VERSION < 60000000
+static_assert(offsetof(::hipPointerAttribute_t, memoryType) == offsetof(s::hipPointerAttribute_t, memoryType),
+              "memoryType");
+static_assert(::hipMemoryTypeHost == s::hipMemoryTypeHost, "memory type (ROCm 5)");
+static_assert(::hipMemoryTypeDevice == s::hipMemoryTypeDevice, "memory type (ROCm 5)");
+static_assert(::hipMemoryTypeArray == s::hipMemoryTypeArray, "memory type (ROCm 5)");
+static_assert(::hipMemoryTypeUnified == s::hipMemoryTypeUnified, "memory type (ROCm 5)");
+#else
+static_assert(offsetof(::hipPointerAttribute_t, type) == offsetof(s::hipPointerAttribute_t, memoryType), "type");
+static_assert(::hipMemoryTypeUnregistered == s::HIP6_MEMORY_TYPE_UNREGISTERED, "memory type (ROCm 6)");
+static_assert(::hipMemoryTypeHost == s::HIP6_MEMORY_TYPE_HOST, "memory type (ROCm 6)");
+static_assert(::hipMemoryTypeDevice == s::HIP6_MEMORY_TYPE_DEVICE, "memory type (ROCm 6)");
+static_assert(::hipMemoryTypeManaged == s::HIP6_MEMORY_TYPE_MANAGED, "memory type (ROCm 6)");
+#endif
 static_assert(::hipDeviceAttributeMemoryPoolsSupported == s::hipDeviceAttributeMemoryPoolsSupported, "attr");
 static_assert(::hipMemcpyHostToHost == s::hipMemcpyHostToHost, "memcpy kind");
 static_assert(::hipMemcpyHostToDevice == s::hipMemcpyHostToDevice, "memcpy kind");
@@ -276,6 +320,19 @@ int main(int argc, char** argv) {
   EXPECT(dlvsym(h, "hipDeviceGraphMemTrim", "hip_4.5") != nullptr, "hipDeviceGraphMemTrim@hip_4.5 not found");
   EXPECT(dlvsym(h, "hipGraphUpload", "hip_5.3") != nullptr, "hipGraphUpload@hip_5.3 not found");
   EXPECT(dlvsym(h, "hipUserObjectCreate", "hip_5.3") != nullptr, "hipUserObjectCreate@hip_5.3 not found");
+  EXPECT(dlvsym(h, "hipPointerGetAttributes", "hip_4.2") != nullptr, "hipPointerGetAttributes@hip_4.2 not found");
+  EXPECT(dlvsym(h, "hipHostMalloc", "hip_4.2") != nullptr, "hipHostMalloc@hip_4.2 not found");
+  EXPECT(dlvsym(h, "hipHostFree", "hip_4.2") != nullptr, "hipHostFree@hip_4.2 not found");
+  {
+    // Host memory: rejections made by the shim itself (no GPU needed).
+    auto host_malloc = reinterpret_cast<int (*)(void**, size_t, unsigned)>(dlsym(h, "hipHostMalloc"));
+    auto attributes = reinterpret_cast<int (*)(void*, const void*)>(dlsym(h, "hipPointerGetAttributes"));
+    void* p = nullptr;
+    unsigned char attr[32];
+    EXPECT(host_malloc && host_malloc(&p, 16, 0x8) == 1, "hipHostMalloc(flags 0x8) should be hipErrorInvalidValue");
+    EXPECT(attributes && attributes(attr, nullptr) == 1, "hipPointerGetAttributes(NULL) should be hipErrorInvalidValue");
+    EXPECT(last() == 1 && last() == 0, "last error after the rejected host-memory calls");
+  }
   {
     // Rejections made by the shim itself, as ROCm's runtime makes them.
     auto begin = reinterpret_cast<int (*)(void*, int)>(dlsym(h, "hipStreamBeginCapture"));

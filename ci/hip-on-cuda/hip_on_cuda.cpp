@@ -67,7 +67,10 @@
 //     as reserved[0..8], which must be zero, as HIP < 6.2 does; below
 //     50600000 hipMallocAsync/hipMallocFromPoolAsync of 0 bytes and
 //     hipFreeAsync(NULL) also fail with hipErrorInvalidValue, as before
-//     ROCm 5.6). These two are the only version-dependent behaviours.
+//     ROCm 5.6). HIP_ON_CUDA_VERSION=cuda reports the CUDA runtime's own
+//     number (e.g. 13000), as HIP on NVIDIA does: the backend then takes its
+//     HIP-on-NVIDIA branch, where pools of host and managed memory exist
+//     (17.). The version also picks the pointer-type numbering (18.).
 //  5. hipMemPoolProps (88 bytes, HIP >= 6.2 shape) -> cudaMemPoolProps
 //     (88 bytes, but `usage` and reserved[54] after maxSize): copied field by
 //     field; allocType 0/1, handleTypes bits 1/2/4, location type 0/1 keep
@@ -141,6 +144,29 @@
 //     functions are exported whatever HIP_ON_CUDA_VERSION says: the version
 //     only changes the two behaviours listed in 4.
 // 16. hipGetDevice -> cudaGetDevice (the thread's current device ordinal).
+// 17. Pool locations and allocation types (hipMemPoolCreate, 5.): the HIP
+//     6.x/7.x values hipMemLocationTypeHost 2, hipMemLocationTypeHostNuma 3
+//     and hipMemAllocationTypeManaged 2 keep CUDA's numbers. Acting as an
+//     AMD ROCm (a reported version >= 10^7) the shim refuses them in
+//     hipMemPoolCreate with hipErrorInvalidValue, as every ROCm release's
+//     hip_mempool.cpp does; acting as HIP on NVIDIA (HIP_ON_CUDA_VERSION=cuda,
+//     see 4.) it passes them to cudaMemPoolCreate (managed only with CUDA 13
+//     headers).
+// 18. hipPointerGetAttributes -> cudaPointerGetAttributes. The 32-byte
+//     hipPointerAttribute_t is filled from cudaPointerAttributes: device,
+//     devicePointer, hostPointer as they are; isManaged = (type == managed);
+//     allocationFlags = 0. The memory type follows the numbering of the
+//     ROCm the shim acts as: from ROCm 6.0 (and as HIP on NVIDIA) CUDA's
+//     numbers (Unregistered 0, Host 1, Device 2, Managed 3); before 6.0 HIP's
+//     old ones (Host 0, Device 1; managed memory is Host with isManaged 1, as
+//     ROCm 5 reports fine-grained managed memory), and an address the
+//     runtime does not know is hipErrorInvalidValue instead of Unregistered.
+// 19. hipHostMalloc -> cudaHostAlloc: hipHostMallocDefault/Portable/Mapped/
+//     WriteCombined 0/1/2/4 = cudaHostAllocDefault/Portable/Mapped/
+//     WriteCombined; the AMD-only hipHostMallocNumaUser, Coherent and
+//     NonCoherent (0x20000000, 0x40000000, 0x80000000: NUMA policy and
+//     cache-coherence hints) are dropped; other bits are
+//     hipErrorInvalidValue. hipHostFree -> cudaFreeHost.
 
 #include <climits>
 #include <cstddef>
@@ -304,6 +330,30 @@ constexpr unsigned hipMemHandleTypeWin32 = 0x2;
 constexpr unsigned hipMemHandleTypeWin32Kmt = 0x4;
 constexpr unsigned hipMemLocationTypeInvalid = 0;
 constexpr unsigned hipMemLocationTypeDevice = 1;
+// ROCm 6.x/7.x headers (not in 5.2.3's): CUDA's numbers.
+constexpr unsigned hipMemLocationTypeHost = 2;
+constexpr unsigned hipMemLocationTypeHostNuma = 3;
+constexpr unsigned hipMemAllocationTypeManaged = 0x2;  // ROCm development headers after 7.2
+
+// hipMemoryType up to ROCm 5.x, and from ROCm 6.0 (CUDA's numbers).
+constexpr int hipMemoryTypeHost = 0;
+constexpr int hipMemoryTypeDevice = 1;
+constexpr int hipMemoryTypeArray = 2;
+constexpr int hipMemoryTypeUnified = 3;
+constexpr int HIP6_MEMORY_TYPE_UNREGISTERED = 0;
+constexpr int HIP6_MEMORY_TYPE_HOST = 1;
+constexpr int HIP6_MEMORY_TYPE_DEVICE = 2;
+constexpr int HIP6_MEMORY_TYPE_MANAGED = 3;
+constexpr int HIP_VERSION_POINTER_TYPES_6 = 60000000;
+
+// hipHostMalloc flags (#defines in HIP).
+constexpr unsigned hipHostMallocDefault = 0x0;
+constexpr unsigned hipHostMallocPortable = 0x1;
+constexpr unsigned hipHostMallocMapped = 0x2;
+constexpr unsigned hipHostMallocWriteCombined = 0x4;
+constexpr unsigned hipHostMallocNumaUser = 0x20000000u;
+constexpr unsigned hipHostMallocCoherent = 0x40000000u;
+constexpr unsigned hipHostMallocNonCoherent = 0x80000000u;
 constexpr unsigned hipMemAccessFlagsProtNone = 0;
 constexpr unsigned hipMemAccessFlagsProtRead = 1;
 constexpr unsigned hipMemAccessFlagsProtReadWrite = 3;
@@ -338,6 +388,17 @@ struct hipMemAccessDesc {
     unsigned flags;  // hipMemAccessFlags
 };
 
+/// hipPointerAttribute_t: the same 32 bytes in every ROCm (the first
+/// field is `memoryType` up to 5.x, `type` from 6.0).
+struct hipPointerAttribute_t {
+    int memoryType;  // hipMemoryType
+    int device;
+    void* devicePointer;
+    void* hostPointer;
+    int isManaged;
+    unsigned allocationFlags;
+};
+
 /// Opaque 64 bytes, copied between processes as they are.
 struct hipMemPoolPtrExportData {
     unsigned char reserved[64];
@@ -367,6 +428,10 @@ static_assert(offsetof(hipMemLocation, id) == 4, "location.id at 4");
 static_assert(offsetof(hipMemPoolProps, win32SecurityAttributes) == 16, "win32SecurityAttributes at 16");
 static_assert(offsetof(hipMemPoolProps, maxSize) == 24, "maxSize at 24 (reserved[0] before ROCm 6.2)");
 static_assert(offsetof(hipMemPoolProps, reserved) == 32, "reserved at 32");
+static_assert(sizeof(hipPointerAttribute_t) == 32, "hipPointerAttribute_t is 32 bytes");
+static_assert(offsetof(hipPointerAttribute_t, devicePointer) == 8, "devicePointer at 8");
+static_assert(offsetof(hipPointerAttribute_t, hostPointer) == 16, "hostPointer at 16");
+static_assert(offsetof(hipPointerAttribute_t, isManaged) == 24, "isManaged at 24");
 
 }  // namespace hip_abi
 
@@ -484,6 +549,19 @@ static_assert(cudaGraphMemAttrReservedMemCurrent == hip_abi::hipGraphMemAttrRese
 static_assert(cudaGraphMemAttrReservedMemHigh == hip_abi::hipGraphMemAttrReservedMemHigh, "graph mem attr");
 static_assert(cudaUserObjectNoDestructorSync == hip_abi::hipUserObjectNoDestructorSync, "user object flag");
 static_assert(cudaGraphUserObjectMove == hip_abi::hipGraphUserObjectMove, "retain flag");
+static_assert(cudaMemLocationTypeHost == static_cast<int>(hip_abi::hipMemLocationTypeHost), "location type");
+static_assert(cudaMemLocationTypeHostNuma == static_cast<int>(hip_abi::hipMemLocationTypeHostNuma), "location type");
+static_assert(cudaMemoryTypeUnregistered == hip_abi::HIP6_MEMORY_TYPE_UNREGISTERED, "memory type");
+static_assert(cudaMemoryTypeHost == hip_abi::HIP6_MEMORY_TYPE_HOST, "memory type");
+static_assert(cudaMemoryTypeDevice == hip_abi::HIP6_MEMORY_TYPE_DEVICE, "memory type");
+static_assert(cudaMemoryTypeManaged == hip_abi::HIP6_MEMORY_TYPE_MANAGED, "memory type");
+static_assert(cudaHostAllocDefault == hip_abi::hipHostMallocDefault, "host alloc flag");
+static_assert(cudaHostAllocPortable == hip_abi::hipHostMallocPortable, "host alloc flag");
+static_assert(cudaHostAllocMapped == hip_abi::hipHostMallocMapped, "host alloc flag");
+static_assert(cudaHostAllocWriteCombined == hip_abi::hipHostMallocWriteCombined, "host alloc flag");
+#if CUDART_VERSION >= 13000
+static_assert(cudaMemAllocationTypeManaged == static_cast<int>(hip_abi::hipMemAllocationTypeManaged), "alloc type");
+#endif
 
 #define HIP_ON_CUDA_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -554,10 +632,23 @@ const char* hip_only_message(hipError_t h) {
     }
 }
 
+/// The CUDA runtime's version number (0 if it cannot be read).
+int cuda_runtime_version() {
+    int cuda_version = 0;
+    if (cudaRuntimeGetVersion(&cuda_version) != cudaSuccess || cuda_version < 0 || cuda_version > 99999) {
+        (void)cudaGetLastError();
+        cuda_version = 0;
+    }
+    return cuda_version;
+}
+
 int env_version() {
     const char* s = std::getenv("HIP_ON_CUDA_VERSION");
     if (s == nullptr || *s == '\0') {
         return 0;
+    }
+    if (std::strcmp(s, "cuda") == 0) {
+        return cuda_runtime_version();  // HIP on NVIDIA reports CUDA's number
     }
     char* end = nullptr;
     long v = std::strtol(s, &end, 10);
@@ -575,12 +666,7 @@ int reported_version() {
         if (v != 0) {
             return v;
         }
-        int cuda_version = 0;
-        if (cudaRuntimeGetVersion(&cuda_version) != cudaSuccess || cuda_version < 0 || cuda_version > 99999) {
-            (void)cudaGetLastError();
-            cuda_version = 0;
-        }
-        return HIP_VERSION_POOL_MAX_SIZE + cuda_version;
+        return HIP_VERSION_POOL_MAX_SIZE + cuda_runtime_version();
     }();
     return version;
 }
@@ -597,6 +683,16 @@ bool reads_max_size() {
 bool before_rocm_5_6() {
     int v = reported_version();
     return v >= HIP_VERSION_MAJOR_SCALE && v < 50600000;
+}
+
+/// Whether we act as HIP on NVIDIA (a reported CUDA version) rather than
+/// an AMD ROCm.
+bool as_hip_on_nvidia() { return reported_version() < HIP_VERSION_MAJOR_SCALE; }
+
+/// Whether hipMemoryType has CUDA's numbers (ROCm >= 6.0, HIP on NVIDIA).
+bool cuda_memory_types() {
+    int v = reported_version();
+    return v < HIP_VERSION_MAJOR_SCALE || v >= HIP_VERSION_POINTER_TYPES_6;
 }
 
 cudaStream_t cu(hipStream_t s) { return reinterpret_cast<cudaStream_t>(s); }
@@ -684,6 +780,30 @@ bool location(const hipMemLocation& h, cudaMemLocation* out) {
             break;
         default:
             return false;  // HIP 5.2 has no host / NUMA locations
+    }
+    out->id = h.id;
+    return true;
+}
+
+/// A pool's location (17.): the device locations of every HIP, and, as HIP
+/// on NVIDIA only, the host ones (no ROCm release's hipMemPoolCreate takes
+/// them).
+bool pool_location(const hipMemLocation& h, cudaMemLocation* out) {
+    if (location(h, out)) {
+        return true;
+    }
+    if (!as_hip_on_nvidia()) {
+        return false;
+    }
+    switch (h.type) {
+        case hipMemLocationTypeHost:
+            out->type = cudaMemLocationTypeHost;
+            break;
+        case hipMemLocationTypeHostNuma:
+            out->type = cudaMemLocationTypeHostNuma;
+            break;
+        default:
+            return false;
     }
     out->id = h.id;
     return true;
@@ -983,10 +1103,18 @@ HIP_ON_CUDA_EXPORT hipError_t hipMemPoolCreate(hipMemPool_t* mem_pool, const hip
         case hipMemAllocationTypePinned:
             c.allocType = cudaMemAllocationTypePinned;
             break;
+#if CUDART_VERSION >= 13000
+        case hipMemAllocationTypeManaged:
+            if (!as_hip_on_nvidia()) {
+                return done(hipErrorInvalidValue);  // no ROCm release takes it (17.)
+            }
+            c.allocType = cudaMemAllocationTypeManaged;
+            break;
+#endif
         default:
             return done(hipErrorInvalidValue);
     }
-    if (!handle_types(props->handleTypes, &c.handleTypes) || !location(props->location, &c.location)) {
+    if (!handle_types(props->handleTypes, &c.handleTypes) || !pool_location(props->location, &c.location)) {
         return done(hipErrorInvalidValue);
     }
     c.win32SecurityAttributes = props->win32SecurityAttributes;
@@ -1131,6 +1259,54 @@ HIP_ON_CUDA_EXPORT hipError_t hipFreeAsync(void* dev_ptr, hipStream_t stream) {
 HIP_ON_CUDA_EXPORT hipError_t hipMalloc(void** ptr, size_t size) { return cuda(cudaMalloc(ptr, size)); }
 
 HIP_ON_CUDA_EXPORT hipError_t hipFree(void* ptr) { return cuda(cudaFree(ptr)); }
+
+// Pinned host memory and pointer attributes (18., 19.).
+
+HIP_ON_CUDA_EXPORT hipError_t hipHostMalloc(void** ptr, size_t size, unsigned int flags) {
+    if (ptr == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    const unsigned amd_only = hipHostMallocNumaUser | hipHostMallocCoherent | hipHostMallocNonCoherent;
+    const unsigned shared = hipHostMallocPortable | hipHostMallocMapped | hipHostMallocWriteCombined;
+    if ((flags & ~(amd_only | shared)) != 0) {
+        return done(hipErrorInvalidValue);
+    }
+    return cuda(cudaHostAlloc(ptr, size, flags & shared));  // the shared bits keep their numbers
+}
+
+HIP_ON_CUDA_EXPORT hipError_t hipHostFree(void* ptr) { return cuda(cudaFreeHost(ptr)); }
+
+HIP_ON_CUDA_EXPORT hipError_t hipPointerGetAttributes(hipPointerAttribute_t* attributes, const void* ptr) {
+    if (attributes == nullptr || ptr == nullptr) {
+        return done(hipErrorInvalidValue);
+    }
+    cudaPointerAttributes c;
+    std::memset(&c, 0, sizeof c);
+    hipError_t e = cuda(cudaPointerGetAttributes(&c, ptr));
+    if (e != hipSuccess) {
+        return e;
+    }
+    std::memset(attributes, 0, sizeof *attributes);
+    attributes->device = c.device;
+    attributes->devicePointer = c.devicePointer;
+    attributes->hostPointer = c.hostPointer;
+    attributes->isManaged = c.type == cudaMemoryTypeManaged ? 1 : 0;
+    if (cuda_memory_types()) {
+        attributes->memoryType = static_cast<int>(c.type);  // the same numbers (static_assert)
+        return hipSuccess;
+    }
+    switch (c.type) {
+        case cudaMemoryTypeUnregistered:
+            return done(hipErrorInvalidValue);  // before ROCm 6.0: an unknown address is an error
+        case cudaMemoryTypeDevice:
+            attributes->memoryType = hipMemoryTypeDevice;
+            break;
+        default:  // pinned host, and managed memory (fine-grained: reported as host)
+            attributes->memoryType = hipMemoryTypeHost;
+            break;
+    }
+    return hipSuccess;
+}
 
 HIP_ON_CUDA_EXPORT hipError_t hipMemcpyAsync(void* dst, const void* src, size_t sizeBytes, hipMemcpyKind kind,
                                              hipStream_t stream) {

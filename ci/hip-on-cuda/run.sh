@@ -64,14 +64,32 @@ cat >"$out/run-on-nvidia.sh" <<'RUN'
 #   HIP_ON_CUDA_LIB_DIR      where to build the shim (default hip-on-cuda/lib)
 #   HIP_ON_CUDA_EXPECT_GPU   1 (default): fail if the shim sees no GPU
 #   HIP_ON_CUDA_VERSION      what hipRuntimeGetVersion reports (default HIP 6.2)
-set -euo pipefail
+# Then it runs bin/host once more with HIP_ON_CUDA_VERSION=cuda: acting as
+# HIP on NVIDIA, the shim passes host locations and managed memory to
+# cudaMemPoolCreate (no ROCm release's hipMemPoolCreate takes them), so the
+# rocm backend's host-pool, HostBuffer and pointer-attribute paths run too.
+set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 lib=${HIP_ON_CUDA_LIB_DIR:-$here/hip-on-cuda/lib}
-HIP_ON_CUDA_EXPECT_GPU=${HIP_ON_CUDA_EXPECT_GPU:-1} bash "$here/hip-on-cuda/build.sh" "$lib"
+HIP_ON_CUDA_EXPECT_GPU=${HIP_ON_CUDA_EXPECT_GPU:-1} bash "$here/hip-on-cuda/build.sh" "$lib" || exit 1
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export SOMALLOC_AMDHIP="$lib/libamdhip64.so.5"
 echo "run-on-nvidia: rocm suite with SOMALLOC_AMDHIP=$SOMALLOC_AMDHIP" >&2
-exec bash "$here/run.sh"
+bash "$here/run.sh"
+rc=$?
+if [ -x "$here/bin/host" ]; then
+  echo "run-on-nvidia: bin/host again as HIP on NVIDIA (HIP_ON_CUDA_VERSION=cuda)" >&2
+  log=$(mktemp)
+  HIP_ON_CUDA_VERSION=cuda "$here/bin/host" --test-threads="${TEST_THREADS:-4}" >"$log" 2>&1
+  host_rc=$?
+  grep -E '^(test result:|SKIP |host::)' "$log" || true
+  if [ "$host_rc" -ne 0 ]; then
+    grep -vE '^test .* \.\.\. ok$' "$log" | tail -n 60
+    rc=1
+  fi
+  rm -f "$log"
+fi
+exit "$rc"
 RUN
 chmod +x "$out/run-on-nvidia.sh"
 say "bundle ready: $out (on the GPU machine: bash gpu-rocm/run-on-nvidia.sh)"

@@ -64,7 +64,7 @@ usage: bench [--quick] [--out DIR] [--seed N] [--repeats N] [--only W1,W2,...] [
   --seed N          seed of the churn workload's RNG (default 42)
   --repeats N       repeats per measurement; the median is reported (default 7, --quick 3)
   --only LIST       run only these workloads (comma-separated): seed_pipeline, graph_pipeline,
-                    pair, churn, threads, threshold, synchronous
+                    pair, churn, threads, threshold, synchronous, host_pair, h2d
   --device N        device ordinal (default 0)
   --plot-only FILE  draw the pictures (and print the table) of a results file; no GPU needed
   --format-test     write a results file of placeholder values (labelled \"format test\"), read it

@@ -25,6 +25,7 @@
 mod alloc;
 mod cli;
 mod graph;
+mod host;
 mod output;
 mod placeholder;
 mod plot;
@@ -122,6 +123,8 @@ pub fn run(args: &Args) -> somalloc::Result<ExitCode> {
             "churn" => n_alloc,
             "threads" => THREADS.len() as u64 * n_alloc,
             "threshold" => 2 * count(Kind::runs_threshold),
+            "host_pair" => (host::HOST_SIZES.len() * host::HOST_PAIR_ALLOCATORS.len()) as u64,
+            "h2d" => host::H2D_SOURCES.len() as u64,
             _ => PAIR_SIZES.len() as u64,
         })
         .sum::<u64>()

@@ -118,5 +118,6 @@ pub fn allocators(vendor: &str) -> BTreeMap<String, String> {
         SYNC.into(),
         format!("testkit::SyncBuffer: synchronous {vendor}Malloc / {vendor}Free"),
     );
+    all.extend(crate::host::describe(vendor).map(|(k, v)| (k.to_string(), v)));
     all
 }

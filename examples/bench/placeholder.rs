@@ -4,8 +4,9 @@
 
 use crate::alloc::Kind;
 use crate::graph::{graph_param, Mode};
+use crate::host;
 use crate::output::allocators;
-use crate::results::{self, Meta, Peaks, Results, Row, Timeline, TimelinePoint, FORMAT, SYNC};
+use crate::results::{self, Meta, Peaks, Results, Row, Timeline, TimelinePoint, FORMAT, RAW, SYNC};
 use crate::workloads::{
     churn_param, pipeline_param, size_param, threads_param, threshold_param, MIB, PAIR_SIZES, THREADS,
 };
@@ -100,6 +101,36 @@ pub fn placeholder_results(seed: u64) -> Results {
             SYNC,
             60_000.0,
             &[("bytes", b as f64)],
+        );
+    }
+    // Pinned host memory (host.rs): the pool's pairs, the synchronous calls
+    // some hundred times dearer (more for large sizes), and the copies.
+    for &b in &host::HOST_SIZES {
+        let pin = 20_000.0 + b as f64 / 200.0;
+        let allocators = [
+            (RAW, 650.0),
+            ("somalloc", 670.0),
+            ("cache", 25.0),
+            ("cache+buf", 60.0),
+            (host::MALLOCHOST, pin),
+            (host::HOSTALLOC, pin * 1.02),
+        ];
+        for (name, ns) in allocators {
+            row("host_pair", size_param(b), name, ns, &[("bytes", b as f64)]);
+        }
+    }
+    for (name, gbs) in [
+        ("somalloc", 52.0),
+        (host::MALLOCHOST, 52.5),
+        (host::PAGEABLE, 18.0),
+    ] {
+        let bytes = host::H2D_BYTES as f64;
+        row(
+            "h2d",
+            host::h2d_param(),
+            name,
+            bytes / gbs,
+            &[("bytes", bytes), ("gb_per_s", gbs)],
         );
     }
     results::fill_ratios(&mut rows);

@@ -22,6 +22,8 @@ pub const PICTURES: &[&str] = &[
     "graph_pipeline.svg",
     "threads.svg",
     "timeline.svg",
+    "host_pair.svg",
+    "h2d.svg",
 ];
 
 const FONT: &str = "sans-serif";
@@ -79,6 +81,8 @@ pub fn plot_all(res: &Results, out: &Path) -> Out<Vec<PathBuf>> {
         "synchronous",
         "seed_pipeline",
         "graph_pipeline",
+        "host_pair",
+        "h2d",
     ] {
         if let Some(spec) = bar_spec(res, family) {
             let path = out.join(format!("{family}.svg"));
@@ -180,8 +184,18 @@ fn bar_spec(res: &Results, family: &str) -> Option<BarSpec> {
         // The value, its ratio to raw (not on raw's own bars) and, in the
         // seed pipeline, the speedup over the synchronous loop.
         let mut note = vec![fmt_ns(r.ns_per_op)];
-        if let (Some(x), false) = (r.ratio_to_raw, name == RAW || name == "raw (pair)") {
-            note.push(fmt_ratio(x));
+        // h2d: bandwidth bars (higher is better), against pageable memory.
+        if let (true, Some(&gbs)) = (family == "h2d", r.extra.get("gb_per_s")) {
+            values[s][g] = Some(gbs);
+            note = vec![format!("{gbs:.1} GB/s")];
+        }
+        let reference = name == crate::results::reference_allocator(family);
+        if let (Some(x), false) = (r.ratio_to_raw, name == RAW || name == "raw (pair)" || reference) {
+            note.push(if family == "h2d" {
+                format!("{:.1}× pageable", 1.0 / x)
+            } else {
+                fmt_ratio(x)
+            });
         }
         if let (Some(x), true) = (r.extra.get("speedup"), r.allocator != SYNC) {
             note.push(format!("{x:.1}× sync"));
@@ -216,6 +230,15 @@ fn bar_spec(res: &Results, family: &str) -> Option<BarSpec> {
         "graph_pipeline" => (
             "graph pipeline: the seed pipeline eager vs captured once and replayed".to_string(),
             "ns per iteration, events around the loop",
+        ),
+        "host_pair" => (
+            "host_pair: pinned host allocate + free: host pool (raw, somalloc, cache) vs cudaMallocHost/cudaHostAlloc"
+                .to_string(),
+            "host ns per alloc+free pair",
+        ),
+        "h2d" => (
+            "h2d: one 64 MiB host-to-device copy, enqueued and waited for, by source memory".to_string(),
+            "GB/s (host clock, higher is better)",
         ),
         other => (other.to_string(), "ns per operation"),
     };

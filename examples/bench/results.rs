@@ -197,11 +197,20 @@ fn reference_key(row: &Row) -> (&str, &str) {
     }
 }
 
-/// Fills `ratio_to_raw` of every row that has a raw reference in `rows`.
+/// The allocator a workload's rows are compared with: `raw`, except `h2d`,
+/// whose copies are compared with the copy from pageable memory.
+pub fn reference_allocator(workload: &str) -> &'static str {
+    match workload {
+        "h2d" => crate::host::PAGEABLE,
+        _ => RAW,
+    }
+}
+
+/// Fills `ratio_to_raw` of every row that has a reference in `rows`.
 pub fn fill_ratios(rows: &mut [Row]) {
     let raw: Vec<(String, String, f64)> = rows
         .iter()
-        .filter(|r| r.allocator == RAW)
+        .filter(|r| r.allocator == reference_allocator(&r.workload))
         .map(|r| (r.workload.clone(), r.param.clone(), r.ns_per_op))
         .collect();
     for row in rows.iter_mut() {
@@ -401,6 +410,9 @@ fn notes(row: &Row) -> String {
             "host_loop_ms" => parts.push(format!("host {v:.3} ms")),
             "speedup" => parts.push(format!("speedup {v:.2}x")),
             "peak_reserved_bytes" => parts.push(format!("peak reserved: {}", fmt_bytes(v))),
+            "gb_per_s" => parts.push(format!("{v:.1} GB/s")),
+            "x_faster_than_mallochost" => parts.push(format!("{v:.0}x faster than mallochost")),
+            "x_faster_than_hostalloc" => parts.push(format!("{v:.0}x faster than hostalloc")),
             // Already in the parameter column.
             "threads" | "bytes" | "threshold" => {}
             other => parts.push(format!("{other} {v}")),
@@ -438,11 +450,11 @@ pub fn table(res: &Results) -> String {
     );
     let _ = writeln!(
         s,
-        "figures: host ns per operation, {}; ratio: / raw in the same run; spread: (max-min)/median",
+        "figures: host ns per operation, {}; ratio: / raw in the same run (h2d: / pageable); spread: (max-min)/median",
         m.statistic
     );
     for (name, what) in &m.allocators {
-        let _ = writeln!(s, "  {name:<10}{what}");
+        let _ = writeln!(s, "  {name:<11}{what}");
     }
     let _ = writeln!(
         s,

@@ -26,7 +26,7 @@ pub const PIPELINE_FLOATS: usize = 1 << 20;
 /// Churn: at most this many live buffers.
 pub const CHURN_MAX_LIVE: usize = 1000;
 /// Every workload, in the order they run.
-pub const WORKLOADS: [&str; 7] = [
+pub const WORKLOADS: [&str; 9] = [
     "seed_pipeline",
     "graph_pipeline",
     "pair",
@@ -34,6 +34,8 @@ pub const WORKLOADS: [&str; 7] = [
     "threads",
     "threshold",
     "synchronous",
+    "host_pair",
+    "h2d",
 ];
 
 // ---------------------------------------------------------------------------
@@ -598,6 +600,9 @@ pub fn run_workload(
                 |c, bytes, _| synchronous(c, bytes),
             )?);
         }
+        // Pinned host memory (examples/bench/host.rs).
+        "host_pair" => crate::host::host_pair(ctx, rows)?,
+        "h2d" => crate::host::h2d(ctx, rows)?,
         _ => unreachable!("checked when parsing --only"),
     }
     Ok(())

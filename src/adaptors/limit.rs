@@ -112,4 +112,8 @@ unsafe impl MemoryResource for LimitingAdaptor {
     fn device(&self) -> Device {
         self.inner.device()
     }
+
+    fn placement(&self) -> crate::Placement {
+        self.inner.placement()
+    }
 }

@@ -183,4 +183,8 @@ unsafe impl MemoryResource for RetryAdaptor {
     fn device(&self) -> Device {
         self.inner.device()
     }
+
+    fn placement(&self) -> crate::Placement {
+        self.inner.placement()
+    }
 }

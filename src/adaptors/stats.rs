@@ -219,4 +219,8 @@ unsafe impl MemoryResource for StatisticsAdaptor {
     fn device(&self) -> Device {
         self.inner.device()
     }
+
+    fn placement(&self) -> crate::Placement {
+        self.inner.placement()
+    }
 }

@@ -189,6 +189,10 @@ unsafe impl MemoryResource for TrackingAdaptor {
     fn device(&self) -> Device {
         self.inner.device()
     }
+
+    fn placement(&self) -> crate::Placement {
+        self.inner.placement()
+    }
 }
 
 impl Drop for TrackingAdaptor {

@@ -357,10 +357,7 @@ fn dropping_the_tier_returns_everything() {
 /// the same stream and the retry succeeds (the pool reuses them at once).
 #[test]
 fn out_of_memory_returns_cached_blocks_and_retries() {
-    let props = PoolProperties {
-        max_size: Some(64 * MIB),
-        ..PoolProperties::default()
-    };
+    let props = PoolProperties::device().max_size(64 * MIB);
     let Some(ctx) = setup_with("cache::out_of_memory_returns_cached_blocks_and_retries", props) else {
         return;
     };

@@ -131,10 +131,7 @@ fn stats_follow_allocations() {
 
 #[test]
 fn max_size_caps_a_created_pool() {
-    let props = PoolProperties {
-        max_size: Some(32 * MIB),
-        ..Default::default()
-    };
+    let props = PoolProperties::device().max_size(32 * MIB);
     let Some(ctx) = setup_with("pool::max_size_caps_a_created_pool", props) else {
         return;
     };
@@ -155,13 +152,7 @@ fn max_size_caps_a_created_pool() {
     assert_eq!(ctx.k.verify(&b, 3, &ctx.stream).unwrap(), 0);
     drop((a, b));
     assert!(matches!(
-        MemPool::create(
-            &ctx.dev,
-            PoolProperties {
-                max_size: Some(0),
-                ..Default::default()
-            }
-        ),
+        MemPool::create(&ctx.dev, PoolProperties::device().max_size(0)),
         Err(Error::InvalidArgument { .. })
     ));
     ctx.finish(&[]);
