@@ -93,7 +93,7 @@ shared_runtime_api! {
         ) -> i32;
         // Host memory: pointer attributes, and the pinned-host baselines.
         fn pointer_get_attributes = "cudaPointerGetAttributes\0"; (
-            *mut sys::cudaPointerAttributes, *const c_void,
+            *mut sys::cudaPointerAttributesStorage, *const c_void,
         ) -> i32;
         fn host_alloc = "cudaHostAlloc\0"; (*mut *mut c_void, usize, c_uint) -> i32;
         fn malloc_host = "cudaMallocHost\0"; (*mut *mut c_void, usize) -> i32;
@@ -431,7 +431,7 @@ backend_impl! {
         fn pointer_info(ptr: *const c_void) -> Result<RawPointerInfo> {
             // Room for the CUDA 13 struct, zeroed (a CUDA 12 runtime writes
             // the first 24 bytes).
-            let mut attr = sys::cudaPointerAttributes::zeroed();
+            let mut attr = sys::cudaPointerAttributesStorage::zeroed();
             // SAFETY: valid, large enough out-pointer; the runtime only
             // looks the address up, it does not access the memory.
             check("cudaPointerGetAttributes", unsafe {
@@ -566,7 +566,7 @@ mod tests {
         assert_eq!(memory_type(3), MemoryType::Managed);
         assert_eq!(memory_type(9), MemoryType::Other(9));
         // A CUDA 12 runtime writes the first 24 bytes, a CUDA 13 one all 88.
-        let attr = sys::cudaPointerAttributes::zeroed();
+        let attr = sys::cudaPointerAttributesStorage::zeroed();
         assert!(attr.devicePointer.is_null() && attr.reserved == [0; 8]);
     }
 

@@ -244,14 +244,14 @@ impl cudaMemPoolProps {
 /// `struct cudaMemPoolPtrExportData`: 64 opaque bytes.
 pub(crate) type cudaMemPoolPtrExportData = [u8; 64];
 
-/// `struct cudaPointerAttributes` in its CUDA 13 shape: CUDA 12 has no
+/// Room for `struct cudaPointerAttributes` of either major: CUDA 12's has no
 /// `reserved` (24 bytes), CUDA 13 adds `long reserved[8]` (88 bytes). The
 /// backend passes room for the larger one, zeroed, and reads only the
 /// first four fields, at the same offsets in both.
-// header-check cuda<13: cudaPointerAttributes.reserved absent; cudaPointerAttributes size 24
+// header-check cuda: cudaPointerAttributesStorage holds cudaPointerAttributes
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct cudaPointerAttributes {
+pub(crate) struct cudaPointerAttributesStorage {
     /// `enum cudaMemoryType`, written by the runtime: kept as an integer.
     pub type_: c_int,
     pub device: c_int,
@@ -260,9 +260,9 @@ pub(crate) struct cudaPointerAttributes {
     pub reserved: [i64; 8],
 }
 
-impl cudaPointerAttributes {
+impl cudaPointerAttributesStorage {
     pub(crate) const fn zeroed() -> Self {
-        cudaPointerAttributes {
+        cudaPointerAttributesStorage {
             type_: 0,
             device: 0,
             devicePointer: std::ptr::null_mut(),
@@ -323,7 +323,7 @@ const _: () = assert!(size_of::<cudaDevicePropStorage>() >= 1032);
 const _: () = assert!(offset_of!(cudaDevicePropStorage, name) == 0);
 const _: () = assert!(size_of::<cudaStream_t>() == size_of::<*mut c_void>());
 const _: () = assert!(size_of::<cudaHostFn_t>() == size_of::<*mut c_void>());
-const _: () = assert!(size_of::<cudaPointerAttributes>() == 88);
-const _: () = assert!(offset_of!(cudaPointerAttributes, device) == 4);
-const _: () = assert!(offset_of!(cudaPointerAttributes, devicePointer) == 8);
-const _: () = assert!(offset_of!(cudaPointerAttributes, hostPointer) == 16);
+const _: () = assert!(size_of::<cudaPointerAttributesStorage>() == 88);
+const _: () = assert!(offset_of!(cudaPointerAttributesStorage, device) == 4);
+const _: () = assert!(offset_of!(cudaPointerAttributesStorage, devicePointer) == 8);
+const _: () = assert!(offset_of!(cudaPointerAttributesStorage, hostPointer) == 16);
