@@ -86,6 +86,8 @@ for b in "${backends[@]}"; do
   # shellcheck source=ci/setup.sh
   source ci/setup.sh "$b" >/dev/null 2>&1 || true
   cell "clippy-$b" quiet cargo clippy --features "$b,kernels" --all-targets
+  # What users build: the library without the test kit.
+  cell "lib-$b" quiet cargo clippy --features "$b"
   cell "test-$b" show cargo test --features "$b,kernels"
   cell "doc-$b" quiet cargo doc --no-deps --features "$b"
 done
