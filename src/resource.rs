@@ -124,6 +124,18 @@ pub unsafe trait MemoryResource: Send + Sync {
 
     /// The device whose memory this resource hands out.
     fn device(&self) -> Device;
+
+    /// The stream cache this resource is, if it is one: a
+    /// [`DeviceBuffer`](crate::DeviceBuffer) then holds no reference count
+    /// on it (the cache keeps itself and its stream alive while a block it
+    /// handed to a buffer is live). Only somalloc's
+    /// [`StreamCache`](crate::StreamCache) answers; no other implementation
+    /// can override this (its argument cannot be named outside the crate).
+    #[doc(hidden)]
+    #[inline]
+    fn stream_cache(&self, _: crate::cache::Sealed) -> Option<&crate::StreamCache> {
+        None
+    }
 }
 
 /// The vendor pool as a resource: `cudaMallocFromPoolAsync` /

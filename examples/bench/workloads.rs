@@ -501,7 +501,13 @@ pub fn run_workload(
     rows: &mut Vec<Row>,
     timelines: &mut Vec<Timeline>,
 ) -> somalloc::Result<()> {
-    let all: Vec<Who> = Kind::ALL.iter().map(|&k| Who::Alloc(k)).collect();
+    // The allocators that run this workload (the cudarc peers run pair,
+    // churn and threads only).
+    let all: Vec<Who> = Kind::ALL
+        .iter()
+        .filter(|k| k.runs(workload))
+        .map(|&k| Who::Alloc(k))
+        .collect();
     let note_none = |_: Who| None;
     match workload {
         "seed_pipeline" => {

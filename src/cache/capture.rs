@@ -38,14 +38,16 @@ impl StreamCache {
             let mut state = self.lock();
             match state.captured.remove(&(ptr as usize)) {
                 Some(size) => size,
-                None => {
-                    // Allocated before the capture: it counted as live.
-                    let size = class.map_or(bytes, class_size);
-                    if class.is_some() {
+                None => match class {
+                    // Allocated before the capture: it counted as live, in
+                    // its class or the larger one it was handed out in.
+                    Some(idx) => {
+                        let size = class_size(state.real_class(ptr as usize, idx));
                         state.live = state.live.saturating_sub(size);
+                        size
                     }
-                    size
-                }
+                    None => bytes,
+                },
             }
         };
         // SAFETY: the block came from `upstream.allocate(size, stream)` (a

@@ -36,6 +36,24 @@ pub struct CacheConfig {
     /// the caps bound the cache. See the [module docs](crate::cache) for why
     /// it is off by default on the vendor pools.
     pub headroom: Option<Headroom>,
+    /// The footprint budget for reusing larger blocks: when a miss would
+    /// take the stream's footprint (live + cached bytes) above its live
+    /// peak plus this headroom, it takes a cached block of up to twice the
+    /// class size (the next eight classes) instead of asking the upstream,
+    /// if one is there. Nothing is returned upstream for it, so the
+    /// upstream sees fewer allocations and no extra frees (unlike the
+    /// [`headroom`](CacheConfig::headroom) guard). `None`: a miss always
+    /// asks the upstream. Default: 32 MiB or 12.5 % of the live peak,
+    /// whichever is larger. Allocations through the tier itself
+    /// ([`CacheTier`](crate::CacheTier) as the resource) never get a larger
+    /// block.
+    pub reuse_larger: Option<Headroom>,
+    /// Lets the thread that keeps using a stream's cache in and out of it
+    /// without an atomic read-modify-write (its lock is biased to that
+    /// thread; see the [module docs](crate::cache#the-hot-path)). Has an
+    /// effect only where the OS has a process-wide memory barrier (Linux);
+    /// elsewhere every access takes the lock. Default `true`.
+    pub thread_bias: bool,
 }
 
 impl CacheConfig {
@@ -46,6 +64,8 @@ impl CacheConfig {
             per_stream_cap: 256 * MIB,
             total_cap: 1024 * MIB,
             headroom: None,
+            reuse_larger: Some(Headroom::new(32 * MIB, 125)),
+            thread_bias: true,
         }
     }
 
@@ -73,6 +93,21 @@ impl CacheConfig {
     /// a [`Headroom`] turns it on, `None` off.
     pub fn headroom(mut self, headroom: impl Into<Option<Headroom>>) -> CacheConfig {
         self.headroom = headroom.into();
+        self
+    }
+}
+
+impl CacheConfig {
+    /// Sets the budget for reusing larger blocks
+    /// ([`reuse_larger`](CacheConfig::reuse_larger)); `None` turns it off.
+    pub fn reuse_larger(mut self, budget: impl Into<Option<Headroom>>) -> CacheConfig {
+        self.reuse_larger = budget.into();
+        self
+    }
+
+    /// Sets [`thread_bias`](CacheConfig::thread_bias).
+    pub const fn thread_bias(mut self, on: bool) -> CacheConfig {
+        self.thread_bias = on;
         self
     }
 }

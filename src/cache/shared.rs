@@ -3,12 +3,14 @@
 //! Written only on slow paths.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use super::class::class_index;
 use super::lock;
-use super::spin::CachePadded;
+use super::lock::CachePadded;
 use super::stream_cache::StreamCache;
 use super::CacheConfig;
 use crate::device::Device;
@@ -17,6 +19,51 @@ use crate::resource::MemoryResource;
 
 /// The total cap is leased to streams in granules of at most this.
 pub(super) const MAX_GRANULE: usize = 16 * super::MIB;
+
+/// How often idle credit may be taken from streams that other threads own.
+pub(super) const RECLAIM_EVERY: Duration = Duration::from_millis(1);
+
+/// Whether this reclaim may take ownership away (at most once per
+/// [`RECLAIM_EVERY`], process-wide).
+fn reclaim_turn() -> bool {
+    static START: OnceLock<Instant> = OnceLock::new();
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = START.get_or_init(Instant::now).elapsed().as_micros() as u64 + 1;
+    let last = LAST.load(Ordering::Relaxed);
+    now.saturating_sub(last) >= RECLAIM_EVERY.as_micros() as u64
+        && LAST
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+}
+
+/// A hasher for block addresses (distinct multiples of 256): one
+/// multiplication, no seed. The maps it serves are private to a stream and
+/// keyed by addresses the upstream chose, so nobody steers the collisions.
+#[derive(Default)]
+pub(super) struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_usize(&mut self, addr: usize) {
+        // The low 8 bits of a block address are 0. The product's high bits
+        // mix all of the rest; the rotation brings them down to the bits
+        // that pick the bucket.
+        self.0 = ((addr as u64) >> 8)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(26);
+    }
+}
+
+pub(super) type BuildAddrHasher = BuildHasherDefault<AddrHasher>;
 
 /// The parts of a tier that every stream sees. Written only on slow paths.
 pub(super) struct Shared {
@@ -72,13 +119,16 @@ impl Shared {
     }
 
     /// Other streams give back the credit they lease beyond what they cache
-    /// (those busy right now are skipped).
+    /// (those busy right now are skipped). A stream that another thread
+    /// owns (see `lock.rs`) is asked only once per [`RECLAIM_EVERY`] in the
+    /// whole process: taking it away costs a process-wide barrier.
     pub(super) fn reclaim_slack(&self, except: usize) {
+        let may_revoke = reclaim_turn();
         for cache in self.snapshot() {
             if cache.key == except {
                 continue;
             }
-            if let Some(mut state) = cache.state.try_lock() {
+            if let Some(mut state) = cache.state.try_lock(may_revoke) {
                 state.return_slack(self, 0);
             }
         }

@@ -1,10 +1,14 @@
 //! One stream's books, kept behind its lock: the free lists per size
-//! class, the cached bytes and the credit leased for them, the counters.
+//! class, the cached bytes and the credit leased for them, the counters,
+//! and what keeps the cache alive for the buffers that point into it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::class::class_size;
+use super::shared::BuildAddrHasher;
 use super::shared::Shared;
+use super::stream_cache::StreamCache;
 use super::StreamCacheStats;
 
 /// One stream's cache, behind its lock.
@@ -12,8 +16,6 @@ pub(super) struct State {
     /// Free blocks (addresses) per size class; the last pushed is reused
     /// first (the warmest).
     pub(super) bins: Vec<Vec<usize>>,
-    /// One bit per class: its bin is not empty.
-    pub(super) nonempty: Vec<u64>,
     pub(super) cached: usize,
     pub(super) blocks: usize,
     /// Bytes of the total cap leased to this stream; `cached <= credit`.
@@ -21,13 +23,23 @@ pub(super) struct State {
     pub(super) live: usize,
     pub(super) live_high: usize,
     /// The tier dropped this cache (or `remove_stream`): pass everything
-    /// through to upstream.
+    /// through to upstream. Its bins are empty from then on.
     pub(super) detached: bool,
+    /// Blocks handed to buffers that hold no reference to this cache
+    /// (`DeviceBuffer::new_with`): the cache stays alive until each is back.
+    pub(super) pinned: usize,
+    /// The tier's reference, kept by a detached cache while `pinned > 0`
+    /// and given up (to be dropped outside the lock) when the last comes back.
+    pub(super) self_keep: Option<Arc<StreamCache>>,
     pub(super) hits: u64,
+    pub(super) reused_larger: u64,
     pub(super) misses: u64,
     pub(super) bypassed: u64,
     pub(super) spilled: u64,
     pub(super) released: u64,
+    /// Live blocks handed out for a request of a smaller class
+    /// (`reuse_larger`): address -> their class.
+    pub(super) larger: HashMap<usize, usize, BuildAddrHasher>,
     /// Blocks allocated while the stream was capturing (graph memory) and
     /// not freed yet: address -> the size asked of the upstream.
     pub(super) captured: HashMap<usize, usize>,
@@ -48,31 +60,95 @@ impl State {
     pub(super) fn new(classes: usize) -> State {
         State {
             bins: (0..classes).map(|_| Vec::new()).collect(),
-            nonempty: vec![0; classes.div_ceil(64)],
             cached: 0,
             blocks: 0,
             credit: 0,
             live: 0,
             live_high: 0,
             detached: false,
+            pinned: 0,
+            self_keep: None,
             hits: 0,
+            reused_larger: 0,
             misses: 0,
             bypassed: 0,
             spilled: 0,
             released: 0,
+            larger: HashMap::default(),
             captured: HashMap::new(),
             captured_allocs: 0,
         }
     }
 
-    pub(super) fn pop(&mut self, idx: usize) -> Option<usize> {
-        let bin = self.bins.get_mut(idx)?;
-        let addr = bin.pop()?;
-        if bin.is_empty() {
-            if let Some(word) = self.nonempty.get_mut(idx / 64) {
-                *word &= !(1u64 << (idx % 64));
-            }
+    /// The class of a live block freed with a request of class `idx`:
+    /// `idx`, or the larger class it was handed out in (forgotten now).
+    #[inline]
+    pub(super) fn real_class(&mut self, addr: usize, idx: usize) -> usize {
+        if self.larger.is_empty() {
+            return idx;
         }
+        self.larger.remove(&addr).unwrap_or(idx)
+    }
+
+    /// A cached block of a class above `idx` (up to `above` classes up),
+    /// the smallest there is.
+    pub(super) fn larger_cached(&self, idx: usize, above: usize) -> Option<usize> {
+        let end = idx.saturating_add(above).min(self.bins.len().saturating_sub(1));
+        (idx + 1..=end).find(|&j| self.bins.get(j).is_some_and(|b| !b.is_empty()))
+    }
+
+    /// A cached block of class `idx` for an allocation (a hit), if there is
+    /// one: counted as live. A detached cache has none.
+    #[inline]
+    pub(super) fn take_hit(&mut self, idx: usize, size: usize) -> Option<usize> {
+        let addr = self.bins.get_mut(idx)?.pop()?;
+        self.cached -= size;
+        self.blocks -= 1;
+        self.hits += 1;
+        self.live += size;
+        self.live_high = self.live_high.max(self.live);
+        Some(addr)
+    }
+
+    /// Caches a freed live block of class `idx` if it fits the credit
+    /// already leased and the per-stream cap; `false` (nothing changed)
+    /// otherwise, for `put` to decide.
+    #[inline]
+    pub(super) fn try_put_fast(&mut self, idx: usize, size: usize, addr: usize, cap: usize) -> bool {
+        let (idx, size, larger) = match self.larger.is_empty() {
+            true => (idx, size, false),
+            false => match self.larger_class(addr) {
+                Some(real) => (real, class_size(real), true),
+                None => (idx, size, false),
+            },
+        };
+        let cached = self.cached + size;
+        if self.detached || cached > self.credit || cached > cap || !self.captured.is_empty() {
+            return false;
+        }
+        let Some(bin) = self.bins.get_mut(idx) else {
+            return false;
+        };
+        bin.push(addr);
+        self.cached = cached;
+        self.blocks += 1;
+        self.live = self.live.saturating_sub(size);
+        if larger {
+            self.larger.remove(&addr);
+        }
+        true
+    }
+
+    /// The class a live block was handed out in, if larger than its
+    /// request's (`reuse_larger`).
+    #[cold]
+    #[inline(never)]
+    fn larger_class(&self, addr: usize) -> Option<usize> {
+        self.larger.get(&addr).copied()
+    }
+
+    fn pop(&mut self, idx: usize) -> Option<usize> {
+        let addr = self.bins.get_mut(idx)?.pop()?;
         // Never below zero: `cached` and `blocks` count exactly the bins.
         self.cached = self.cached.saturating_sub(class_size(idx));
         self.blocks = self.blocks.saturating_sub(1);
@@ -81,25 +157,19 @@ impl State {
 
     /// Puts a block into its bin; `false` (nothing changed) for a class the
     /// table does not have.
-    pub(super) fn push(&mut self, idx: usize, addr: usize) -> bool {
-        let (Some(bin), Some(word)) = (self.bins.get_mut(idx), self.nonempty.get_mut(idx / 64)) else {
+    fn push(&mut self, idx: usize, addr: usize) -> bool {
+        let Some(bin) = self.bins.get_mut(idx) else {
             return false;
         };
         bin.push(addr);
-        *word |= 1u64 << (idx % 64);
         self.cached += class_size(idx);
         self.blocks += 1;
         true
     }
 
     /// The largest class with a cached block.
-    pub(super) fn largest(&self) -> Option<usize> {
-        self.nonempty
-            .iter()
-            .enumerate()
-            .rev()
-            .find(|(_, w)| **w != 0)
-            .map(|(i, w)| i * 64 + 63 - w.leading_zeros() as usize)
+    fn largest(&self) -> Option<usize> {
+        self.bins.iter().rposition(|b| !b.is_empty())
     }
 
     /// Takes cached blocks, largest first, until at most `keep` bytes stay.
@@ -122,7 +192,7 @@ impl State {
     }
 
     /// Leases credit until `cached` bytes are covered.
-    pub(super) fn cover(&mut self, cached: usize, shared: &Shared) -> bool {
+    fn cover(&mut self, cached: usize, shared: &Shared) -> bool {
         if cached <= self.credit {
             return true;
         }
@@ -167,6 +237,7 @@ impl State {
             live_bytes: self.live,
             live_high: self.live_high,
             hits: self.hits,
+            reused_larger: self.reused_larger,
             misses: self.misses,
             bypassed: self.bypassed,
             spilled: self.spilled,

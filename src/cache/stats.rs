@@ -22,6 +22,10 @@ pub struct StreamCacheStats {
     pub live_high: usize,
     /// Allocations served from the cache (no upstream call).
     pub hits: u64,
+    /// Of those, the ones served by a larger cached block because the
+    /// stream's footprint was above its budget (see
+    /// [`CacheConfig::reuse_larger`](crate::CacheConfig::reuse_larger)).
+    pub reused_larger: u64,
     /// Allocations of a cacheable size that went to the upstream resource.
     pub misses: u64,
     /// Allocations above `max_block_bytes` (never cached).
@@ -48,6 +52,7 @@ impl StreamCacheStats {
         self.live_bytes += other.live_bytes;
         self.live_high += other.live_high;
         self.hits += other.hits;
+        self.reused_larger += other.reused_larger;
         self.misses += other.misses;
         self.bypassed += other.bypassed;
         self.spilled += other.spilled;
@@ -93,12 +98,13 @@ impl fmt::Display for CacheStats {
         let t = &self.total;
         write!(
             f,
-            "cached {} B in {} blocks over {} streams; hits {}, misses {} ({:.1} % hits), \
-             bypassed {}, spilled {}, released {}, captured {}",
+            "cached {} B in {} blocks over {} streams; hits {} ({} by a larger block), misses {} \
+             ({:.1} % hits), bypassed {}, spilled {}, released {}, captured {}",
             t.cached_bytes,
             t.cached_blocks,
             self.streams.len(),
             t.hits,
+            t.reused_larger,
             t.misses,
             100.0 * self.hit_rate(),
             t.bypassed,

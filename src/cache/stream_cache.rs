@@ -5,11 +5,11 @@ use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
 
-use super::class::class_size;
+use super::hot::Ask;
+use super::lock::{CachePadded, Guard, StreamLock};
 use super::shared::Shared;
-use super::spin::{CachePadded, SpinGuard, SpinLock};
-use super::state::{Put, State};
-use super::StreamCacheStats;
+use super::state::State;
+use super::{Sealed, StreamCacheStats};
 use crate::device::Device;
 use crate::error::{record_drop_error, Error, Result};
 use crate::resource::MemoryResource;
@@ -40,9 +40,13 @@ use crate::stream::Stream;
 /// # Ok(()) }
 /// ```
 pub struct StreamCache {
-    pub(super) state: CachePadded<SpinLock<State>>,
+    pub(super) state: CachePadded<StreamLock<State>>,
     pub(super) stream: Stream,
     pub(super) key: usize,
+    /// `config.max_block_bytes` and `config.per_stream_cap`, copied here
+    /// to spare the hot path a look into `shared`.
+    pub(super) max_block: usize,
+    pub(super) cap: usize,
     pub(super) shared: Arc<Shared>,
 }
 
@@ -57,15 +61,19 @@ impl fmt::Debug for StreamCache {
 
 impl StreamCache {
     pub(super) fn new(stream: &Stream, shared: Arc<Shared>) -> StreamCache {
+        let config = &shared.config;
         StreamCache {
-            state: CachePadded(SpinLock::new(State::new(shared.classes))),
+            state: CachePadded(StreamLock::new(State::new(shared.classes), config.thread_bias)),
             stream: stream.clone(),
             key: stream.as_raw() as usize,
+            max_block: config.max_block_bytes,
+            cap: config.per_stream_cap,
             shared,
         }
     }
 
-    pub(super) fn lock(&self) -> SpinGuard<'_, State> {
+    #[inline]
+    pub(super) fn lock(&self) -> Guard<'_, State> {
         self.state.lock()
     }
 
@@ -106,6 +114,21 @@ impl StreamCache {
         }
         // SAFETY: cached blocks of this stream (see `free_upstream`).
         unsafe { self.free_upstream(&blocks) }
+    }
+
+    /// Turns the cache into a pass-through (the tier lets go of it) and
+    /// returns its cached blocks (see `release_all`). While buffers hold
+    /// blocks of it without a reference, it keeps `self` (the tier's
+    /// reference) until the last of them comes back.
+    pub(super) fn detach(self: &Arc<Self>) -> Result<usize> {
+        {
+            let mut state = self.lock();
+            state.detached = true;
+            if state.pinned > 0 && state.self_keep.is_none() {
+                state.self_keep = Some(Arc::clone(self));
+            }
+        }
+        self.release_all(true)
     }
 
     /// Returns every cached block; with `detach`, also turns the cache into
@@ -159,16 +182,23 @@ impl StreamCache {
         first_error.map_or(Ok(()), Err)
     }
 
+    #[inline]
     pub(super) fn check_stream(&self, stream: &Stream) -> Result<()> {
         if stream.as_raw() as usize != self.key {
-            return Err(Error::invalid(format!(
-                "the cache of stream {:#x} was used with stream {:#x}: \
-                 get that stream's cache from CacheTier::for_stream",
-                self.key,
-                stream.as_raw() as usize
-            )));
+            return Err(self.wrong_stream(stream));
         }
         Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wrong_stream(&self, stream: &Stream) -> Error {
+        Error::invalid(format!(
+            "the cache of stream {:#x} was used with stream {:#x}: \
+             get that stream's cache from CacheTier::for_stream",
+            self.key,
+            stream.as_raw() as usize
+        ))
     }
 
     /// A miss: upstream, with recovery from out of memory.
@@ -209,115 +239,29 @@ impl StreamCache {
 // docs). Under capture it passes allocations and frees through to the
 // upstream and never caches a block allocated or freed during a capture.
 unsafe impl MemoryResource for StreamCache {
+    #[inline]
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
-        self.check_stream(stream)?;
-        if bytes == 0 {
-            return Err(Error::invalid("0-byte allocation from a stream cache"));
+        match self.try_hit(bytes, stream, false) {
+            Some(ptr) => Ok(ptr),
+            None => self.take_slow(bytes, stream, Ask::PLAIN).map(|(ptr, _)| ptr),
         }
-        if self.stream.may_capture() && self.stream.capturing()?.is_some() {
-            return self.allocate_captured(bytes);
-        }
-        let shared = &*self.shared;
-        let Some(idx) = shared.class_of(bytes) else {
-            let ptr = shared.upstream.allocate(bytes, &self.stream)?;
-            self.lock().bypassed += 1;
-            return Ok(ptr);
-        };
-        let size = class_size(idx);
-        let mut victims = Vec::new();
-        {
-            let mut state = self.lock();
-            if !state.detached {
-                if let Some(addr) = state.pop(idx) {
-                    state.hits += 1;
-                    state.live += size;
-                    state.live_high = state.live_high.max(state.live);
-                    // The credit stays: the next free reuses it without
-                    // touching the shared counter. Other streams take idle
-                    // credit back when they need it (`reclaim_slack`).
-                    return Ok(addr as *mut c_void);
-                }
-                state.misses += 1;
-                // A miss costs an upstream call anyway: give back slack
-                // beyond two granules here rather than on hits.
-                if state.credit.saturating_sub(state.cached) > 2 * shared.granule {
-                    state.return_slack(shared, shared.granule);
-                }
-                if let Some(headroom) = shared.config.headroom {
-                    let want = state.live + size;
-                    let peak = state.live_high.max(want);
-                    let budget = peak.saturating_add(headroom.above(peak));
-                    let keep = budget.saturating_sub(want);
-                    state.take_down_to(keep, &mut victims);
-                    if !victims.is_empty() {
-                        state.return_slack(shared, shared.granule);
-                    }
-                }
-            }
-        }
-        // SAFETY: blocks taken out of this stream's bins just above.
-        unsafe { self.free_upstream(&victims)? };
-        let ptr = self.allocate_upstream(bytes, size)?;
-        let mut state = self.lock();
-        state.live += size;
-        state.live_high = state.live_high.max(state.live);
-        Ok(ptr)
     }
 
+    #[inline]
     unsafe fn deallocate(&self, ptr: *mut c_void, bytes: usize, stream: &Stream) -> Result<()> {
-        self.check_stream(stream)?;
-        if bytes == 0 {
-            return Err(Error::invalid("0-byte free to a stream cache"));
-        }
-        if self.stream.may_capture() && self.stream.capturing()?.is_some() {
-            // SAFETY: forwarded from the caller.
-            return unsafe { self.deallocate_captured(ptr, bytes) };
-        }
-        let shared = &*self.shared;
-        let addr = ptr as usize;
-        let Some(idx) = shared.class_of(bytes) else {
-            // A block allocated during a capture is not remembered any more.
-            self.lock().captured.remove(&addr);
-            // SAFETY: a request above max_block_bytes went to
-            // `upstream.allocate(bytes, stream)` unrounded; the caller's
-            // guarantees (freed once, uses ordered before this point of this
-            // stream) carry over.
-            return unsafe { shared.upstream.deallocate(ptr, bytes, &self.stream) };
-        };
-        let size = class_size(idx);
-        let mut put = {
-            let mut state = self.lock();
-            if !state.captured.is_empty() && state.captured.remove(&addr).is_some() {
-                // Graph memory from a capture: upstream, never cached.
-                drop(state);
-                // SAFETY: allocated upstream in its class size (see
-                // `allocate_captured`); the caller's guarantees carry over.
-                return unsafe { shared.upstream.deallocate(ptr, size, &self.stream) };
-            }
-            state.live = state.live.saturating_sub(size);
-            state.put(idx, size, addr, shared)
-        };
-        if put == Put::NoCredit {
-            shared.reclaim_slack(self.key);
-            let mut state = self.lock();
-            put = match state.put(idx, size, addr, shared) {
-                Put::NoCredit => Put::Spill,
-                other => other,
-            };
-        }
-        if put == Put::Cached {
+        if self.try_put(ptr, bytes, stream, false) {
             return Ok(());
         }
-        self.lock().spilled += 1;
-        // SAFETY: the block came from `upstream.allocate(size, stream)` (the
-        // class size is a function of `bytes`); the caller frees it once and
-        // ordered every use before this point of this stream; it was not
-        // cached.
-        unsafe { shared.upstream.deallocate(ptr, size, &self.stream) }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.give_slow(ptr, bytes, stream) }
     }
 
     fn device(&self) -> Device {
         self.shared.device
+    }
+
+    fn stream_cache(&self, _: Sealed) -> Option<&StreamCache> {
+        Some(self)
     }
 }
 

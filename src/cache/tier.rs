@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::class::{class_index, class_size, MAX_BLOCK_LIMIT, MIN_BLOCK};
+use super::hot::Ask;
 use super::lock;
+use super::lock::CachePadded;
 use super::shared::{Shared, MAX_GRANULE};
-use super::spin::CachePadded;
 use super::stream_cache::StreamCache;
 use super::{CacheConfig, CacheStats};
 use crate::device::Device;
@@ -137,7 +138,7 @@ impl CacheTier {
     pub fn remove_stream(&self, stream: &Stream) -> Result<bool> {
         let removed = lock(&self.shared.registry).remove(&(stream.as_raw() as usize));
         match removed {
-            Some(cache) => cache.release_all(true).map(|_| true),
+            Some(cache) => cache.detach().map(|_| true),
             None => Ok(false),
         }
     }
@@ -239,7 +240,12 @@ impl CacheTier {
 unsafe impl MemoryResource for CacheTier {
     /// Through the stream's cache (registering the stream on first use).
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
-        self.for_stream(stream)?.allocate(bytes, stream)
+        // Always a block of the request's class (see `deallocate`).
+        let cache = self.for_stream(stream)?;
+        match cache.try_hit(bytes, stream, false) {
+            Some(ptr) => Ok(ptr),
+            None => cache.take_slow(bytes, stream, Ask::TIER).map(|(ptr, _)| ptr),
+        }
     }
 
     /// Through the stream's cache; for a stream removed since the
@@ -273,7 +279,7 @@ impl Drop for CacheTier {
         for cache in caches.into_values() {
             // Detached: a handle that a buffer still holds passes its free
             // straight upstream.
-            record_drop_error(cache.release_all(true).map(|_| ()));
+            record_drop_error(cache.detach().map(|_| ()));
         }
     }
 }

@@ -1,7 +1,9 @@
 //! GPU-free tests of the cache tier over a fake upstream resource and fake
 //! streams (see `crate::testing`): here the size classes, the caps, flush,
 //! trim, drop, the footprint guard and out-of-memory recovery; seeded random
-//! model runs in `model.rs`; stream capture in `capture.rs`.
+//! model runs in `model.rs`; stream capture in `capture.rs`; the fast paths
+//! (the biased lock, buffers pinning their cache, larger blocks under the
+//! footprint budget) in `fast.rs`.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use crate::buffer::DeviceBuffer;
 use crate::testing::{FakeResource, Rng};
 
 mod capture;
+mod fast;
 mod model;
 
 const KIB: usize = 1 << 10;

@@ -17,7 +17,7 @@ struct ModelStream {
 /// that the tier's books match the upstream's and the caps hold.
 #[test]
 fn random_model_keeps_books_and_caps() {
-    for seed in 1..=6u64 {
+    for seed in 1..=12u64 {
         let fake = FakeResource::new(None);
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let config = CacheConfig::default()
@@ -31,6 +31,13 @@ fn random_model_keeps_books_and_caps() {
                     Some(Headroom::default()),
                     Some(Headroom::new(64 * KIB, 100)),
                 ][rng.below(4)],
+            )
+            .reuse_larger(
+                [
+                    None,
+                    Some(Headroom::new(0, 0)),
+                    Some(Headroom::new(256 * KIB, 50)),
+                ][rng.below(3)],
             );
         let tier = tier_over(&fake, config);
         let streams: Vec<Stream> = (0..4).map(stream).collect();
@@ -71,9 +78,12 @@ fn random_model_keeps_books_and_caps() {
                 }
                 _ => {}
             }
-            // The books: upstream holds exactly the live blocks (class-sized)
-            // and the cached ones, and no two live blocks share an address.
+            // The books: upstream holds exactly the live blocks (in their
+            // class, or a larger one under `reuse_larger`, at most one
+            // power of two up) and the cached ones, and no two live blocks
+            // share an address.
             let st = tier.stats();
+            let up = fake.state();
             let mut expect = 0;
             let mut seen = HashSet::new();
             for (m, _) in model.iter().zip(&streams) {
@@ -82,15 +92,28 @@ fn random_model_keeps_books_and_caps() {
                         seen.insert(addr),
                         "seed {seed} step {step}: {addr:#x} handed out twice"
                     );
-                    expect += tier.block_size(bytes);
+                    let (real, _) = up.live[&addr];
+                    let class = tier.block_size(bytes);
+                    if config.reuse_larger.is_none() || bytes > config.max_block_bytes {
+                        assert_eq!(real, class, "seed {seed} step {step}");
+                    } else {
+                        assert!(real >= class && real <= 2 * class, "seed {seed} step {step}");
+                    }
+                    expect += real;
                 }
             }
-            let up = fake.state();
             assert_eq!(
                 up.used,
                 expect + st.total.cached_bytes,
                 "seed {seed} step {step}: books differ"
             );
+            let live_in_classes: usize = model
+                .iter()
+                .flat_map(|m| &m.live)
+                .filter(|&&(_, bytes)| bytes <= config.max_block_bytes)
+                .map(|&(addr, _)| up.live[&addr].0)
+                .sum();
+            assert_eq!(st.total.live_bytes, live_in_classes, "seed {seed} step {step}");
             drop(up);
             assert!(st.total.cached_bytes <= config.total_cap);
             assert!(st.leased_bytes <= config.total_cap);
