@@ -20,7 +20,11 @@ pub use cudarc_alloc::CudarcAlloc;
 use crate::results::{CACHE, CACHE_BUF, RAW};
 use crate::workloads::Sample;
 
-/// One allocator under test, bound to a pool and a stream.
+/// One allocator under test, bound to a pool and a stream. Every
+/// implementation's `alloc` and `free` are `#[inline(always)]`, so that the
+/// timed loops (`workloads::pairs`, `run_ops`: a function of their own per
+/// allocator) hold each allocator's calls inline, whatever the size of its
+/// code.
 pub trait StreamAlloc {
     /// What an allocation gives back.
     type Block;
@@ -53,11 +57,11 @@ pub struct RawAlloc {
 
 impl StreamAlloc for RawAlloc {
     type Block = *mut c_void;
-    #[inline]
+    #[inline(always)]
     fn alloc(&self, bytes: usize) -> somalloc::Result<*mut c_void> {
         raw::malloc_from_pool_async(bytes, &self.pool, &self.stream)
     }
-    #[inline]
+    #[inline(always)]
     fn free(&self, block: *mut c_void) -> somalloc::Result<()> {
         // SAFETY: `block` came from `alloc` on this stream and is freed
         // once; the only work on it (the seed pipeline's kernel) was
@@ -84,11 +88,11 @@ pub struct SomallocAlloc {
 
 impl StreamAlloc for SomallocAlloc {
     type Block = DeviceBuffer<u8>;
-    #[inline]
+    #[inline(always)]
     fn alloc(&self, bytes: usize) -> somalloc::Result<DeviceBuffer<u8>> {
         DeviceBuffer::new_in(bytes, &self.pool, &self.stream)
     }
-    #[inline]
+    #[inline(always)]
     fn free(&self, block: DeviceBuffer<u8>) -> somalloc::Result<()> {
         block.release()
     }
@@ -140,12 +144,12 @@ impl CacheAlloc {
 
 impl StreamAlloc for CacheAlloc {
     type Block = CacheBlock;
-    #[inline]
+    #[inline(always)]
     fn alloc(&self, bytes: usize) -> somalloc::Result<CacheBlock> {
         let ptr = self.cache.allocate(bytes, &self.stream)?;
         Ok(CacheBlock { ptr, bytes })
     }
-    #[inline]
+    #[inline(always)]
     fn free(&self, block: CacheBlock) -> somalloc::Result<()> {
         // SAFETY: `block` came from `allocate` of this cache with these
         // bytes, on this stream, and is freed once; the only work on it
@@ -195,11 +199,11 @@ impl CacheBufAlloc {
 
 impl StreamAlloc for CacheBufAlloc {
     type Block = DeviceBuffer<u8>;
-    #[inline]
+    #[inline(always)]
     fn alloc(&self, bytes: usize) -> somalloc::Result<DeviceBuffer<u8>> {
         DeviceBuffer::new_with(bytes, &self.resource, &self.stream)
     }
-    #[inline]
+    #[inline(always)]
     fn free(&self, block: DeviceBuffer<u8>) -> somalloc::Result<()> {
         block.release()
     }
@@ -490,14 +494,14 @@ mod cudarc_alloc {
 
     impl StreamAlloc for CudarcAlloc {
         type Block = CudaSlice<u8>;
-        #[inline]
+        #[inline(always)]
         fn alloc(&self, bytes: usize) -> somalloc::Result<CudaSlice<u8>> {
             // SAFETY: the bytes are never read before something writes
             // them (the workloads only allocate and free; the pipeline's
             // kernel writes before it reads).
             unsafe { self.cu.alloc::<u8>(bytes) }.map_err(error("CudaStream::alloc"))
         }
-        #[inline]
+        #[inline(always)]
         fn free(&self, block: CudaSlice<u8>) -> somalloc::Result<()> {
             drop(block);
             Ok(())

@@ -43,8 +43,8 @@ pub struct CacheConfig {
     /// if one is there. Nothing is returned upstream for it, so the
     /// upstream sees fewer allocations and no extra frees (unlike the
     /// [`headroom`](CacheConfig::headroom) guard). `None`: a miss always
-    /// asks the upstream. Default: 32 MiB or 12.5 % of the live peak,
-    /// whichever is larger. Allocations through the tier itself
+    /// asks the upstream. Default: 12.5 % of the live peak (no minimum).
+    /// Allocations through the tier itself
     /// ([`CacheTier`](crate::CacheTier) as the resource) never get a larger
     /// block.
     pub reuse_larger: Option<Headroom>,
@@ -64,7 +64,7 @@ impl CacheConfig {
             per_stream_cap: 256 * MIB,
             total_cap: 1024 * MIB,
             headroom: None,
-            reuse_larger: Some(Headroom::new(32 * MIB, 125)),
+            reuse_larger: Some(Headroom::new(0, 125)),
             thread_bias: true,
         }
     }

@@ -89,8 +89,8 @@
 //!   1 GiB). Cached bytes are never above either cap.
 //! * The footprint budget ([`CacheConfig::reuse_larger`], on by default):
 //!   when a miss would take the stream's footprint (live + cached bytes)
-//!   above its highest live bytes so far plus a headroom (32 MiB or 12.5 %
-//!   of that peak, whichever is larger), the miss takes a cached block of
+//!   above its highest live bytes so far plus a headroom (12.5 % of that
+//!   peak), the miss takes a cached block of
 //!   up to twice its class size (the next eight classes), if there is one,
 //!   instead of asking the upstream. The block keeps its size: its free
 //!   puts it back in its own class (the cache remembers which blocks are

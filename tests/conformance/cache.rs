@@ -350,8 +350,9 @@ fn out_of_memory_returns_cached_blocks_and_retries() {
     let Some(ctx) = setup_with("cache::out_of_memory_returns_cached_blocks_and_retries", props) else {
         return;
     };
-    // No footprint guard: keep the blocks cached until the pool says no.
-    let config = CacheConfig::default().headroom(None);
+    // No footprint guard and no reuse of larger blocks: keep the blocks
+    // cached until the pool says no.
+    let config = CacheConfig::default().headroom(None).reuse_larger(None);
     let tier = tier(&ctx, config);
     let cache = tier.for_stream(&ctx.stream).unwrap();
     let r = res(&cache);

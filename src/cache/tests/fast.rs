@@ -223,7 +223,10 @@ fn under_the_budget_or_through_the_tier_a_miss_asks_upstream() {
     let fake = FakeResource::new(None);
     let s = quiet(7);
     for (config, through_tier) in [
-        (CacheConfig::default(), false),
+        (
+            CacheConfig::default().reuse_larger(Headroom::new(4 << 20, 0)),
+            false,
+        ),
         (CacheConfig::default().reuse_larger(None), false),
         (CacheConfig::default().reuse_larger(Headroom::new(0, 0)), true),
     ] {
