@@ -37,10 +37,11 @@ pub(super) fn available() -> bool {
 }
 
 /// The process-wide barrier. Only called after [`available`] said `true`;
-/// `false` if the kernel refused it anyway (it never does once registered).
+/// `false` if the kernel refused it even after registering again (a child
+/// made by `fork` starts unregistered, so the first refusal registers).
 #[must_use]
 pub(super) fn heavy() -> bool {
-    sys::barrier()
+    sys::barrier() || (sys::register() && sys::barrier())
 }
 
 #[cfg(all(

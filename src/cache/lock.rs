@@ -253,8 +253,9 @@ impl<T> StreamLock<T> {
         self.owner.store(0, Ordering::Relaxed);
         if !barrier::heavy() {
             // ok: cannot happen (ownership is granted only after the barrier
-            // was registered, and a registered barrier does not fail);
-            // going on without it could let two threads into the value.
+            // was registered, and a registered barrier does not fail;
+            // `heavy` registers again after a fork); going on without it
+            // could let two threads into the value.
             std::process::abort();
         }
         let mut spins = 0u32;
