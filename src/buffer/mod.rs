@@ -143,6 +143,12 @@ impl<T: Pod> DeviceBuffer<T> {
     /// buffer). A buffer of 0 bytes does not call the resource. Such a buffer
     /// is never used on another device: `use_on` refuses that.
     ///
+    /// The buffer keeps the resource alive: with a reference count, except on
+    /// a [`StreamCache`], which keeps itself and its stream alive until the
+    /// buffer's memory is back (even after the tier and every handle to the
+    /// cache are gone), so that the buffer holds no reference count at all
+    /// (see the [cache module](crate::cache#the-hot-path)).
+    ///
     /// ```no_run
     /// use std::sync::Arc;
     /// use somalloc::{CacheConfig, CacheTier, Device, DeviceBuffer, MemPool, MemoryResource, Stream};

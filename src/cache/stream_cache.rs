@@ -23,7 +23,9 @@ use crate::stream::Stream;
 /// It is `Sync`: any thread may use it, through a lock of its own that is
 /// uncontended when one thread at a time drives the stream. An allocation or
 /// a free on another stream is refused with [`Error::InvalidArgument`] (and
-/// such a free leaves the block allocated). It keeps its stream alive.
+/// such a free leaves the block allocated). It keeps its stream alive, and
+/// it stays alive itself while a [`DeviceBuffer`](crate::DeviceBuffer) made
+/// from it by `new_with` holds one of its blocks.
 ///
 /// ```no_run
 /// use std::sync::Arc;
