@@ -65,7 +65,7 @@
 //!
 //! # The stream cache tier
 //!
-//! Per-stream free lists in front of any [`MemoryResource`].
+//! Per-stream free lists in front of any resource.
 //!
 //! The vendor pool costs a driver call (and, across threads, the driver's
 //! lock) for every allocation and every free. But a block freed on stream
@@ -96,26 +96,44 @@
 //!
 //! Each stream has its own [`StreamCache`] (from [`CacheTier::for_stream`]),
 //! a separate heap object aligned to its own cache lines, with its own
-//! lock. A hit takes that lock (one compare-and-swap, uncontended when one
-//! thread drives the stream), pops a block from the size class's free list
-//! and releases the lock (a plain store); a free pushes the block back the
-//! same way. Nothing shared between streams is written on a hit or on a
-//! cached free: threads with streams of their own never touch a common
-//! cache line. The shared parts are touched only on slow paths: the total
-//! cap's byte counter (a stream leases credit for its cached bytes in
-//! granules of `total_cap / 64`, at most 16 MiB, keeps it across hits, and
-//! gives back what exceeds two granules of slack on a miss, a trim or a
-//! flush; a stream that finds the cap used up takes back other streams'
-//! idle credit), and the registry of streams (registration, flush, trim,
-//! recovery from out of memory, reclaiming idle credit).
+//! lock. A hit is the stream check, the capture check (two relaxed loads
+//! for an owned stream), the size class, the lock, a pop from the class's
+//! free list and a few counters; a cached free pushes the block back the
+//! same way. What makes it cheap:
 //!
-//! Measured on an H200 (CUDA 13.0, one run, the vendor pool as upstream and
-//! the raw `cudaMallocFromPoolAsync` + `cudaFreeAsync` pair at about
-//! 530 ns): an allocate + free pair through a [`StreamCache`] takes about
-//! 20–24 ns, and through `DeviceBuffer::new_with` + `release` about
-//! 59–64 ns (the buffer adds two reference-count increments and decrements);
-//! 8 threads with 8 streams, 64 KiB pairs: 9–13 ns per pair in aggregate
-//! (raw: 2350).
+//! * **A lock biased to its thread.** A stream is nearly always driven by
+//!   one thread, so the thread that has taken a stream's lock 16 times in
+//!   a row becomes its owner and from then on enters and leaves with plain
+//!   stores and a compiler fence: no atomic read-modify-write, which would
+//!   drain the store buffer and cost more than the rest of the hit. Another
+//!   thread that needs the stream takes the ownership away, paying for both
+//!   sides with a process-wide memory barrier (Linux `membarrier`, a few
+//!   microseconds), and each take-away makes the next grant four times
+//!   harder to earn, so threads that take turns on a stream soon all use
+//!   the plain spin lock (one compare-and-swap). Where the OS has no such
+//!   barrier, or with [`CacheConfig::thread_bias`] off, the lock is a plain
+//!   spin lock.
+//! * **Nothing shared is written.** Threads with streams of their own never
+//!   touch a common cache line on a hit or a cached free. The shared parts
+//!   are touched only on slow paths: the total cap's byte counter (a stream
+//!   leases credit for its cached bytes in granules of `total_cap / 64`, at
+//!   most 16 MiB, keeps it across hits, and gives back what exceeds two
+//!   granules of slack on a miss, a trim or a flush; a stream that finds
+//!   the cap used up takes back other streams' idle credit), and the
+//!   registry of streams (registration, flush, trim, recovery from out of
+//!   memory, reclaiming idle credit).
+//! * **Buffers hold no reference count on their cache.** A
+//!   [`DeviceBuffer`] made by
+//!   [`new_with`](crate::DeviceBuffer::new_with) on a `StreamCache` does not
+//!   clone the `Arc` of the cache nor of the stream: the cache counts the
+//!   block as *pinned* (under the lock it takes anyway) and stays alive,
+//!   with its stream, until the block comes back, even after the tier and
+//!   every handle to it are gone. The buffer's drop is a static call.
+//! * **Small answers on the fast paths.** The hit and the cached free answer
+//!   with an `Option` or a `bool`; the misses, the caps and capture go
+//!   through `#[cold]` functions.
+//!
+//! The README's Measured section gives the costs on a real device.
 //!
 //! ## Size classes and waste
 //!
@@ -129,36 +147,46 @@
 //! above `max_block_bytes` go straight to the upstream resource, unrounded
 //! and uncached.
 //!
-//! ## Caps, and the footprint guard
+//! ## Caps, the footprint budget, and the footprint guard
 //!
 //! * On a free, a block goes back to the upstream resource (a stream-ordered
 //!   free on its stream) instead of into the cache when keeping it would put
 //!   the stream's cached bytes above `per_stream_cap` (default 256 MiB), or
 //!   the total cached bytes of all streams above `total_cap` (default
 //!   1 GiB). Cached bytes are never above either cap.
+//! * The footprint budget ([`CacheConfig::reuse_larger`], on by default):
+//!   when a miss would take the stream's footprint (live + cached bytes)
+//!   above its highest live bytes so far plus a headroom (12.5 % of that
+//!   peak), the miss takes a cached block of
+//!   up to twice its class size (the next eight classes), if there is one,
+//!   instead of asking the upstream. The block keeps its size: its free
+//!   puts it back in its own class (the cache remembers which blocks are
+//!   out in a larger class), and the upstream sees it back in the size it
+//!   handed out. Nothing is returned upstream for this, so the upstream
+//!   sees fewer allocations and no extra frees, and a pool does not
+//!   fragment on them. Allocations through the tier itself (the tier as
+//!   the resource) never get a larger block.
 //! * On an out-of-memory answer from upstream, the stream returns all its
 //!   cached blocks and retries; then those of every other stream, and
 //!   retries once more.
-//! * The footprint guard ([`Headroom`], off by default): on a miss, when the
-//!   stream's live bytes plus its cached bytes would exceed its highest live
-//!   bytes so far plus the headroom, the stream first returns cached blocks
-//!   (largest first) to the upstream, on its own stream, so that what it
-//!   holds from the upstream (live + cached) stays within its live peak (in
-//!   class sizes) plus the headroom. The model test gives 1.08 × the
-//!   requested peak on the churn workload. But the CUDA pool does not reuse
-//!   blocks returned in one size for requests of another size well: on an
-//!   H200 the guard made the pool's reserved peak on churn 3.2–3.8 × the
-//!   requested peak, against 2.0–2.4 × without it and 1.7–1.8 × for the raw
-//!   pool. Hence off unless the upstream reuses freed memory well.
+//! * The footprint guard ([`Headroom`] in [`CacheConfig::headroom`], off by
+//!   default): on a miss, when the stream's live bytes plus its cached
+//!   bytes would exceed its highest live bytes so far plus the headroom,
+//!   the stream first returns cached blocks (largest first) to the
+//!   upstream, on its own stream, so that what it holds from the upstream
+//!   (live + cached) stays within its live peak (in class sizes) plus the
+//!   headroom. The model test gives 1.08 × the requested peak on the churn
+//!   workload. But the CUDA pool does not reuse blocks returned in one size
+//!   for requests of another size well: on a real device the guard made
+//!   the pool's reserved peak on the churn workload larger than without it,
+//!   and larger than the raw pool's. Hence off unless the upstream reuses
+//!   freed memory well; the footprint budget above keeps the footprint down
+//!   without those frees.
 //!
-//! On that churn workload (up to 1000 live buffers of 2^U(8,22) bytes, one
-//! stream, H200) the default configuration serves 96–99 % of allocations
-//! from the cache at 39–67 ns per operation (raw: 600–690), and the pool's
-//! reserved peak is 1.00–1.06 × its used peak (raw: 1.70–1.77), the used
-//! peak now counting the cached blocks: the pool sees few frees, so it does
-//! not fragment. Smaller per-stream caps (64, 128 MiB) made both the time
-//! and the reserved peak worse there, since every spilled block is a free
-//! the pool fragments on.
+//! On the churn workload (up to 1000 live buffers of 2^U(8,22) bytes, one
+//! stream) the default configuration serves nearly every allocation from
+//! the cache, and the pool sees few frees, so it fragments less than under
+//! the raw calls; its used bytes count the cached blocks too.
 //!
 //! [`CacheTier::flush`] and [`CacheTier::trim`] return cached blocks on
 //! demand; dropping the tier returns everything (a [`StreamCache`] that a

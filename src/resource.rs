@@ -143,6 +143,18 @@ pub unsafe trait MemoryResource: Send + Sync {
     fn placement(&self) -> Placement {
         Placement::device(self.device().ordinal())
     }
+
+    /// The stream cache this resource is, if it is one: a
+    /// [`DeviceBuffer`](crate::DeviceBuffer) then holds no reference count
+    /// on it (the cache keeps itself and its stream alive while a block it
+    /// handed to a buffer is live). Only somalloc's
+    /// [`StreamCache`](crate::StreamCache) answers; no other implementation
+    /// can override this (its argument cannot be named outside the crate).
+    #[doc(hidden)]
+    #[inline]
+    fn stream_cache(&self, _: crate::cache::Sealed) -> Option<&crate::StreamCache> {
+        None
+    }
 }
 
 /// The vendor pool as a resource: `cudaMallocFromPoolAsync` /

@@ -15,10 +15,16 @@ use somalloc::{
     CacheConfig, CacheTier, DeviceBuffer, MemPool, MemoryResource, Stream, StreamCache, StreamCacheStats,
 };
 
-use crate::results::RAW;
+pub use cudarc_alloc::CudarcAlloc;
+
+use crate::results::{CACHE, CACHE_BUF, RAW};
 use crate::workloads::Sample;
 
-/// One allocator under test, bound to a pool and a stream.
+/// One allocator under test, bound to a pool and a stream. Every
+/// implementation's `alloc` and `free` are `#[inline(always)]`, so that the
+/// timed loops (`workloads::pairs`, `run_ops`: a function of their own per
+/// allocator) hold each allocator's calls inline, whatever the size of its
+/// code.
 pub trait StreamAlloc {
     /// What an allocation gives back.
     type Block;
@@ -51,11 +57,11 @@ pub struct RawAlloc {
 
 impl StreamAlloc for RawAlloc {
     type Block = *mut c_void;
-    #[inline]
+    #[inline(always)]
     fn alloc(&self, bytes: usize) -> somalloc::Result<*mut c_void> {
         raw::malloc_from_pool_async(bytes, &self.pool, &self.stream)
     }
-    #[inline]
+    #[inline(always)]
     fn free(&self, block: *mut c_void) -> somalloc::Result<()> {
         // SAFETY: `block` came from `alloc` on this stream and is freed
         // once; the only work on it (the seed pipeline's kernel) was
@@ -82,11 +88,11 @@ pub struct SomallocAlloc {
 
 impl StreamAlloc for SomallocAlloc {
     type Block = DeviceBuffer<u8>;
-    #[inline]
+    #[inline(always)]
     fn alloc(&self, bytes: usize) -> somalloc::Result<DeviceBuffer<u8>> {
         DeviceBuffer::new_in(bytes, &self.pool, &self.stream)
     }
-    #[inline]
+    #[inline(always)]
     fn free(&self, block: DeviceBuffer<u8>) -> somalloc::Result<()> {
         block.release()
     }
@@ -138,12 +144,12 @@ impl CacheAlloc {
 
 impl StreamAlloc for CacheAlloc {
     type Block = CacheBlock;
-    #[inline]
+    #[inline(always)]
     fn alloc(&self, bytes: usize) -> somalloc::Result<CacheBlock> {
         let ptr = self.cache.allocate(bytes, &self.stream)?;
         Ok(CacheBlock { ptr, bytes })
     }
-    #[inline]
+    #[inline(always)]
     fn free(&self, block: CacheBlock) -> somalloc::Result<()> {
         // SAFETY: `block` came from `allocate` of this cache with these
         // bytes, on this stream, and is freed once; the only work on it
@@ -193,11 +199,11 @@ impl CacheBufAlloc {
 
 impl StreamAlloc for CacheBufAlloc {
     type Block = DeviceBuffer<u8>;
-    #[inline]
+    #[inline(always)]
     fn alloc(&self, bytes: usize) -> somalloc::Result<DeviceBuffer<u8>> {
         DeviceBuffer::new_with(bytes, &self.resource, &self.stream)
     }
-    #[inline]
+    #[inline(always)]
     fn free(&self, block: DeviceBuffer<u8>) -> somalloc::Result<()> {
         block.release()
     }
@@ -243,17 +249,46 @@ pub enum Kind {
     Somalloc,
     Cache,
     CacheBuf,
+    /// cudarc's `CudaSlice` with its default event tracking.
+    Cudarc,
+    /// cudarc's `CudaSlice` with event tracking off.
+    CudarcNoEvents,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Raw, Kind::Somalloc, Kind::Cache, Kind::CacheBuf];
+    pub const ALL: [Kind; 6] = [
+        Kind::Raw,
+        Kind::Somalloc,
+        Kind::Cache,
+        Kind::CacheBuf,
+        Kind::Cudarc,
+        Kind::CudarcNoEvents,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Kind::Raw => RAW,
             Kind::Somalloc => "somalloc",
-            Kind::Cache => "cache",
-            Kind::CacheBuf => "cache+buf",
+            Kind::Cache => CACHE,
+            Kind::CacheBuf => CACHE_BUF,
+            Kind::Cudarc => "cudarc",
+            Kind::CudarcNoEvents => "cudarc-noev",
+        }
+    }
+
+    /// A peer from another crate (cudarc): run in the pair, churn and
+    /// threads workloads only, and only where this build has it (the cuda
+    /// backend).
+    pub fn peer(self) -> bool {
+        matches!(self, Kind::Cudarc | Kind::CudarcNoEvents)
+    }
+
+    /// Whether this allocator runs in `workload`.
+    pub fn runs(self, workload: &str) -> bool {
+        match workload {
+            "threshold" => self.runs_threshold(),
+            "pair" | "churn" | "threads" => !self.peer() || cudarc_alloc::AVAILABLE,
+            _ => !self.peer(),
         }
     }
 
@@ -276,6 +311,14 @@ impl Kind {
                 "DeviceBuffer::<u8>::new_with(bytes, &Arc<dyn MemoryResource> (the StreamCache), &stream) \
                  + release(); {TIER}"
             ),
+            Kind::Cudarc => "cudarc 0.19 CudaStream::alloc::<u8>(bytes) -> CudaSlice<u8>, dropped to free \
+                 (cuMemAllocAsync / cuMemFreeAsync on the device's default pool), with cudarc's default \
+                 event tracking (a read and a write event per slice); its own context and stream \
+                 (ctx.new_stream()); pair, churn and threads only (cuda backend)"
+                .into(),
+            Kind::CudarcNoEvents => "as cudarc, with event tracking off \
+                 (unsafe CudaContext::disable_event_tracking before the slices are made)"
+                .into(),
         }
     }
 
@@ -295,20 +338,21 @@ impl Kind {
     /// the stream's cache, so the pool sees no free and its release
     /// threshold never applies ([`THRESHOLD_NOTE`]).
     pub fn runs_threshold(self) -> bool {
-        !self.tiered()
+        !self.tiered() && !self.peer()
     }
 
     /// Gets a churn timeline panel (`cache+buf` would repeat `cache`'s: the
-    /// same tier, the same blocks).
+    /// same tier, the same blocks; the peers' would repeat raw's pool).
     pub fn has_timeline(self) -> bool {
-        !matches!(self, Kind::CacheBuf)
+        !matches!(self, Kind::CacheBuf) && !self.peer()
     }
 }
 
 /// Said on the threshold workload's raw rows.
 pub const THRESHOLD_NOTE: &str =
     "cache, cache+buf not run: a freed block stays in the stream cache, the pool \
-                              sees no free, so its release threshold never applies";
+                                  sees no free, so its release threshold never applies (cudarc: pair, churn \
+                                  and threads only)";
 
 /// Runs `$body` with `$a` bound to the allocator of kind `$kind` on
 /// (`$pool`, `$stream`); the body is compiled once per allocator type, so
@@ -361,7 +405,157 @@ macro_rules! with_alloc {
                 let $a = $crate::alloc::CacheBufAlloc::new(tier, &$stream)?;
                 $body
             }
+            k @ ($crate::alloc::Kind::Cudarc | $crate::alloc::Kind::CudarcNoEvents) => {
+                let $a = $crate::alloc::CudarcAlloc::new(&$stream, k == $crate::alloc::Kind::Cudarc)?;
+                $body
+            }
         }
     };
 }
 pub(crate) use with_alloc;
+
+/// cudarc's own allocation path, as a peer in the same run: a
+/// `CudaStream::alloc::<u8>(bytes)` and the `CudaSlice`'s drop (cudarc 0.19,
+/// the dev-dependency's CUDA 13.0 bindings, loaded at run time). Each
+/// allocator makes its own cudarc stream on the workload stream's device, so
+/// that threads keep their own streams; a somalloc `Stream` borrowed from it
+/// serves for synchronising. The two cudarc contexts (event tracking on and
+/// off) are the device's primary context, made once.
+#[cfg(feature = "cuda")]
+mod cudarc_alloc {
+    use std::ffi::c_void;
+    use std::sync::{Arc, OnceLock};
+
+    use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DriverError};
+    use somalloc::testkit::{RawRange, TestKernels};
+    use somalloc::{Error, Stream, VendorCode};
+
+    use super::StreamAlloc;
+
+    pub const AVAILABLE: bool = true;
+
+    fn error(call: &'static str) -> impl Fn(DriverError) -> Error {
+        move |e| Error::Vendor {
+            call,
+            code: VendorCode(e.0 as i32),
+            name: format!("{:?}", e.0),
+            message: e.to_string(),
+        }
+    }
+
+    /// The device's primary context through cudarc: `tracked` with cudarc's
+    /// default event tracking, else with it off. Made once per process; a
+    /// cudarc that cannot load the driver (it panics then) is an error here.
+    fn context(ordinal: usize, tracked: bool) -> somalloc::Result<Arc<CudaContext>> {
+        static CONTEXTS: OnceLock<Result<[Arc<CudaContext>; 2], String>> = OnceLock::new();
+        let made = CONTEXTS.get_or_init(|| {
+            let make = || -> Result<[Arc<CudaContext>; 2], String> {
+                let on = CudaContext::new(ordinal).map_err(|e| e.to_string())?;
+                let off = CudaContext::new(ordinal).map_err(|e| e.to_string())?;
+                // SAFETY: every slice of `off` is used on its own stream
+                // only and dropped (freed in stream order) on that stream;
+                // nothing synchronises across streams through cudarc.
+                unsafe { off.disable_event_tracking() };
+                Ok([on, off])
+            };
+            std::panic::catch_unwind(make).unwrap_or_else(|_| Err("cudarc could not load the driver".into()))
+        });
+        match made {
+            Ok(pair) => Ok(Arc::clone(&pair[usize::from(!tracked)])),
+            Err(why) => Err(Error::Unsupported {
+                backend: "cuda",
+                what: format!("cudarc peer: {why}"),
+            }),
+        }
+    }
+
+    pub struct CudarcAlloc {
+        /// A borrowed handle of `cu`'s stream (declared first: dropped
+        /// before `cu`).
+        stream: Stream,
+        cu: Arc<CudaStream>,
+    }
+
+    impl CudarcAlloc {
+        /// A new cudarc stream on `like`'s device, in the tracked or the
+        /// untracked context.
+        pub fn new(like: &Stream, tracked: bool) -> somalloc::Result<CudarcAlloc> {
+            let dev = like.device();
+            let cu = context(dev.ordinal(), tracked)?
+                .new_stream()
+                .map_err(error("cuStreamCreate"))?;
+            // SAFETY: `cu` is a live stream of `dev`, kept alive by this
+            // struct until after `stream` is dropped; no buffer is ever
+            // allocated on the borrowed handle.
+            let stream = unsafe { Stream::from_raw(&dev, cu.cu_stream() as *mut c_void) }?;
+            Ok(CudarcAlloc { stream, cu })
+        }
+    }
+
+    impl StreamAlloc for CudarcAlloc {
+        type Block = CudaSlice<u8>;
+        #[inline(always)]
+        fn alloc(&self, bytes: usize) -> somalloc::Result<CudaSlice<u8>> {
+            // SAFETY: the bytes are never read before something writes
+            // them (the workloads only allocate and free; the pipeline's
+            // kernel writes before it reads).
+            unsafe { self.cu.alloc::<u8>(bytes) }.map_err(error("CudaStream::alloc"))
+        }
+        #[inline(always)]
+        fn free(&self, block: CudaSlice<u8>) -> somalloc::Result<()> {
+            drop(block);
+            Ok(())
+        }
+        fn stream(&self) -> &Stream {
+            &self.stream
+        }
+        fn process(&self, k: &TestKernels, block: &CudaSlice<u8>, bytes: usize) -> somalloc::Result<()> {
+            let (ptr, _sync) = block.device_ptr(&self.cu);
+            // SAFETY: the slice's live allocation of `bytes`, made on this
+            // stream, freed on it after this kernel (its drop).
+            let range = unsafe { RawRange::new(ptr as *mut c_void, bytes, &self.stream) };
+            k.process(&range, &self.stream)
+        }
+    }
+}
+
+/// Without the cuda backend there is no cudarc peer.
+#[cfg(not(feature = "cuda"))]
+mod cudarc_alloc {
+    use somalloc::testkit::TestKernels;
+    use somalloc::{Error, Stream};
+
+    use super::StreamAlloc;
+
+    pub const AVAILABLE: bool = false;
+
+    pub enum CudarcAlloc {}
+
+    /// No block is ever made.
+    pub enum NoBlock {}
+
+    impl CudarcAlloc {
+        pub fn new(_: &Stream, _: bool) -> somalloc::Result<CudarcAlloc> {
+            Err(Error::Unsupported {
+                backend: "rocm",
+                what: "the cudarc peer (cuda backend only)".into(),
+            })
+        }
+    }
+
+    impl StreamAlloc for CudarcAlloc {
+        type Block = NoBlock;
+        fn alloc(&self, _: usize) -> somalloc::Result<NoBlock> {
+            match *self {}
+        }
+        fn free(&self, block: NoBlock) -> somalloc::Result<()> {
+            match block {}
+        }
+        fn stream(&self) -> &Stream {
+            match *self {}
+        }
+        fn process(&self, _: &TestKernels, block: &NoBlock, _: usize) -> somalloc::Result<()> {
+            match *block {}
+        }
+    }
+}

@@ -21,6 +21,10 @@ pub const READS: &[&str] = &["somalloc-bench/1", FORMAT];
 pub const RAW: &str = "raw";
 /// The synchronous baseline's allocator name (`SyncBuffer`).
 pub const SYNC: &str = "sync";
+/// The stream cache through the resource trait.
+pub const CACHE: &str = "cache";
+/// `DeviceBuffer::new_with` on the stream cache.
+pub const CACHE_BUF: &str = "cache+buf";
 
 /// One run of the benchmark.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -77,7 +81,8 @@ pub struct Row {
     pub workload: String,
     /// The parameter within the family (`64 KiB`, `8 threads`, ...).
     pub param: String,
-    /// Allocator name (`raw`, `somalloc`, `cache`, `cache+buf`, `sync`).
+    /// Allocator name (`raw`, `somalloc`, `cache`, `cache+buf`, `cudarc`,
+    /// `cudarc-noev`, `sync`).
     pub allocator: String,
     /// Host nanoseconds per operation: the median over the repeats.
     pub ns_per_op: f64,
@@ -222,23 +227,20 @@ pub fn fill_ratios(rows: &mut [Row]) {
     }
 }
 
-/// The targets for the allocators in `checked`: at most 1.03× the
-/// raw pair at every size, and a seed-pipeline speedup within 5% of raw's.
+/// The targets for somalloc's buffer on the vendor pool (the allocators in
+/// `checked`): at most 1.03× the raw calls at every pair size and at every
+/// thread count, and a seed-pipeline speedup within 5% of raw's; churn for
+/// reference.
 pub fn compute_checks(rows: &[Row], checked: &[&str]) -> Vec<Check> {
     let mut checks = Vec::new();
     for name in checked {
-        for row in rows
-            .iter()
-            .filter(|r| r.workload == "pair" && r.allocator == *name)
-        {
-            if let Some(ratio) = row.ratio_to_raw {
-                checks.push(Check {
-                    name: format!("pair {}: {name} / raw", row.param),
-                    value: ratio,
-                    target: "<= 1.03".into(),
-                    pass: ratio <= 1.03,
-                    info: false,
-                });
+        for row in rows.iter().filter(|r| r.allocator == *name) {
+            let Some(ratio) = row.ratio_to_raw else { continue };
+            let label = format!("{} {}: {name} / raw", row.workload, row.param);
+            match row.workload.as_str() {
+                "pair" | "threads" => checks.push(Check::at_most(label, ratio, 1.03, "")),
+                "churn" => checks.push(Check::info(label, ratio)),
+                _ => {}
             }
         }
         let speedup = |alloc: &str| {
@@ -260,51 +262,103 @@ pub fn compute_checks(rows: &[Row], checked: &[&str]) -> Vec<Check> {
     checks
 }
 
-/// The cache tier's targets for the allocators in `tiered` (host ns: every
-/// pair size at most 60, churn at most 120 per operation, 8 threads at most
-/// 60 per pair in aggregate), and, from every churn timeline with peaks:
+/// The stream cache tier's targets, for the tier allocators in `tiered`
+/// ([`CACHE`]: the `StreamCache` through the resource trait; [`CACHE_BUF`]:
+/// `DeviceBuffer::new_with` on it):
 ///
-/// * `pool reserved peak / pool used peak`: the pool's `reserved_high` over
-///   its `used_high`, where "used" is what the pool handed out, cached
-///   blocks included; at most 1.15 for a tiered allocator, for reference
-///   (info) on the others;
-/// * `pool reserved peak / live peak`: the same `reserved_high` over the
-///   most bytes the workload itself held live (requested sizes), for
-///   reference;
-/// * the tier's cached bytes at the samples: never above its cap.
+/// * host ns: `cache` at most 20 per pair at every size; `cache+buf` at
+///   most 25 per pair and at most 1.3× `cache` at every size, at most 35
+///   per churn operation, at most 8 per pair in aggregate with 8 threads;
+/// * the churn rows' hit rate (hits / (hits + misses) of the tier made for
+///   the run) at least 95 %;
+///
+/// and, from every churn timeline with peaks (each started from a trimmed
+/// pool with its high-water marks reset):
+///
+/// * a tier's pool reserved peak at most the raw calls' pool reserved peak
+///   in the same run;
+/// * the tier's cached bytes at the samples never above its cap;
+/// * for reference: the pool's reserved peak over its used peak (what the
+///   pool handed out, cached blocks included) and over the most bytes the
+///   workload itself held live (requested sizes).
 pub fn compute_tier_checks(rows: &[Row], timelines: &[Timeline], tiered: &[&str]) -> Vec<Check> {
     let mut checks = Vec::new();
+    let find = |workload: &str, param: &str, alloc: &str| {
+        rows.iter()
+            .find(|r| r.workload == workload && r.param == param && r.allocator == alloc)
+    };
     for name in tiered {
+        let buffer = *name == CACHE_BUF;
         for row in rows.iter().filter(|r| r.allocator == *name) {
             let ns = row.ns_per_op;
             match row.workload.as_str() {
-                "pair" => checks.push(Check::at_most(
-                    format!("pair {}: {name} ns", row.param),
-                    ns,
-                    60.0,
-                    " ns",
-                )),
-                "churn" => checks.push(Check::at_most(format!("churn: {name} ns/op"), ns, 120.0, " ns")),
-                "threads" if row.extra.get("threads") == Some(&8.0) => checks.push(Check::at_most(
-                    format!("threads 8: {name} ns/pair, aggregate"),
-                    ns,
-                    60.0,
-                    " ns",
-                )),
+                "pair" => {
+                    let limit = if buffer { 25.0 } else { 20.0 };
+                    checks.push(Check::at_most(
+                        format!("pair {}: {name} ns", row.param),
+                        ns,
+                        limit,
+                        " ns",
+                    ));
+                    if let (true, Some(cache)) = (buffer, find("pair", &row.param, CACHE)) {
+                        checks.push(Check::at_most(
+                            format!("pair {}: {name} / {CACHE}", row.param),
+                            ns / cache.ns_per_op,
+                            1.3,
+                            "",
+                        ));
+                    }
+                }
+                "churn" => {
+                    let label = format!("churn: {name} ns/op");
+                    checks.push(if buffer {
+                        Check::at_most(label, ns, 35.0, " ns")
+                    } else {
+                        Check::info(label, ns)
+                    });
+                    let hits = row.extra.get("cache_hits").copied();
+                    let misses = row.extra.get("cache_misses").copied();
+                    if let (Some(h), Some(m)) = (hits, misses) {
+                        checks.push(Check::at_least(
+                            format!("churn: {name} hit rate"),
+                            h / (h + m).max(1.0),
+                            0.95,
+                        ));
+                    }
+                }
+                "threads" if row.extra.get("threads") == Some(&8.0) => {
+                    let label = format!("threads 8: {name} ns/pair, aggregate");
+                    checks.push(if buffer {
+                        Check::at_most(label, ns, 8.0, " ns")
+                    } else {
+                        Check::info(label, ns)
+                    });
+                }
                 _ => {}
             }
         }
     }
+    let raw_reserved = timelines
+        .iter()
+        .find(|t| t.workload == "churn" && t.allocator == RAW)
+        .and_then(|t| t.peaks)
+        .map(|p| p.pool_reserved);
     for tl in timelines.iter().filter(|t| t.workload == "churn") {
         let Some(p) = tl.peaks else { continue };
         let name = &tl.allocator;
-        let ratio = p.pool_reserved as f64 / p.pool_used.max(1) as f64;
-        let label = format!("churn {name}: pool reserved peak / pool used peak");
-        checks.push(if tiered.contains(&name.as_str()) {
-            Check::at_most(label, ratio, 1.15, "")
-        } else {
-            Check::info(label, ratio)
-        });
+        let tier = tiered.contains(&name.as_str());
+        if let (true, Some(raw)) = (tier, raw_reserved) {
+            checks.push(Check::at_most(
+                format!("churn {name}: pool reserved peak / raw's reserved peak"),
+                p.pool_reserved as f64 / raw.max(1) as f64,
+                1.0,
+                "",
+            ));
+        }
+        checks.push(Check::info(
+            format!("churn {name}: pool reserved peak / pool used peak"),
+            p.pool_reserved as f64 / p.pool_used.max(1) as f64,
+        ));
         checks.push(Check::info(
             format!("churn {name}: pool reserved peak / live peak"),
             p.pool_reserved as f64 / p.live.max(1) as f64,
@@ -330,6 +384,17 @@ impl Check {
             value,
             target: format!("<= {limit}{unit}"),
             pass: value <= limit,
+            info: false,
+        }
+    }
+
+    /// `value` against the target `>= limit`.
+    fn at_least(name: String, value: f64, limit: f64) -> Check {
+        Check {
+            name,
+            value,
+            target: format!(">= {limit}"),
+            pass: value >= limit,
             info: false,
         }
     }
@@ -454,14 +519,14 @@ pub fn table(res: &Results) -> String {
         m.statistic
     );
     for (name, what) in &m.allocators {
-        let _ = writeln!(s, "  {name:<11}{what}");
+        let _ = writeln!(s, "  {name:<12}{what}");
     }
     let _ = writeln!(
         s,
-        "{:<14} {:<26} {:<9} {:>12} {:>8} {:>7}  notes",
+        "{:<14} {:<26} {:<11} {:>12} {:>8} {:>7}  notes",
         "workload", "param", "allocator", "ns/op", "x raw", "spread"
     );
-    let _ = writeln!(s, "{}", "-".repeat(98));
+    let _ = writeln!(s, "{}", "-".repeat(100));
     // Grouped by workload, then parameter, in the order they first appear;
     // allocators keep their order.
     let first = |f: &dyn Fn(&Row) -> bool| res.rows.iter().position(f).unwrap_or(0);
@@ -481,7 +546,7 @@ pub fn table(res: &Results) -> String {
         let ratio = row.ratio_to_raw.map_or("-".to_string(), |r| format!("{r:.3}"));
         let _ = writeln!(
             s,
-            "{:<14} {:<26} {:<9} {:>12.1} {:>8} {:>6.1}%  {}",
+            "{:<14} {:<26} {:<11} {:>12.1} {:>8} {:>6.1}%  {}",
             row.workload,
             row.param,
             row.allocator,
@@ -496,7 +561,7 @@ pub fn table(res: &Results) -> String {
         for c in &res.checks {
             let _ = writeln!(
                 s,
-                "check {:<52} {:>9.4}  target {:<15} {}",
+                "check {:<60} {:>9.4}  target {:<15} {}",
                 c.name,
                 c.value,
                 c.target,

@@ -180,13 +180,23 @@ pub fn warm<A: StreamAlloc>(a: &A, bytes: usize, n: usize) -> somalloc::Result<(
     a.stream().synchronize()
 }
 
-pub fn pair<A: StreamAlloc>(a: &A, bytes: usize, n: u64) -> somalloc::Result<Sample> {
-    warm(a, bytes, 64)?;
-    let t0 = Instant::now();
+/// `n` allocate + free pairs of `bytes`, untimed here. A function of its own
+/// for each allocator (never inlined into a workload's larger body), so
+/// that the compiler gives every allocator's calls the same chance to be
+/// inlined into the loop.
+#[inline(never)]
+pub fn pairs<A: StreamAlloc>(a: &A, bytes: usize, n: u64) -> somalloc::Result<()> {
     for _ in 0..n {
         let b = a.alloc(bytes)?;
         a.free(b)?;
     }
+    Ok(())
+}
+
+pub fn pair<A: StreamAlloc>(a: &A, bytes: usize, n: u64) -> somalloc::Result<Sample> {
+    warm(a, bytes, 64)?;
+    let t0 = Instant::now();
+    pairs(a, bytes, n)?;
     a.stream().synchronize()?;
     let s = Sample::timed(t0.elapsed(), n).with("bytes", bytes as f64);
     Ok(with_cache_stats(a, s))
@@ -247,6 +257,19 @@ pub fn churn_live_peak(ops: &[ChurnOp]) -> u64 {
     peak as u64
 }
 
+/// The churn sequence's operations, timed by the caller: a function of its
+/// own for each allocator, as [`pairs`].
+#[inline(never)]
+fn run_ops<A: StreamAlloc>(a: &A, ops: &[ChurnOp], live: &mut Vec<A::Block>) -> somalloc::Result<()> {
+    for op in ops {
+        match *op {
+            ChurnOp::Alloc(bytes) => live.push(a.alloc(bytes)?),
+            ChurnOp::Free(idx) => a.free(live.swap_remove(idx))?,
+        }
+    }
+    Ok(())
+}
+
 /// One run of the churn sequence: the timing, and for a timeline run its
 /// samples and peaks.
 pub struct ChurnRun {
@@ -289,14 +312,17 @@ pub fn churn<A: StreamAlloc>(
     if sample_every.is_some() {
         sample(0, &mut points)?;
     }
-    for (i, op) in ops.iter().enumerate() {
-        match *op {
-            ChurnOp::Alloc(bytes) => live.push(a.alloc(bytes)?),
-            ChurnOp::Free(idx) => a.free(live.swap_remove(idx))?,
-        }
-        if let Some(every) = sample_every {
-            if (i as u64 + 1).is_multiple_of(every) {
-                sample(i as u64 + 1, &mut points)?;
+    match sample_every {
+        None => run_ops(a, ops, &mut live)?,
+        Some(every) => {
+            for (i, op) in ops.iter().enumerate() {
+                match *op {
+                    ChurnOp::Alloc(bytes) => live.push(a.alloc(bytes)?),
+                    ChurnOp::Free(idx) => a.free(live.swap_remove(idx))?,
+                }
+                if (i as u64 + 1).is_multiple_of(every) {
+                    sample(i as u64 + 1, &mut points)?;
+                }
             }
         }
     }
@@ -353,10 +379,7 @@ pub fn threads(ctx: &Ctx, kind: Kind, threads: usize) -> somalloc::Result<Sample
                             start.wait();
                             met = true;
                             warmed?;
-                            for _ in 0..n {
-                                let b = a.alloc(BYTES)?;
-                                a.free(b)?;
-                            }
+                            pairs(&a, BYTES, n)?;
                             a.stream().synchronize()?;
                             Ok(Instant::now())
                         })
@@ -504,7 +527,13 @@ pub fn run_workload(
     rows: &mut Vec<Row>,
     timelines: &mut Vec<Timeline>,
 ) -> somalloc::Result<()> {
-    let all: Vec<Who> = Kind::ALL.iter().map(|&k| Who::Alloc(k)).collect();
+    // The allocators that run this workload (the cudarc peers run pair,
+    // churn and threads only).
+    let all: Vec<Who> = Kind::ALL
+        .iter()
+        .filter(|k| k.runs(workload))
+        .map(|&k| Who::Alloc(k))
+        .collect();
     let note_none = |_: Who| None;
     match workload {
         "graph_pipeline" => crate::graph::run(ctx, rows)?,

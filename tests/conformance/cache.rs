@@ -36,10 +36,7 @@ fn sizes_through_the_cache() {
         return;
     };
     // Without the footprint guard, so that the second round is all hits.
-    let config = CacheConfig {
-        headroom: None,
-        ..CacheConfig::default()
-    };
+    let config = CacheConfig::default().headroom(None);
     let tier = tier(&ctx, config);
     let cache = tier.for_stream(&ctx.stream).unwrap();
     let r = res(&cache);
@@ -258,11 +255,7 @@ fn caps_are_honoured() {
     let Some(ctx) = setup("cache::caps_are_honoured") else {
         return;
     };
-    let config = CacheConfig {
-        per_stream_cap: 3 * MIB,
-        total_cap: 5 * MIB,
-        ..CacheConfig::default()
-    };
+    let config = CacheConfig::default().per_stream_cap(3 * MIB).total_cap(5 * MIB);
     let tier = tier(&ctx, config);
     let streams = [ctx.stream.clone(), ctx.new_stream(), ctx.new_stream()];
     let start = ctx.pool.stats().unwrap().used_current;
@@ -361,10 +354,9 @@ fn out_of_memory_returns_cached_blocks_and_retries() {
     let Some(ctx) = setup_with("cache::out_of_memory_returns_cached_blocks_and_retries", props) else {
         return;
     };
-    let config = CacheConfig {
-        headroom: None, // keep the blocks cached until the pool says no
-        ..CacheConfig::default()
-    };
+    // No footprint guard and no reuse of larger blocks: keep the blocks
+    // cached until the pool says no.
+    let config = CacheConfig::default().headroom(None).reuse_larger(None);
     let tier = tier(&ctx, config);
     let cache = tier.for_stream(&ctx.stream).unwrap();
     let r = res(&cache);

@@ -1,0 +1,89 @@
+//! The stream cache under stream capture: allocations and frees pass
+//! through to the upstream resource, blocks allocated in a capture are
+//! remembered so that they never enter the cache, and a capturing stream's
+//! cached blocks wait for the capture to end (see the
+//! [module docs](super#under-stream-capture)).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use super::class::class_size;
+use super::stream_cache::StreamCache;
+use crate::error::{record_drop_error, Result};
+use crate::stream::Stream;
+
+impl StreamCache {
+    /// An allocation while the stream captures: upstream (graph memory), in
+    /// the class size, remembered so that it never enters the cache.
+    #[cold]
+    pub(super) fn allocate_captured(&self, bytes: usize) -> Result<*mut c_void> {
+        let size = self.shared.class_of(bytes).map_or(bytes, class_size);
+        // Out-of-memory recovery skips this (capturing) stream's cache.
+        let ptr = self.allocate_upstream(bytes, size)?;
+        let mut state = self.lock();
+        state.captured_allocs += 1;
+        state.captured.insert(ptr as usize, size);
+        Ok(ptr)
+    }
+
+    /// A free while the stream captures: straight upstream, never cached.
+    ///
+    /// # Safety
+    /// As for `deallocate`.
+    #[cold]
+    pub(super) unsafe fn deallocate_captured(&self, ptr: *mut c_void, bytes: usize) -> Result<()> {
+        let shared = &*self.shared;
+        let class = shared.class_of(bytes);
+        let size = {
+            let mut state = self.lock();
+            match state.captured.remove(&(ptr as usize)) {
+                Some(size) => size,
+                None => match class {
+                    // Allocated before the capture: it counted as live, in
+                    // its class or the larger one it was handed out in.
+                    Some(idx) => {
+                        let size = class_size(state.real_class(ptr as usize, idx));
+                        state.live = state.live.saturating_sub(size);
+                        size
+                    }
+                    None => bytes,
+                },
+            }
+        };
+        // SAFETY: the block came from `upstream.allocate(size, stream)` (a
+        // captured allocation in the size remembered, an ordinary one in its
+        // class size, or one above the classes unrounded); the caller's
+        // guarantees carry over; it is not cached.
+        unsafe { shared.upstream.deallocate(ptr, size, &self.stream) }
+    }
+
+    /// Detaches the cache of a capturing stream: its cached blocks wait in
+    /// the deferred-free queue until the stream leaves the capture, then go
+    /// upstream on it.
+    #[cold]
+    pub(super) fn park_all(&self) {
+        let mut blocks = Vec::new();
+        {
+            let mut state = self.lock();
+            state.detached = true;
+            state.take_down_to(0, &mut blocks);
+            state.return_slack(&self.shared, 0);
+        }
+        for (addr, size) in blocks {
+            let upstream = Arc::clone(&self.shared.upstream);
+            let item = crate::graph::Deferred {
+                stream: self.stream.clone(),
+                users: Vec::new(),
+                // SAFETY (of the call inside): a block taken out of this
+                // cache's bins (see `free_upstream`), freed on its stream
+                // once the stream no longer captures.
+                free: Box::new(move |stream: &Stream| unsafe {
+                    upstream.deallocate(addr as *mut c_void, size, stream)
+                }),
+            };
+            // No capture is named: the free waits only for the stream to
+            // leave its capture, so this cannot fail.
+            record_drop_error(crate::graph::defer(item, &[]));
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! One stream's cache: [`StreamCache`], the resource that serves one
+//! stream's allocations and frees from its free lists.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::Arc;
+
+use super::hot::Ask;
+use super::lock::{CachePadded, Guard, StreamLock};
+use super::shared::Shared;
+use super::state::State;
+use super::{Sealed, StreamCacheStats};
+use crate::device::Device;
+use crate::error::{record_drop_error, Error, InvalidReason, Result};
+use crate::resource::MemoryResource;
+use crate::stream::Stream;
+
+/// The cache of one stream: a [`MemoryResource`] that serves allocations
+/// and frees on that stream only. Get it from [`CacheTier::for_stream`](crate::CacheTier::for_stream) and
+/// use it as the resource of [`DeviceBuffer::new_with`](crate::DeviceBuffer::new_with)
+/// (or call it directly).
+///
+/// It is `Sync`: any thread may use it, through a lock of its own that is
+/// uncontended when one thread at a time drives the stream. An allocation or
+/// a free on another stream is refused with [`Error::InvalidArgument`] (and
+/// such a free leaves the block allocated). It keeps its stream alive, and
+/// it stays alive itself while a [`DeviceBuffer`](crate::DeviceBuffer) made
+/// from it by `new_with` holds one of its blocks.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use somalloc::{CacheConfig, CacheTier, Device, MemPool, MemoryResource, Stream};
+/// # fn main() -> somalloc::Result<()> {
+/// let dev = Device::get(0)?;
+/// let tier = CacheTier::new(Arc::new(MemPool::default_for(&dev)?), CacheConfig::default())?;
+/// let stream = Stream::new(&dev)?;
+/// let cache = tier.for_stream(&stream)?;
+/// let ptr = cache.allocate(1000, &stream)?; // a 1024-byte block from the pool
+/// // SAFETY: from this cache, freed once, unused after this point of `stream`.
+/// unsafe { cache.deallocate(ptr, 1000, &stream)? }; // into the cache
+/// assert_eq!(cache.allocate(1000, &stream)?, ptr); // the same block, no driver call
+/// # Ok(()) }
+/// ```
+pub struct StreamCache {
+    pub(super) state: CachePadded<StreamLock<State>>,
+    pub(super) stream: Stream,
+    pub(super) key: usize,
+    /// `config.max_block_bytes` and `config.per_stream_cap`, copied here
+    /// to spare the hot path a look into `shared`.
+    pub(super) max_block: usize,
+    pub(super) cap: usize,
+    /// The upstream hands out pinned host memory (its placement, read once).
+    pinned_host: bool,
+    pub(super) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for StreamCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamCache")
+            .field("stream", &format_args!("{:#x}", self.key))
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl StreamCache {
+    pub(super) fn new(stream: &Stream, shared: Arc<Shared>) -> StreamCache {
+        let config = &shared.config;
+        StreamCache {
+            state: CachePadded(StreamLock::new(State::new(shared.classes), config.thread_bias)),
+            stream: stream.clone(),
+            key: stream.as_raw() as usize,
+            max_block: config.max_block_bytes,
+            cap: config.per_stream_cap,
+            pinned_host: shared.upstream.placement().is_pinned_host(),
+            shared,
+        }
+    }
+
+    /// Whether this cache hands out pinned host memory (one load, for
+    /// `DeviceBuffer::new_with`'s check).
+    #[inline]
+    pub(crate) fn serves_pinned_host(&self) -> bool {
+        self.pinned_host
+    }
+
+    #[inline]
+    pub(super) fn lock(&self) -> Guard<'_, State> {
+        self.state.lock()
+    }
+
+    /// The stream this cache serves.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// Bytes cached for this stream now.
+    pub fn cached_bytes(&self) -> usize {
+        self.lock().cached
+    }
+
+    /// This stream's counters.
+    pub fn stats(&self) -> StreamCacheStats {
+        self.lock().stats(self.key)
+    }
+
+    /// Returns every cached block of this stream to the upstream resource
+    /// (stream-ordered frees on this stream). Does nothing while the stream
+    /// is capturing (the frees would be recorded into the graph).
+    pub fn flush(&self) -> Result<()> {
+        self.release_all(false).map(|_| ())
+    }
+
+    /// Returns cached blocks, largest first, until at most `bytes_to_keep`
+    /// stay cached for this stream. Does nothing while the stream is
+    /// capturing.
+    pub fn trim(&self, bytes_to_keep: usize) -> Result<()> {
+        if self.stream.capturing()?.is_some() {
+            return Ok(());
+        }
+        let mut blocks = Vec::new();
+        {
+            let mut state = self.lock();
+            state.take_down_to(bytes_to_keep, &mut blocks);
+            state.return_slack(&self.shared, self.shared.granule);
+        }
+        // SAFETY: cached blocks of this stream (see `free_upstream`).
+        unsafe { self.free_upstream(&blocks) }
+    }
+
+    /// Turns the cache into a pass-through (the tier lets go of it) and
+    /// returns its cached blocks (see `release_all`). While buffers hold
+    /// blocks of it without a reference, it keeps `self` (the tier's
+    /// reference) until the last of them comes back.
+    pub(super) fn detach(self: &Arc<Self>) -> Result<usize> {
+        {
+            let mut state = self.lock();
+            state.detached = true;
+            if state.pinned > 0 && state.self_keep.is_none() {
+                state.self_keep = Some(Arc::clone(self));
+            }
+        }
+        self.release_all(true)
+    }
+
+    /// Returns every cached block; with `detach`, also turns the cache into
+    /// a pass-through. The bytes returned. While the stream captures, the
+    /// blocks stay (or, with `detach`, wait in the deferred-free queue until
+    /// the stream leaves the capture) and 0 is returned.
+    pub(super) fn release_all(&self, detach: bool) -> Result<usize> {
+        if self.stream.capturing()?.is_some() {
+            if detach {
+                self.park_all();
+            }
+            return Ok(0);
+        }
+        let mut blocks = Vec::new();
+        {
+            let mut state = self.lock();
+            state.detached |= detach;
+            state.take_down_to(0, &mut blocks);
+            state.return_slack(&self.shared, 0);
+        }
+        // SAFETY: cached blocks of this stream (see `free_upstream`).
+        unsafe { self.free_upstream(&blocks)? };
+        Ok(blocks.iter().map(|b| b.1).sum())
+    }
+
+    /// Frees blocks taken out of this cache through the upstream resource,
+    /// on this stream; tries all and reports the first error.
+    ///
+    /// # Safety
+    /// Each `(addr, size)` is a block that this cache took out of its bins
+    /// (so it came from `upstream.allocate(size, stream)` and it is in no
+    /// bin and no buffer any more).
+    pub(super) unsafe fn free_upstream(&self, blocks: &[(usize, usize)]) -> Result<()> {
+        let mut first_error = None;
+        for &(addr, size) in blocks {
+            // SAFETY: the block came from `upstream.allocate(size, stream)`
+            // (the class size, on this stream); it entered the cache through
+            // `deallocate` on this stream, whose caller ordered every use
+            // before that point of the stream, and this free is enqueued
+            // after that point; the caller took it out of the bins, so it is
+            // freed once.
+            let r = unsafe {
+                self.shared
+                    .upstream
+                    .deallocate(addr as *mut c_void, size, &self.stream)
+            };
+            if let Err(e) = r {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    #[inline]
+    pub(super) fn check_stream(&self, stream: &Stream) -> Result<()> {
+        if stream.as_raw() as usize != self.key {
+            return Err(self.wrong_stream(stream));
+        }
+        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wrong_stream(&self, stream: &Stream) -> Error {
+        InvalidReason::WrongStream.error(format!(
+            "the cache of stream {:#x} was used with stream {:#x}: \
+             get that stream's cache from CacheTier::for_stream",
+            self.key,
+            stream.as_raw() as usize
+        ))
+    }
+
+    /// A miss: upstream, with recovery from out of memory.
+    pub(super) fn allocate_upstream(&self, bytes: usize, size: usize) -> Result<*mut c_void> {
+        let upstream = &self.shared.upstream;
+        let mut result = upstream.allocate(size, &self.stream);
+        // Out of memory: first this stream's cached blocks (freed on this
+        // stream, so the upstream can reuse them for this allocation at
+        // once), then every other stream's; retry after each that freed any.
+        for others in [false, true] {
+            if !matches!(result, Err(Error::OutOfMemory { .. })) {
+                break;
+            }
+            let freed = if others {
+                self.shared.release_others(self.key)?
+            } else {
+                self.release_all(false)?
+            };
+            if freed > 0 {
+                result = upstream.allocate(size, &self.stream);
+            }
+        }
+        match result {
+            Err(Error::OutOfMemory { stats, .. }) => Err(Error::OutOfMemory {
+                requested: bytes,
+                stats,
+            }),
+            other => other,
+        }
+    }
+}
+
+// SAFETY: every block it hands out came from the upstream resource (a
+// `MemoryResource`) on this stream and is handed out once: a cached block
+// re-enters a bin only through `deallocate` on this stream, whose caller
+// orders every use before that point, and leaves it for one allocation on
+// the same stream (see "Why a cached block is safe to reuse" in the module
+// docs). Under capture it passes allocations and frees through to the
+// upstream and never caches a block allocated or freed during a capture.
+unsafe impl MemoryResource for StreamCache {
+    #[inline]
+    fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
+        match self.try_hit(bytes, stream, false) {
+            Some(ptr) => Ok(ptr),
+            None => self.take_slow(bytes, stream, Ask::PLAIN).map(|(ptr, _)| ptr),
+        }
+    }
+
+    #[inline]
+    unsafe fn deallocate(&self, ptr: *mut c_void, bytes: usize, stream: &Stream) -> Result<()> {
+        if self.try_put(ptr, bytes, stream, false) {
+            return Ok(());
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.give_slow(ptr, bytes, stream) }
+    }
+
+    fn device(&self) -> Device {
+        self.shared.device
+    }
+
+    fn placement(&self) -> crate::Placement {
+        self.shared.upstream.placement()
+    }
+
+    fn stream_cache(&self, _: Sealed) -> Option<&StreamCache> {
+        Some(self)
+    }
+}
+
+impl Drop for StreamCache {
+    fn drop(&mut self) {
+        // Normally empty by now: the tier detached it when it let it go.
+        record_drop_error(self.release_all(true).map(|_| ()));
+    }
+}

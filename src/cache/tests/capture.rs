@@ -1,0 +1,200 @@
+//! The tier under stream capture (fake streams report a capture; see
+//! `crate::graph`).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use super::*;
+use crate::graph::{pending_graph_frees, reclaim_graph_frees, CaptureStatus};
+
+/// Calls `reclaim_graph_frees` until `done` holds (other tests drain the
+/// same process-wide queue concurrently), for at most two seconds.
+fn reclaim_until(done: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(2),
+            "deferred frees did not happen"
+        );
+        let _ = reclaim_graph_frees();
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_capturing_stream_never_gets_or_gives_cached_blocks() {
+    let fake = FakeResource::new(None);
+    let tier = tier_over(&fake, CacheConfig::default());
+    let s = stream(40);
+    let cache = tier.for_stream(&s).unwrap();
+    // Warm: one cached block, one live block from before the capture.
+    let warm = alloc(&cache, 4096);
+    free(&cache, warm, 4096);
+    let before_capture = alloc(&cache, 8000);
+    assert_eq!(cache.stats().hits, 0);
+    let (allocs0, frees0) = fake.calls();
+
+    s.set_fake_capture(CaptureStatus::Active, 11);
+    // A captured allocation of the cached size: upstream, not the cached block.
+    let g = alloc(&cache, 4096);
+    assert_ne!(g, warm, "a cached block was handed into a capture");
+    assert_eq!(fake.calls(), (allocs0 + 1, frees0));
+    let st = cache.stats();
+    assert_eq!((st.hits, st.captured, st.captured_live), (0, 1, 1));
+    assert_eq!(st.cached_blocks, 1);
+    // Above the classes: upstream too, counted as captured.
+    let big = alloc(&cache, 100 << 20);
+    assert_eq!(cache.stats().captured, 2);
+    // Freed in the capture: upstream, never cached.
+    free(&cache, g, 4096);
+    free(&cache, big, 100 << 20);
+    // A block from before the capture freed in it: upstream too.
+    free(&cache, before_capture, 8000);
+    assert_eq!(fake.calls(), (allocs0 + 2, frees0 + 3));
+    let st = cache.stats();
+    assert_eq!((st.cached_blocks, st.captured_live, st.live_bytes), (1, 0, 0));
+    // Flush and trim leave a capturing stream alone.
+    cache.flush().unwrap();
+    tier.flush().unwrap();
+    tier.trim(0).unwrap();
+    assert_eq!(cache.stats().cached_blocks, 1);
+
+    s.set_fake_capture(CaptureStatus::None, 0);
+    assert_eq!(
+        alloc(&cache, 4096),
+        warm,
+        "the cached block is served again after the capture"
+    );
+    assert_eq!(cache.stats().hits, 1);
+    free(&cache, warm, 4096);
+    drop(tier);
+    assert!(fake.state().live.is_empty());
+    fake.assert_clean();
+}
+
+#[test]
+fn a_block_allocated_in_a_capture_is_never_cached_after_it() {
+    let fake = FakeResource::new(None);
+    let tier = tier_over(&fake, CacheConfig::default());
+    let s = stream(41);
+    s.set_fake_capture(CaptureStatus::Active, 12);
+    // Through the tier as a resource (the registry path) and the stream's cache.
+    let tier_res: &dyn MemoryResource = &tier;
+    let a = tier_res.allocate(5000, &s).unwrap() as usize;
+    let cache = tier.for_stream(&s).unwrap();
+    let b = alloc(&cache, 300 << 20); // above the classes
+    assert_eq!(cache.stats().captured_live, 2);
+    // The capture ends; the graph outputs are freed later.
+    s.set_fake_capture(CaptureStatus::None, 0);
+    // SAFETY: fake addresses from this tier, freed once.
+    unsafe { tier_res.deallocate(a as *mut c_void, 5000, &s) }.unwrap();
+    free(&cache, b, 300 << 20);
+    let st = cache.stats();
+    assert_eq!((st.cached_blocks, st.captured_live, st.captured), (0, 0, 2));
+    assert!(fake.state().live.is_empty(), "graph memory went back upstream");
+    // An ordinary pair afterwards is cached as usual, at another address.
+    let c = alloc(&cache, 5000);
+    free(&cache, c, 5000);
+    assert_eq!(cache.stats().cached_blocks, 1);
+    assert_ne!(c, a);
+    fake.assert_clean();
+}
+
+#[test]
+fn recovery_from_out_of_memory_skips_a_capturing_stream() {
+    let fake = FakeResource::new(Some(4 << 20));
+    let tier = tier_over(&fake, CacheConfig::default().headroom(None));
+    let (sa, sb) = (stream(42), stream(43));
+    let (a, b) = (tier.for_stream(&sa).unwrap(), tier.for_stream(&sb).unwrap());
+    let blocks: Vec<usize> = (0..3).map(|_| alloc(&a, 1 << 20)).collect();
+    for blk in blocks {
+        free(&a, blk, 1 << 20);
+    }
+    assert_eq!(a.cached_bytes(), 3 << 20);
+    // A is capturing: B's miss may not free A's blocks (into A's capture).
+    sa.set_fake_capture(CaptureStatus::Active, 13);
+    assert!(matches!(b.allocate(2 << 20, &sb), Err(Error::OutOfMemory { .. })));
+    assert_eq!(a.cached_bytes(), 3 << 20);
+    // A captured allocation that runs out does not free A's own blocks either.
+    assert!(matches!(a.allocate(2 << 20, &sa), Err(Error::OutOfMemory { .. })));
+    assert_eq!(a.cached_bytes(), 3 << 20);
+    sa.set_fake_capture(CaptureStatus::None, 0);
+    let y = alloc(&b, 2 << 20);
+    assert!(a.cached_bytes() < 3 << 20);
+    free(&b, y, 2 << 20);
+    drop(tier);
+    assert!(fake.state().live.is_empty());
+    fake.assert_clean();
+}
+
+#[test]
+fn dropping_the_tier_during_a_capture_defers_the_streams_blocks() {
+    let fake = FakeResource::new(None);
+    let tier = tier_over(&fake, CacheConfig::default());
+    let s = stream(44);
+    let cache = tier.for_stream(&s).unwrap();
+    let blocks: Vec<usize> = (1..=3).map(|i| alloc(&cache, i * 1000)).collect();
+    for (i, blk) in blocks.into_iter().enumerate() {
+        free(&cache, blk, (i + 1) * 1000);
+    }
+    s.set_fake_capture(CaptureStatus::Active, 14);
+    drop(tier);
+    assert_eq!(fake.state().live.len(), 3, "freed into a capture");
+    // Held in the queue (nobody can run them while the stream captures).
+    assert!(pending_graph_frees() >= 3);
+    // The held cache now passes through.
+    let x = alloc(&cache, 1000);
+    free(&cache, x, 1000);
+    assert_eq!(cache.stats().cached_blocks, 0);
+    // Still capturing: the queue keeps them.
+    let _ = reclaim_graph_frees();
+    assert_eq!(fake.state().live.len(), 3);
+    s.set_fake_capture(CaptureStatus::None, 0);
+    reclaim_until(|| fake.state().live.is_empty());
+    fake.assert_clean();
+}
+
+#[test]
+fn device_buffers_under_capture() {
+    let fake = FakeResource::new(None);
+    let res: Arc<dyn MemoryResource> = fake.clone();
+    let s = stream(45);
+    let other = stream(46);
+    let outside = DeviceBuffer::<u32>::new_with(100, &res, &s).unwrap();
+    let addr_outside = outside.as_raw() as usize;
+    s.set_fake_capture(CaptureStatus::Active, 15);
+    // use_on between a capturing and a non-capturing stream is refused.
+    let mut inside = DeviceBuffer::<u32>::new_with(100, &res, &s).unwrap();
+    assert!(matches!(inside.use_on(&other), Err(Error::Capture { .. })));
+    let mut outside_other = DeviceBuffer::<u8>::new_with(10, &res, &other).unwrap();
+    assert!(matches!(outside_other.use_on(&s), Err(Error::Capture { .. })));
+    // Two captures do not mix either.
+    other.set_fake_capture(CaptureStatus::Active, 16);
+    assert!(matches!(inside.use_on(&other), Err(Error::Capture { .. })));
+    other.set_fake_capture(CaptureStatus::None, 0);
+    // Synchronising a capturing stream, and the synchronous host copies
+    // (whose host memory the graph would use at every launch), are refused
+    // before the runtime sees them.
+    assert!(matches!(s.synchronize(), Err(Error::Capture { .. })));
+    let mut host = vec![0u32; 100];
+    assert!(matches!(inside.copy_from_host(&host), Err(Error::Capture { .. })));
+    assert!(matches!(
+        inside.copy_to_host(&mut host),
+        Err(Error::Capture { .. })
+    ));
+    assert!(matches!(inside.to_vec(), Err(Error::Capture { .. })));
+    // Allocated and freed in the capture: freed now (a graph free node).
+    drop(inside);
+    assert_eq!(fake.state().live.len(), 2);
+    drop(outside_other);
+    // The capture is invalidated: a buffer from before it, dropped now,
+    // waits for the capture to end (it made no graph).
+    s.set_fake_capture(CaptureStatus::Invalidated, 15);
+    drop(outside);
+    assert!(fake.state().live.contains_key(&addr_outside));
+    let _ = reclaim_graph_frees();
+    assert!(fake.state().live.contains_key(&addr_outside));
+    s.set_fake_capture(CaptureStatus::None, 0);
+    reclaim_until(|| fake.state().live.is_empty());
+    fake.assert_clean();
+}
