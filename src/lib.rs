@@ -282,8 +282,8 @@
 //!
 //! ## Which streams are asked
 //!
-//! Asking the runtime whether a stream is capturing costs 45–60 ns, too
-//! much for the cache tier's hot path (25–30 ns for a cached pair). somalloc
+//! Asking the runtime whether a stream is capturing costs more than a whole
+//! cached allocation of the cache tier (see the README's Measured section). somalloc
 //! counts the captures begun through [`Stream::begin_capture`]; an owned
 //! stream ([`Stream::new`]) is asked only while that count is not zero or
 //! after it waited on an event recorded during a capture. A borrowed stream

@@ -100,9 +100,9 @@ impl Drop for StreamInner {
 ///   somalloc as a borrowed stream ([`Stream::from_raw`]);
 /// * a borrowed stream ([`Stream::from_raw`]) may be captured by its owner
 ///   at any time, so somalloc asks the runtime on every capture-sensitive
-///   call (45–60 ns each on an H200 with CUDA 13.0), including the cache
-///   tier's allocations and frees: a cached allocate + free pair costs about
-///   140 ns on a borrowed stream against 25 ns on an owned one.
+///   call, including the cache tier's allocations and frees: a cached
+///   allocate + free pair costs several times more on a borrowed stream than
+///   on an owned one (figures in the README's Measured section).
 ///
 /// While a capture begun through the API is in progress anywhere in the
 /// process, owned streams are asked too (they may have joined it).
