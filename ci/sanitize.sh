@@ -9,7 +9,10 @@
 # an error fails the run. API errors are not reported: the suite provokes
 # them on purpose (out-of-memory and bad-input tests) and checks each one.
 # Binaries that exhaust the device on purpose (oom) are left out: the
-# sanitizer's own allocations would change what they test. Instrumented
+# sanitizer's own allocations would change what they test. initcheck leaves
+# out `host` (it runs under the other three tools): initcheck does not see
+# the CPU's writes into pinned memory from a host pool, so every copy out of
+# a HostBuffer that the host filled reads to it as uninitialised memory. Instrumented
 # kernels are slow, so the largest test buffer is 64 MiB instead of 1 GiB
 # (SOMALLOC_TEST_MAX_BYTES) and the stress test is shorter
 # (SOMALLOC_STRESS_OPS); each binary gets SANITIZE_TIMEOUT seconds.
@@ -98,6 +101,10 @@ for tool in $tools; do
     name=$(basename "$b")
     log="$logs/$tool-$name.log"
     threads=$test_threads st=$stress_threads extra=()
+    if [ "$tool" = initcheck ] && [ "$name" = host ]; then
+      echo "sanitize: initcheck host: left out (host writes into pinned pool memory are invisible to it)" >&2
+      continue
+    fi
     if [ "$tool" = racecheck ] && [ "$racecheck_serial" -eq 1 ]; then
       threads=1 st=1
       for t in $CONCURRENT_TESTS; do

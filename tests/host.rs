@@ -4,7 +4,7 @@
 //! pool kind, the test checks the `Unsupported` answer instead.
 
 use std::io::Write;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use somalloc::adaptors::{LimitingAdaptor, StatisticsAdaptor};
 use somalloc::testkit::{pattern_byte, PinnedHost, PinnedHostCall, TestKernels};
@@ -29,9 +29,15 @@ struct Gpu {
     dev: Device,
     k: TestKernels,
     stream: Stream,
+    _exclusive: MutexGuard<'static, ()>,
 }
 
+/// The tests here time copies against running kernels and wait on whole
+/// streams: they take turns, so that no other test's work shares the device.
+static EXCLUSIVE: Mutex<()> = Mutex::new(());
+
 fn gpu(test: &str) -> Option<Gpu> {
+    let exclusive = EXCLUSIVE.lock().unwrap_or_else(|p| p.into_inner());
     let dev = match Device::get(0) {
         Ok(d) => d,
         Err(e @ (Error::RuntimeNotFound { .. } | Error::NoDevice { .. })) => {
@@ -44,6 +50,7 @@ fn gpu(test: &str) -> Option<Gpu> {
         k: TestKernels::load(&dev).expect("load test kernels"),
         stream: Stream::new(&dev).expect("stream"),
         dev,
+        _exclusive: exclusive,
     })
 }
 
