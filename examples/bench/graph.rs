@@ -36,7 +36,11 @@ pub fn graph_param(mode: Mode) -> String {
 /// Measures both modes for every allocator; each graph row also carries its
 /// ratio to the same allocator's eager row (`ratio_to_eager`).
 pub fn run(ctx: &Ctx, rows: &mut Vec<Row>) -> somalloc::Result<()> {
-    let all: Vec<Who> = Kind::ALL.iter().map(|&k| Who::Alloc(k)).collect();
+    let all: Vec<Who> = Kind::ALL
+        .iter()
+        .filter(|k| k.runs("graph_pipeline"))
+        .map(|&k| Who::Alloc(k))
+        .collect();
     let params = [
         (graph_param(Mode::Eager), Mode::Eager),
         (graph_param(Mode::Graph), Mode::Graph),

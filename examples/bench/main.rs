@@ -112,20 +112,22 @@ pub fn run(args: &Args) -> somalloc::Result<ExitCode> {
 
     let workloads: Vec<&str> = WORKLOADS.iter().copied().filter(|w| selected(args, w)).collect();
     let count = |f: fn(Kind) -> bool| Kind::ALL.iter().filter(|k| f(**k)).count() as u64;
-    let n_alloc = Kind::ALL.len() as u64;
     let n_timelines = count(Kind::has_timeline);
     let units: u64 = workloads
         .iter()
-        .map(|w| match *w {
-            "seed_pipeline" => n_alloc + 1,
-            "graph_pipeline" => 2 * n_alloc,
-            "pair" => PAIR_SIZES.len() as u64 * n_alloc,
-            "churn" => n_alloc,
-            "threads" => THREADS.len() as u64 * n_alloc,
-            "threshold" => 2 * count(Kind::runs_threshold),
-            "host_pair" => (host::HOST_SIZES.len() * host::HOST_PAIR_ALLOCATORS.len()) as u64,
-            "h2d" => host::H2D_SOURCES.len() as u64,
-            _ => PAIR_SIZES.len() as u64,
+        .map(|w| {
+            let n_alloc = Kind::ALL.iter().filter(|k| k.runs(w)).count() as u64;
+            match *w {
+                "seed_pipeline" => n_alloc + 1,
+                "graph_pipeline" => 2 * n_alloc,
+                "pair" => PAIR_SIZES.len() as u64 * n_alloc,
+                "churn" => n_alloc,
+                "threads" => THREADS.len() as u64 * n_alloc,
+                "threshold" => 2 * count(Kind::runs_threshold),
+                "host_pair" => (host::HOST_SIZES.len() * host::HOST_PAIR_ALLOCATORS.len()) as u64,
+                "h2d" => host::H2D_SOURCES.len() as u64,
+                _ => PAIR_SIZES.len() as u64,
+            }
         })
         .sum::<u64>()
         * plan.repeats as u64
