@@ -15,7 +15,9 @@
 # a HostBuffer that the host filled reads to it as uninitialised memory. Instrumented
 # kernels are slow, so the largest test buffer is 64 MiB instead of 1 GiB
 # (SOMALLOC_TEST_MAX_BYTES) and the stress test is shorter
-# (SOMALLOC_STRESS_OPS); each binary gets SANITIZE_TIMEOUT seconds.
+# (SOMALLOC_STRESS_OPS), and each graph of the capture tests is replayed 20
+# times instead of 1000 (SOMALLOC_CAPTURE_REPLAYS); each binary gets
+# SANITIZE_TIMEOUT seconds.
 #
 # Host threads and racecheck: some racecheck versions do not finish a program
 # whose host threads use the GPU at the same time (compute-sanitizer
@@ -55,6 +57,7 @@ declare -A flags=(
 CONCURRENT_TESTS=${CONCURRENT_TESTS:-eight_threads_with_own_streams_never_overlap}
 export SOMALLOC_TEST_MAX_BYTES=${SOMALLOC_TEST_MAX_BYTES:-67108864}
 export SOMALLOC_STRESS_OPS=${SOMALLOC_STRESS_OPS:-500}
+export SOMALLOC_CAPTURE_REPLAYS=${SOMALLOC_CAPTURE_REPLAYS:-20}
 stress_threads=${SOMALLOC_STRESS_THREADS:-8}
 per_binary=${SANITIZE_TIMEOUT:-240}
 test_threads=${SANITIZE_TEST_THREADS:-4}

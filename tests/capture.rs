@@ -26,7 +26,15 @@ use somalloc::{
 
 /// 1,048,576 words: 4 MiB, the size of the corruption report.
 const N: usize = 1 << 20;
-const REPLAYS: u32 = 1000;
+/// Replays of each graph: 1000, or `SOMALLOC_CAPTURE_REPLAYS` (the
+/// sanitizer runs use fewer: instrumented replays are slow).
+fn replays() -> u32 {
+    std::env::var("SOMALLOC_CAPTURE_REPLAYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &u32| n >= 3)
+        .unwrap_or(1000)
+}
 
 static EXCLUSIVE: Mutex<()> = Mutex::new(());
 
@@ -183,10 +191,10 @@ fn vendor_pool_allocations_inside_a_capture_are_graph_memory() {
     exec.upload(&g.stream).unwrap();
     exec.launch(&g.stream).unwrap();
     check_accumulated(&acc, 1, &terms);
-    for _ in 1..REPLAYS {
+    for _ in 1..replays() {
         exec.launch(&g.stream).unwrap();
     }
-    check_accumulated(&acc, REPLAYS, &terms);
+    check_accumulated(&acc, replays(), &terms);
     assert_eq!(g.used(), used_before, "graph memory is not the pool's");
     let graph_mem = g.dev.graph_mem_stats().unwrap();
     assert!(graph_mem.reserved_high >= (3 * N * 4) as u64, "{graph_mem}");
@@ -241,7 +249,7 @@ fn a_warm_cache_is_not_handed_into_a_capture() {
         assert_ne!(ordinary.as_raw(), graph_addr);
         g.k.fill(&mut ordinary, 77, &g.stream).unwrap();
         let exec = graph.instantiate().unwrap();
-        for _ in 0..REPLAYS {
+        for _ in 0..replays() {
             exec.launch(&g.stream).unwrap();
         }
         assert_eq!(
@@ -249,7 +257,7 @@ fn a_warm_cache_is_not_handed_into_a_capture() {
             0,
             "the graph wrote into the cached block (through_tier {through_tier})"
         );
-        check_accumulated(&acc, REPLAYS, &[(1, 9, 4)]);
+        check_accumulated(&acc, replays(), &[(1, 9, 4)]);
         drop((exec, graph, ordinary, acc));
         tier.flush().unwrap();
         g.stream.synchronize().unwrap();
@@ -295,13 +303,13 @@ fn a_cold_cache_keeps_graph_addresses_out() {
         g.k.fill(&mut buf, 100 + seed, &g.stream).unwrap();
         ordinary.push(buf);
     }
-    for _ in 2..REPLAYS {
+    for _ in 2..replays() {
         exec.launch(&g.stream).unwrap();
     }
     for (seed, buf) in ordinary.iter().enumerate() {
         assert_eq!(g.k.verify(buf, 100 + seed as u32, &g.stream).unwrap(), 0);
     }
-    check_accumulated(&acc, REPLAYS, &[(3, 2, 1)]);
+    check_accumulated(&acc, replays(), &[(3, 2, 1)]);
     drop((exec, graph, ordinary, acc));
     tier.flush().unwrap();
     g.stream.synchronize().unwrap();
@@ -638,11 +646,11 @@ fn a_capture_by_another_library_on_a_borrowed_stream() {
     let mut ordinary = DeviceBuffer::<u32>::new_with(N, &res, &borrowed).unwrap();
     g.k.fill(&mut ordinary, 33, &borrowed).unwrap();
     let exec = graph.instantiate(true).unwrap();
-    for _ in 0..REPLAYS {
+    for _ in 0..replays() {
         exec.launch(&borrowed).unwrap();
     }
     assert_eq!(g.k.verify(&ordinary, 33, &borrowed).unwrap(), 0);
-    check_accumulated(&acc, REPLAYS, &[(1, 6, 5)]);
+    check_accumulated(&acc, replays(), &[(1, 6, 5)]);
     assert_eq!(out.to_vec().unwrap()[5], iota_word(5, 8, 8));
     drop(out); // after a launch: freed
     borrowed.synchronize().unwrap();
