@@ -96,9 +96,9 @@ use crate::Active;
 /// use somalloc::{Device, MemoryResource, Stream};
 /// struct Mine;
 /// impl MemoryResource for Mine { // error: the trait is unsafe to implement
-///     fn allocate(&self, _: usize, _: &Stream) -> somalloc::Result<*mut c_void> { todo!() }
-///     unsafe fn deallocate(&self, _: *mut c_void, _: usize, _: &Stream) -> somalloc::Result<()> { todo!() }
-///     fn device(&self) -> Device { todo!() }
+///     fn allocate(&self, _: usize, _: &Stream) -> somalloc::Result<*mut c_void> { Ok(std::ptr::null_mut()) }
+///     unsafe fn deallocate(&self, _: *mut c_void, _: usize, _: &Stream) -> somalloc::Result<()> { Ok(()) }
+///     fn device(&self) -> Device { unreachable!() }
 /// }
 /// ```
 ///
