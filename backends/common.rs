@@ -1,7 +1,9 @@
 //! What the vendor backends share: the symbol-table macro, the handle
 //! newtype macro, the current-device guard, and the mapping of runtime codes
 //! to [`Error`]. CUDA and HIP use the same numbers for the codes that get
-//! their own `Error` variant.
+//! their own `Error` variant. Pool locations and allocation types are in
+//! `locations.rs`, the shared backend body in `shared.rs`, the tests in
+//! `common_tests.rs`.
 //!
 //! # The runtime's last error
 //!
@@ -15,9 +17,7 @@
 use std::ffi::{c_char, c_int, CStr};
 use std::marker::PhantomData;
 
-use crate::backend::{
-    CaptureInfo, CaptureStatus, GraphMemAttr, PoolAttr, RawAlloc, RawCaptureMode, RawLocation,
-};
+use crate::backend::{CaptureInfo, CaptureStatus, GraphMemAttr, PoolAttr, RawCaptureMode};
 use crate::error::{record_drop_error, Error, Result, VendorCode};
 
 pub(crate) const SUCCESS: i32 = 0;
@@ -33,6 +33,10 @@ pub(crate) const ERROR_NOT_SUPPORTED: i32 = 801;
 #[path = "shared.rs"]
 mod shared;
 pub(crate) use shared::{backend_impl, shared_runtime_api};
+
+#[path = "locations.rs"]
+mod locations;
+pub(crate) use locations::*;
 
 /// `cudaMemPoolAttr` / `hipMemPoolAttr`, in `PoolAttr`'s order: the same
 /// numbers on both (the backends assert theirs against these).
@@ -355,78 +359,6 @@ pub(crate) fn graph_mem_attr(attr: GraphMemAttr) -> c_int {
         GraphMemAttr::UsedMemHigh => GRAPH_MEM_USED_HIGH,
         GraphMemAttr::ReservedMemCurrent => GRAPH_MEM_RESERVED_CURRENT,
         GraphMemAttr::ReservedMemHigh => GRAPH_MEM_RESERVED_HIGH,
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Pool locations and allocation types (pinned host pools, managed pools).
-
-/// `cudaMemLocationType` / `hipMemLocationType`: the same numbers on both
-/// (HIP declares the host types from ROCm 6; each backend asserts its own
-/// constants against these).
-pub(crate) const LOCATION_NONE: u32 = 0;
-pub(crate) const LOCATION_DEVICE: u32 = 1;
-pub(crate) const LOCATION_HOST: u32 = 2;
-pub(crate) const LOCATION_HOST_NUMA: u32 = 3;
-/// `cudaMemAllocationType` / `hipMemAllocationType`.
-pub(crate) const ALLOC_PINNED: u32 = 1;
-pub(crate) const ALLOC_MANAGED: u32 = 2;
-
-/// The CUDA runtime versions that create each kind of pool, from the
-/// `cudaMemPoolCreate` documentation of each release's headers and the
-/// releases CUDA's own C++ libraries (CCCL) gate them on:
-///
-/// | pool | CUDA |
-/// |---|---|
-/// | pinned, on a host NUMA node (`HostNuma`) | 12.6 (the 12.2-12.5 headers name the type, CCCL's host pool needs 12.6) |
-/// | pinned, on the host without a node (`Host`) | 13.0 (the 12.x headers call it an invalid value) |
-/// | managed (`cudaMemAllocationTypeManaged`) | 13.0 (the type is new in its headers) |
-///
-/// The same numbers serve HIP on NVIDIA (a runtime that reports a CUDA
-/// version).
-pub(crate) const CUDA_VERSION_HOST_NUMA_POOLS: i32 = 12_060;
-pub(crate) const CUDA_VERSION_HOST_POOLS: i32 = 13_000;
-pub(crate) const CUDA_VERSION_MANAGED_POOLS: i32 = 13_000;
-
-/// The location as the vendor's (type, id) pair.
-pub(crate) fn location_parts(location: RawLocation) -> (u32, c_int) {
-    match location {
-        RawLocation::Device(id) => (LOCATION_DEVICE, id),
-        RawLocation::Host => (LOCATION_HOST, 0),
-        RawLocation::HostNuma(node) => (LOCATION_HOST_NUMA, node),
-        RawLocation::Unspecified => (LOCATION_NONE, 0),
-    }
-}
-
-/// The vendor's allocation type.
-pub(crate) fn alloc_type(alloc: RawAlloc) -> u32 {
-    match alloc {
-        RawAlloc::Pinned => ALLOC_PINNED,
-        RawAlloc::Managed => ALLOC_MANAGED,
-    }
-}
-
-/// Why a CUDA runtime of `version` (`major * 1000 + minor * 10`) cannot
-/// create a pool at `location` of `alloc`, if it cannot; `runtime` names the
-/// loaded runtime for the message.
-pub(crate) fn cuda_pool_refusal(
-    version: i32,
-    location: RawLocation,
-    alloc: RawAlloc,
-    runtime: &str,
-) -> Option<String> {
-    match (alloc, location) {
-        (RawAlloc::Managed, _) if version < CUDA_VERSION_MANAGED_POOLS => Some(format!(
-            "managed memory pools need CUDA 13.0 or later; this runtime is {runtime}"
-        )),
-        (RawAlloc::Pinned, RawLocation::HostNuma(_)) if version < CUDA_VERSION_HOST_NUMA_POOLS => Some(format!(
-            "pools of pinned host memory (on a host NUMA node) need CUDA 12.6 or later; this runtime is {runtime}"
-        )),
-        (RawAlloc::Pinned, RawLocation::Host) if version < CUDA_VERSION_HOST_POOLS => Some(format!(
-            "pools of pinned host memory without a NUMA node need CUDA 13.0 or later (CUDA 12.6 to 12.9 \
-             take a host NUMA node: Location::HostNuma); this runtime is {runtime}"
-        )),
-        _ => None,
     }
 }
 

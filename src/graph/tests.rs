@@ -1,0 +1,70 @@
+//! Tests of the capture bookkeeping on fake streams.
+
+use super::*;
+
+#[test]
+fn fake_streams_report_their_capture() {
+    let s = Stream::fake(0x9000, 0);
+    assert!(s.capturing().unwrap().is_none());
+    s.set_fake_capture(CaptureStatus::Active, 42);
+    let c = s.capturing().unwrap().unwrap();
+    assert_eq!((c.status, c.id), (CaptureStatus::Active, 42));
+    assert!(s.is_capturing().unwrap());
+    s.set_fake_capture(CaptureStatus::None, 0);
+    assert!(!s.is_capturing().unwrap());
+}
+
+#[test]
+fn a_free_deferred_without_a_graph_waits_for_its_stream() {
+    let s = Stream::fake(0x9100, 0);
+    s.set_fake_capture(CaptureStatus::Invalidated, 7);
+    let done = Arc::new(AtomicUsize::new(0));
+    let d = done.clone();
+    let before = pending_graph_frees();
+    defer(
+        Deferred {
+            stream: s.clone(),
+            users: Vec::new(),
+            free: Box::new(move |_| {
+                d.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }),
+        },
+        &[s.capturing().unwrap().unwrap()],
+    )
+    .unwrap();
+    assert!(pending_graph_frees() > before || done.load(Ordering::Relaxed) == 1);
+    // Still capturing: not done.
+    reclaim_graph_frees().unwrap();
+    assert_eq!(done.load(Ordering::Relaxed), 0);
+    s.set_fake_capture(CaptureStatus::None, 0);
+    // Other tests may drain the queue too; either way it runs once.
+    let _ = reclaim_graph_frees().unwrap();
+    assert_eq!(done.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn an_active_capture_without_a_graph_is_an_error_not_a_free() {
+    let s = Stream::fake(0x9200, 0);
+    let c = Capturing {
+        status: CaptureStatus::Active,
+        id: 3,
+        graph: None,
+    };
+    let done = Arc::new(AtomicUsize::new(0));
+    let d = done.clone();
+    let r = defer(
+        Deferred {
+            stream: s,
+            users: Vec::new(),
+            free: Box::new(move |_| {
+                d.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }),
+        },
+        &[c],
+    );
+    assert!(matches!(r, Err(Error::Capture { .. })));
+    let _ = reclaim_graph_frees();
+    assert_eq!(done.load(Ordering::Relaxed), 0);
+}
