@@ -13,9 +13,11 @@
 //!
 //! The tests hold one lock: a capture must not see other tests' work.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, MutexGuard};
+mod support;
+
+use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
+use support::say;
 
 use somalloc::adaptors::{LimitingAdaptor, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor};
 use somalloc::testkit::{iota_word, raw, TestKernels};
@@ -36,12 +38,6 @@ fn replays() -> u32 {
         .unwrap_or(1000)
 }
 
-static EXCLUSIVE: Mutex<()> = Mutex::new(());
-
-fn say(line: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
-}
-
 struct Gpu {
     dev: Device,
     k: TestKernels,
@@ -54,15 +50,8 @@ struct Gpu {
 /// Device 0, its kernels, a pool of its own and a stream; `None` after one
 /// SKIP line when there is no GPU or the runtime cannot capture.
 fn setup(test: &str) -> Option<Gpu> {
-    let exclusive = EXCLUSIVE.lock().unwrap_or_else(|p| p.into_inner());
-    let dev = match Device::get(0) {
-        Ok(d) => d,
-        Err(e @ (Error::RuntimeNotFound { .. } | Error::NoDevice { .. })) => {
-            say(&format!("SKIP {test}: no GPU ({e})"));
-            return None;
-        }
-        Err(e) => panic!("device 0: {e}"),
-    };
+    let exclusive = support::exclusive();
+    let dev = support::device_or_skip(test)?;
     let stream = Stream::new(&dev).unwrap();
     // Can this runtime capture at all, and allocate inside a capture? (HIP
     // before ROCm 5.5 allocates at once, outside the graph: somalloc refuses

@@ -3,8 +3,10 @@
 //! SKIP line and returns where there is no GPU; where the runtime lacks a
 //! pool kind, the test checks the `Unsupported` answer instead.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, MutexGuard};
+mod support;
+
+use std::sync::{Arc, MutexGuard};
+use support::say;
 
 use somalloc::adaptors::{LimitingAdaptor, StatisticsAdaptor};
 use somalloc::testkit::{pattern_byte, PinnedHost, PinnedHostCall, TestKernels};
@@ -15,10 +17,6 @@ use somalloc::{
 };
 
 const MIB: usize = 1 << 20;
-
-fn say(line: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
-}
 
 /// About `ms` milliseconds of spinning on a GPU clocked near 2 GHz.
 fn spin_cycles(ms: u64) -> u64 {
@@ -34,18 +32,9 @@ struct Gpu {
 
 /// The tests here time copies against running kernels and wait on whole
 /// streams: they take turns, so that no other test's work shares the device.
-static EXCLUSIVE: Mutex<()> = Mutex::new(());
-
 fn gpu(test: &str) -> Option<Gpu> {
-    let exclusive = EXCLUSIVE.lock().unwrap_or_else(|p| p.into_inner());
-    let dev = match Device::get(0) {
-        Ok(d) => d,
-        Err(e @ (Error::RuntimeNotFound { .. } | Error::NoDevice { .. })) => {
-            say(&format!("SKIP {test}: no GPU ({e})"));
-            return None;
-        }
-        Err(e) => panic!("{test}: device 0: {e}"),
-    };
+    let exclusive = support::exclusive();
+    let dev = support::device_or_skip(test)?;
     Some(Gpu {
         k: TestKernels::load(&dev).expect("load test kernels"),
         stream: Stream::new(&dev).expect("stream"),

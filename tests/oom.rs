@@ -5,8 +5,10 @@
 //! binary: exhausting the device must not run beside other tests. The tests
 //! here take a lock for the same reason.)
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, MutexGuard};
+mod support;
+
+use std::sync::{Arc, MutexGuard};
+use support::say;
 
 use somalloc::adaptors::{RetryAdaptor, RetryStats};
 use somalloc::testkit::TestKernels;
@@ -14,12 +16,7 @@ use somalloc::{
     CacheConfig, CacheTier, Device, DeviceBuffer, Error, MemPool, MemoryResource, PoolProperties, Stream,
 };
 
-static EXCLUSIVE: Mutex<()> = Mutex::new(());
 const MIB: usize = 1 << 20;
-
-fn say(line: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
-}
 
 /// What every test here starts from: the lock (held while it lives),
 /// device 0, its test kernels and a stream.
@@ -31,15 +28,8 @@ struct Gpu {
 }
 
 fn setup(test: &str) -> Option<Gpu> {
-    let exclusive = EXCLUSIVE.lock().unwrap_or_else(|p| p.into_inner());
-    let dev = match Device::get(0) {
-        Ok(d) => d,
-        Err(e @ (Error::RuntimeNotFound { .. } | Error::NoDevice { .. })) => {
-            say(&format!("SKIP {test}: no GPU ({e})"));
-            return None;
-        }
-        Err(e) => panic!("device 0: {e}"),
-    };
+    let exclusive = support::exclusive();
+    let dev = support::device_or_skip(test)?;
     Some(Gpu {
         k: TestKernels::load(&dev).unwrap(),
         stream: Stream::new(&dev).unwrap(),
