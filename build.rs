@@ -49,6 +49,8 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(somalloc_cuda)");
     println!("cargo::rustc-check-cfg=cfg(somalloc_rocm)");
     println!("cargo::rustc-check-cfg=cfg(somalloc_kernels)");
+    // The model-checked tests (`RUSTFLAGS="--cfg loom"`, ci/loom.sh).
+    println!("cargo::rustc-check-cfg=cfg(loom)");
     println!("cargo::rerun-if-changed=build.rs");
 
     // Any of the CUDA features selects the one CUDA backend.

@@ -245,6 +245,19 @@ pub fn drop_errors() -> DropErrors {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Unit tests: the drop errors recorded on this thread (the process's
+    /// count is shared by the tests that run at the same time).
+    static DROP_ERRORS_HERE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Unit tests: the drop errors recorded on this thread so far.
+#[cfg(test)]
+pub(crate) fn drop_errors_here() -> u64 {
+    DROP_ERRORS_HERE.with(|n| n.get())
+}
+
 /// Records a failure inside `Drop`. Never panics.
 #[inline]
 pub(crate) fn record_drop_error(result: Result<()>) {
@@ -256,6 +269,8 @@ pub(crate) fn record_drop_error(result: Result<()>) {
 #[cold]
 fn record_drop_error_slow(e: Error) {
     DROP_ERRORS.fetch_add(1, Ordering::Relaxed);
+    #[cfg(test)]
+    DROP_ERRORS_HERE.with(|n| n.set(n.get() + 1));
     match LAST_DROP_ERROR.lock() {
         Ok(mut g) => *g = Some(e),
         Err(poisoned) => *poisoned.into_inner() = Some(e),

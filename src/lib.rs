@@ -304,6 +304,7 @@ mod pool;
 mod pool_stats;
 mod resource;
 mod stream;
+mod sync;
 #[cfg(test)]
 mod testing;
 // The test kit of the crate's own tests, examples and benchmarks: hidden,

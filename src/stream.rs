@@ -40,6 +40,9 @@ struct StreamInner {
     /// Unit tests: the capture state a fake stream reports, `(status, id)`.
     #[cfg(test)]
     fake_capture: std::sync::Mutex<(crate::graph::CaptureStatus, u64)>,
+    /// Unit tests: `Some(domain)` for a fake stream (see `Stream::fake_in`).
+    #[cfg(test)]
+    fake_domain: Option<u64>,
 }
 
 impl StreamInner {
@@ -59,6 +62,8 @@ impl StreamInner {
             capture_flags: AtomicU8::new(if owned { 0 } else { capture_flag::ALWAYS_ASK }),
             #[cfg(test)]
             fake_capture: std::sync::Mutex::new((crate::graph::CaptureStatus::None, 0)),
+            #[cfg(test)]
+            fake_domain: None,
         }
     }
 }
@@ -300,6 +305,7 @@ impl Stream {
     pub(crate) fn ask_capture_info(&self) -> Result<CaptureInfo<RawGraph>> {
         #[cfg(test)]
         if !self.inner.owned {
+            crate::testing::fault_point(self.inner.fake_domain, crate::testing::Call::CaptureQuery)?;
             let (status, id) = *self.inner.fake_capture.lock().unwrap_or_else(|p| p.into_inner());
             return Ok(CaptureInfo {
                 status: status.to_raw(),
@@ -315,6 +321,7 @@ impl Stream {
     pub(crate) fn ask_capture_status(&self) -> Result<crate::backend::CaptureStatus> {
         #[cfg(test)]
         if !self.inner.owned {
+            crate::testing::fault_point(self.inner.fake_domain, crate::testing::Call::CaptureQuery)?;
             return Ok(self
                 .inner
                 .fake_capture
@@ -337,14 +344,31 @@ impl Stream {
     /// resources, the cache tier) key on it and never give it to the runtime.
     #[cfg(test)]
     pub(crate) fn fake(id: usize, device: usize) -> Stream {
+        Stream::fake_in(id, device, 0)
+    }
+
+    /// A fake stream (see [`Stream::fake`]) whose runtime calls the fake
+    /// runtime may fail on purpose: those of failure-injection `domain`
+    /// (see `crate::testing::arm`; 0: none).
+    #[cfg(test)]
+    pub(crate) fn fake_in(id: usize, device: usize, domain: u64) -> Stream {
+        let mut inner = StreamInner::new(
+            Active::stream_from_raw(id as *mut c_void),
+            Device::fake(device),
+            false,
+            None,
+        );
+        inner.fake_domain = Some(domain);
         Stream {
-            inner: Arc::new(StreamInner::new(
-                Active::stream_from_raw(id as *mut c_void),
-                Device::fake(device),
-                false,
-                None,
-            )),
+            inner: Arc::new(inner),
         }
+    }
+
+    /// Unit tests: the failure-injection domain of a fake stream, `None`
+    /// for a stream of the runtime.
+    #[cfg(test)]
+    pub(crate) fn fake_domain(&self) -> Option<u64> {
+        self.inner.fake_domain
     }
 }
 

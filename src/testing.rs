@@ -1,16 +1,213 @@
-//! Test doubles for the host-side bookkeeping (cfg(test) only): a resource
-//! that hands out made-up, never-overlapping addresses and checks every free
-//! against what it handed out, and a small seeded PRNG.
+//! Test doubles for the host-side bookkeeping (cfg(test) only), the fake
+//! runtime: a resource that hands out made-up, never-overlapping addresses
+//! and checks every free against what it handed out ([`FakeResource`]),
+//! fake streams ([`Stream::fake`]) that report a capture state the test
+//! sets, fake graphs that call their release callbacks when the test
+//! destroys them, failure injection into all of these ([`arm`]), and a
+//! small seeded PRNG.
 
-use std::collections::HashMap;
+use std::cell::Cell;
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::backend::GraphRelease;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::resource::MemoryResource;
 use crate::stream::Stream;
+
+// ---------------------------------------------------------------------------
+// Failure injection.
+
+/// How an injected failure answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// Out of memory (an allocation); any other call answers `Vendor`.
+    OutOfMemory,
+    /// The vendor's invalid-value error (code 1).
+    InvalidValue,
+    /// Another vendor error (an illegal address, code 700).
+    Vendor,
+}
+
+/// The kinds of calls into the fake runtime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Call {
+    Allocate,
+    Free,
+    /// A stream's capture state (`cudaStreamGetCaptureInfo`).
+    CaptureQuery,
+    /// Ordering one stream after another (event create, record, wait).
+    Event,
+    /// A graph retaining a release callback (`cudaGraphRetainUserObject`).
+    GraphRetain,
+}
+
+/// This thread's failure plan: see [`arm`].
+#[derive(Clone, Copy)]
+struct Plan {
+    domain: u64,
+    /// Calls of the domain to let through before the first failure.
+    skip: u32,
+    fault: Fault,
+    /// After the first failure, every later call of the domain fails too.
+    persistent: bool,
+    /// Failures injected since the plan was armed.
+    injected: u32,
+    /// Calls of the domain seen since the plan was armed.
+    calls: u32,
+}
+
+thread_local! {
+    static PLAN: Cell<Option<Plan>> = const { Cell::new(None) };
+}
+
+/// Arms failure injection on this thread: of the fake runtime's calls made
+/// by this thread on objects of `domain` (a [`FakeResource::in_domain`], a
+/// [`Stream::fake_in`], a fake graph of such a stream), the first `skip`
+/// succeed and the next one fails with `fault`; with `persistent`, every
+/// call after it fails too. Calls of other threads and other domains are
+/// never failed, so that tests running at the same time (which may perform
+/// each other's deferred frees) do not see each other's failures.
+pub(crate) fn arm(domain: u64, skip: u32, fault: Fault, persistent: bool) {
+    assert_ne!(domain, 0, "domain 0 is never failed");
+    PLAN.with(|p| {
+        p.set(Some(Plan {
+            domain,
+            skip,
+            fault,
+            persistent,
+            injected: 0,
+            calls: 0,
+        }))
+    });
+}
+
+/// Disarms this thread's plan; the failures it injected and the calls of
+/// its domain it saw.
+pub(crate) fn disarm() -> (u32, u32) {
+    PLAN.with(|p| p.take().map_or((0, 0), |plan| (plan.injected, plan.calls)))
+}
+
+/// Called by the fake runtime at each call: the injected failure, if this
+/// one is to fail.
+pub(crate) fn fault_point(domain: Option<u64>, call: Call) -> Result<()> {
+    let Some(domain) = domain.filter(|d| *d != 0) else {
+        return Ok(());
+    };
+    let fault = PLAN.with(|p| {
+        let mut plan = p.get()?;
+        if plan.domain != domain {
+            return None;
+        }
+        plan.calls += 1;
+        let fail = if plan.calls <= plan.skip {
+            false
+        } else {
+            plan.injected == 0 || plan.persistent
+        };
+        if fail {
+            plan.injected += 1;
+        }
+        p.set(Some(plan));
+        fail.then_some(plan.fault)
+    });
+    match fault {
+        None => Ok(()),
+        Some(Fault::OutOfMemory) if call == Call::Allocate => Err(Error::OutOfMemory {
+            requested: 0,
+            stats: None,
+        }),
+        Some(Fault::InvalidValue) => Err(vendor_error(call, 1, "fakeErrorInvalidValue")),
+        Some(_) => Err(vendor_error(call, 700, "fakeErrorIllegalAddress")),
+    }
+}
+
+fn vendor_error(call: Call, code: i32, name: &str) -> Error {
+    Error::Vendor {
+        call: match call {
+            Call::Allocate => "fakeMallocFromPoolAsync",
+            Call::Free => "fakeFreeAsync",
+            Call::CaptureQuery => "fakeStreamGetCaptureInfo",
+            Call::Event => "fakeEventRecord",
+            Call::GraphRetain => "fakeGraphRetainUserObject",
+        },
+        code: crate::VendorCode(code),
+        name: name.into(),
+        message: "failure injected by the test".into(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Fake graphs.
+
+/// A fake graph: the release callbacks retained by it, and the failure
+/// domain of the stream that captures it.
+struct FakeGraph {
+    domain: u64,
+    retained: Vec<(GraphRelease, usize)>,
+}
+
+static FAKE_GRAPHS: Mutex<Option<HashMap<u64, FakeGraph>>> = Mutex::new(None);
+
+fn fake_graphs() -> MutexGuard<'static, Option<HashMap<u64, FakeGraph>>> {
+    FAKE_GRAPHS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Makes capture `id` (use ids no other test uses) have a fake graph, of
+/// failure-injection `domain`: `defer` then registers with it a free that
+/// waits for that capture.
+pub(crate) fn fake_graph_begin(id: u64, domain: u64) {
+    fake_graphs().get_or_insert_with(HashMap::new).insert(
+        id,
+        FakeGraph {
+            domain,
+            retained: Vec::new(),
+        },
+    );
+}
+
+/// Whether capture `id` has a fake graph that is not destroyed.
+pub(crate) fn fake_graph_exists(id: u64) -> bool {
+    fake_graphs().as_ref().is_some_and(|g| g.contains_key(&id))
+}
+
+/// The fake `graph_retain_release`: keeps `release(data)` for the graph's
+/// destruction, or fails (by injection) without keeping it.
+pub(crate) fn fake_graph_retain(id: u64, release: GraphRelease, data: *mut c_void) -> Result<()> {
+    let domain = fake_graphs().as_ref().and_then(|g| g.get(&id)).map(|g| g.domain);
+    let Some(domain) = domain else {
+        return Err(vendor_error(Call::GraphRetain, 1, "fakeErrorInvalidValue"));
+    };
+    fault_point(Some(domain), Call::GraphRetain)?;
+    if let Some(g) = fake_graphs().as_mut().and_then(|g| g.get_mut(&id)) {
+        g.retained.push((release, data as usize));
+    }
+    Ok(())
+}
+
+/// Destroys capture `id`'s fake graph: its release callbacks run on a
+/// thread of their own, as the runtime's do, which this joins. The number
+/// of callbacks run.
+pub(crate) fn fake_graph_destroy(id: u64) -> usize {
+    let graph = fake_graphs().as_mut().and_then(|g| g.remove(&id));
+    let Some(graph) = graph else { return 0 };
+    let n = graph.retained.len();
+    let destructor = std::thread::spawn(move || {
+        for (release, data) in graph.retained {
+            // SAFETY: each callback was retained once with its data by
+            // `fake_graph_retain`, under the contract of
+            // `Backend::graph_retain_release`: called once, on any thread.
+            unsafe { release(data as *mut c_void) };
+        }
+    });
+    destructor
+        .join()
+        .expect("the fake graph's destructor thread panicked");
+    n
+}
 
 /// What a [`FakeResource`] saw.
 #[derive(Debug, Default)]
@@ -26,12 +223,17 @@ pub(crate) struct FakeState {
     pub errors: Vec<String>,
     /// Log of (is_alloc, addr, bytes, stream), when enabled.
     pub log: Option<Vec<(bool, usize, usize, usize)>>,
+    /// Live blocks whose free failed by injection (so they stay live: the
+    /// caller was told, and may not free them again).
+    pub failed_frees: HashSet<usize>,
 }
 
 /// A host-only [`MemoryResource`]: addresses are made up (never
 /// dereferenced), blocks never overlap, frees are checked.
 pub(crate) struct FakeResource {
     device: Device,
+    /// Failure-injection domain (0: never failed).
+    domain: u64,
     limit: Option<usize>,
     fail_frees: AtomicBool,
     state: Mutex<FakeState>,
@@ -39,8 +241,15 @@ pub(crate) struct FakeResource {
 
 impl FakeResource {
     pub fn new(limit: Option<usize>) -> Arc<FakeResource> {
+        FakeResource::in_domain(limit, 0)
+    }
+
+    /// A fake resource whose calls fail as this thread's plan of `domain`
+    /// says (see [`arm`]).
+    pub fn in_domain(limit: Option<usize>, domain: u64) -> Arc<FakeResource> {
         Arc::new(FakeResource {
             device: Device::fake(0),
+            domain,
             limit,
             fail_frees: AtomicBool::new(false),
             state: Mutex::new(FakeState {
@@ -86,6 +295,15 @@ unsafe impl MemoryResource for FakeResource {
             s.errors.push("0-byte allocation".into());
             return Err(Error::invalid("0 bytes"));
         }
+        if let Err(e) = fault_point(Some(self.domain), Call::Allocate) {
+            return Err(match e {
+                Error::OutOfMemory { stats, .. } => Error::OutOfMemory {
+                    requested: bytes,
+                    stats,
+                },
+                other => other,
+            });
+        }
         if self.limit.is_some_and(|l| s.used + bytes > l) {
             return Err(Error::OutOfMemory {
                 requested: bytes,
@@ -118,6 +336,14 @@ unsafe impl MemoryResource for FakeResource {
         let mut s = self.state();
         let addr = ptr as usize;
         let key = stream.as_raw() as usize;
+        if let Err(e) = fault_point(Some(self.domain), Call::Free) {
+            // Refused: the block stays live (remembered as such).
+            if s.live.contains_key(&addr) {
+                s.failed_frees.insert(addr);
+            }
+            return Err(e);
+        }
+        s.failed_frees.remove(&addr);
         match s.live.remove(&addr) {
             None => s.errors.push(format!("free of {addr:#x}, not live")),
             Some((b, k)) => {

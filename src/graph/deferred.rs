@@ -1,7 +1,33 @@
 //! Frees that wait for graphs to go away: the deferred-free queue, the
 //! runtime's graph-release callbacks, and the reclaim at safe points.
+//!
+//! Three kinds of threads meet here: the thread that frees during a capture
+//! (`defer`), the runtime's own thread that destroys a graph and calls
+//! `release_slot`, and any thread at a safe point (`reclaim_graph_frees`).
+//! Why each free is done once, and only after every graph let go of it:
+//!
+//! * A free that waits for graphs sits in a [`Slot`] whose `holders` counts
+//!   the graphs that retain it plus one that `defer` keeps while it
+//!   registers. Each release and `defer`'s end take one away with an
+//!   acquire-release decrement; the one that takes the last moves the free
+//!   to the ready queue. The decrements form one release sequence, so
+//!   everything each graph's release did before its decrement happens before
+//!   the free is queued (and so before it is done).
+//! * The slot's free is an `Option` under a mutex: moved out once, by the
+//!   last holder, or by `defer` when a registration failed (then the free is
+//!   dropped: memory leaked rather than freed under a graph). A graph whose
+//!   registration failed never calls back, and its hold is never given
+//!   back, so the free never becomes ready.
+//! * The ready queue is a `Vec` under a mutex, and `ready_len` its length,
+//!   changed only with the mutex held, so that a thread can look without
+//!   the lock; a stale 0 only leaves a free for the next safe point.
+//!
+//! The model-checked test of this argument is `loom.rs` (the queue fed from
+//! destructor threads while another thread drains it).
 
 use super::*;
+use crate::backend::GraphRelease;
+use crate::sync;
 
 // ---------------------------------------------------------------------------
 // Frees that wait for graphs to go away.
@@ -22,45 +48,104 @@ pub(crate) struct Deferred {
 
 /// What the runtime's release callbacks hold: the free, handed to the
 /// ready queue when the last graph lets go of it.
-struct Slot {
-    item: Mutex<Option<Deferred>>,
+pub(super) struct Slot {
+    item: sync::Mutex<Option<Deferred>>,
     /// Graphs that still hold it, plus one while it is being registered.
-    holders: AtomicUsize,
+    holders: sync::AtomicUsize,
 }
 
-/// Frees whose graphs are gone (or that wait only for a stream to stop
-/// capturing).
-static READY: Mutex<Vec<Deferred>> = Mutex::new(Vec::new());
-/// `READY.len()`, readable without the lock.
-static READY_LEN: AtomicUsize = AtomicUsize::new(0);
-/// Deferred frees not done yet (held by graphs, or ready).
-static PENDING: AtomicUsize = AtomicUsize::new(0);
+/// The process's deferred frees.
+pub(super) struct Queue {
+    /// Frees whose graphs are gone (or that wait only for a stream to stop
+    /// capturing).
+    ready: sync::Mutex<Vec<Deferred>>,
+    /// `ready.len()`, readable without the lock (written with it held).
+    ready_len: sync::AtomicUsize,
+    /// Deferred frees not done yet (held by graphs, or ready).
+    pending: sync::AtomicUsize,
+}
 
-fn push_ready(item: Deferred) {
-    lock(&READY).push(item);
-    READY_LEN.fetch_add(1, Ordering::Release);
+impl Queue {
+    #[cfg(not(all(loom, test)))]
+    const fn new() -> Queue {
+        Queue {
+            ready: sync::Mutex::new(Vec::new()),
+            ready_len: sync::AtomicUsize::new(0),
+            pending: sync::AtomicUsize::new(0),
+        }
+    }
+
+    #[cfg(all(loom, test))]
+    fn new() -> Queue {
+        Queue {
+            ready: sync::Mutex::new(Vec::new()),
+            ready_len: sync::AtomicUsize::new(0),
+            pending: sync::AtomicUsize::new(0),
+        }
+    }
+
+    fn push_ready(&self, item: Deferred) {
+        let mut ready = lock_sync(&self.ready);
+        ready.push(item);
+        self.ready_len.fetch_add(1, sync::Ordering::Release);
+    }
+}
+
+/// The one queue (under loom: one per modelled execution).
+#[cfg(not(all(loom, test)))]
+#[inline(always)]
+pub(super) fn queue() -> &'static Queue {
+    static QUEUE: Queue = Queue::new();
+    &QUEUE
+}
+
+/// The one queue (under loom: one per modelled execution).
+#[cfg(all(loom, test))]
+pub(super) fn queue() -> &'static Queue {
+    loom::lazy_static! {
+        static ref QUEUE: Queue = Queue::new();
+    }
+    &QUEUE
+}
+
+fn lock_sync<T>(m: &sync::Mutex<T>) -> sync::MutexGuard<'_, T> {
+    // No code panics while holding these locks; the data stays consistent.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The graph-release callback: the runtime calls it on a thread of its own
 /// once the graph and its executables are gone. It only moves the free to
 /// the ready queue (no runtime call, nothing dropped but a reference).
-unsafe extern "C" fn release_slot(data: *mut c_void) {
-    let moved = std::panic::catch_unwind(|| {
+pub(super) unsafe extern "C" fn release_slot(data: *mut c_void) {
+    let release = || {
         // SAFETY: `data` is one strong reference made by `Arc::into_raw` in
-        // `defer` for this callback, which the runtime calls once.
-        let slot = unsafe { Arc::from_raw(data as *const Slot) };
-        if slot.holders.fetch_sub(1, Ordering::AcqRel) == 1 {
-            if let Some(item) = lock(&slot.item).take() {
-                push_ready(item);
+        // `defer_with` for this callback, which the runtime calls once.
+        let slot = unsafe { sync::Arc::from_raw(data as *const Slot) };
+        if slot.holders.fetch_sub(1, sync::Ordering::AcqRel) == 1 {
+            if let Some(item) = lock_sync(&slot.item).take() {
+                queue().push_ready(item);
             }
         }
-        // Not the last reference: `defer` keeps one until it returns, and
-        // only then may this be the last; an empty slot drops nothing that
-        // calls the runtime.
+        // Not the last reference: `defer_with` keeps one until it returns,
+        // and only then may this be the last; an empty slot drops nothing
+        // that calls the runtime.
         drop(slot);
-    });
-    // A panic cannot cross into the runtime; the free is then leaked.
-    let _ = moved;
+    };
+    // A panic cannot cross into the runtime; the free is then leaked. (Under
+    // loom a failed check must reach the model, so nothing is caught.)
+    #[cfg(not(all(loom, test)))]
+    let _ = std::panic::catch_unwind(release);
+    #[cfg(all(loom, test))]
+    release();
+}
+
+/// What a deferred free waits for: a graph of the runtime, or (unit tests)
+/// a graph of the fake runtime, named by its capture's id.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Target {
+    Graph(RawGraph),
+    #[cfg(test)]
+    Fake(u64),
 }
 
 /// Defers `item` until the graphs of the active captures in `captures` are
@@ -68,46 +153,66 @@ unsafe extern "C" fn release_slot(data: *mut c_void) {
 /// for). On failure the memory is leaked (never freed under a graph that
 /// may use it) and the error returned.
 pub(crate) fn defer(item: Deferred, captures: &[Capturing]) -> Result<()> {
-    PENDING.fetch_add(1, Ordering::Relaxed);
-    let mut graphs: Vec<RawGraph> = Vec::new();
+    let mut graphs: Vec<Target> = Vec::new();
     for c in captures {
         if c.status != CaptureStatus::Active {
             continue;
         }
-        match c.graph {
-            Some(g) if !graphs.contains(&g) => graphs.push(g),
-            Some(_) => {}
+        let target = match c.graph {
+            Some(g) => Target::Graph(g),
+            #[cfg(test)]
+            None if crate::testing::fake_graph_exists(c.id) => Target::Fake(c.id),
             None => {
-                PENDING.fetch_sub(1, Ordering::Relaxed);
                 return Err(Error::capture(format!(
                     "the runtime named no graph for capture {}; the free is skipped (memory leaked)",
                     c.id
                 )));
             }
+        };
+        if !graphs.contains(&target) {
+            graphs.push(target);
         }
     }
+    defer_with(item, graphs, |target, release, data| match target {
+        // SAFETY: `release` may run once, on any thread, at any later time:
+        // it only consumes the reference `data` and moves the free to a
+        // queue (no runtime call).
+        Target::Graph(g) => unsafe { Active::graph_retain_release(g, release, data) },
+        #[cfg(test)]
+        Target::Fake(id) => crate::testing::fake_graph_retain(id, release, data),
+    })
+}
+
+/// Defers `item` until each of `graphs` (distinct) has let go of it:
+/// `register(graph, release_slot, data)` must arrange for one call of
+/// `release_slot(data)` once the graph is gone, or fail without ever making
+/// it (the reference `data` then stays the caller's).
+pub(super) fn defer_with<G>(
+    item: Deferred,
+    graphs: Vec<G>,
+    mut register: impl FnMut(G, GraphRelease, *mut c_void) -> Result<()>,
+) -> Result<()> {
+    let queue = queue();
+    queue.pending.fetch_add(1, sync::Ordering::Relaxed);
     if graphs.is_empty() {
-        push_ready(item);
+        queue.push_ready(item);
         return Ok(());
     }
-    let slot = Arc::new(Slot {
-        item: Mutex::new(Some(item)),
-        holders: AtomicUsize::new(1),
+    let slot = sync::Arc::new(Slot {
+        item: sync::Mutex::new(Some(item)),
+        holders: sync::AtomicUsize::new(1),
     });
     let mut failure = None;
     for graph in graphs {
-        slot.holders.fetch_add(1, Ordering::AcqRel);
-        let data = Arc::into_raw(Arc::clone(&slot)) as *mut c_void;
-        // SAFETY: `release_slot` may run once, on any thread, at any later
-        // time: it only consumes the reference made here and moves the free
-        // to a queue (no runtime call).
-        if let Err(e) = unsafe { Active::graph_retain_release(graph, release_slot, data) } {
+        slot.holders.fetch_add(1, sync::Ordering::AcqRel);
+        let data = sync::Arc::into_raw(sync::Arc::clone(&slot)) as *mut c_void;
+        if let Err(e) = register(graph, release_slot, data) {
             // Not registered: `release_slot` is never called for it and the
             // reference is still ours (the backend's error contract). Its
             // hold is never given back: the free never becomes ready.
             // SAFETY: the reference made by `Arc::into_raw` just above,
             // which nobody else will consume.
-            drop(unsafe { Arc::from_raw(data as *const Slot) });
+            drop(unsafe { sync::Arc::from_raw(data as *const Slot) });
             failure = Some(e);
             break;
         }
@@ -115,14 +220,14 @@ pub(crate) fn defer(item: Deferred, captures: &[Capturing]) -> Result<()> {
     if let Some(e) = failure {
         // Take the free out (dropped here, not on a runtime thread): the
         // memory is leaked rather than freed under a graph.
-        drop(lock(&slot.item).take());
-        PENDING.fetch_sub(1, Ordering::Relaxed);
+        drop(lock_sync(&slot.item).take());
+        queue.pending.fetch_sub(1, sync::Ordering::Relaxed);
         return Err(e);
     }
-    if slot.holders.fetch_sub(1, Ordering::AcqRel) == 1 {
+    if slot.holders.fetch_sub(1, sync::Ordering::AcqRel) == 1 {
         // Every graph let go already.
-        if let Some(item) = lock(&slot.item).take() {
-            push_ready(item);
+        if let Some(item) = lock_sync(&slot.item).take() {
+            queue.push_ready(item);
         }
     }
     Ok(())
@@ -131,7 +236,7 @@ pub(crate) fn defer(item: Deferred, captures: &[Capturing]) -> Result<()> {
 /// Whether a deferred free may be ready (one relaxed load).
 #[inline]
 pub(crate) fn frees_ready() -> bool {
-    READY_LEN.load(Ordering::Relaxed) != 0
+    queue().ready_len.load(sync::Ordering::Relaxed) != 0
 }
 
 /// At a safe point: performs the deferred frees that are ready, recording
@@ -164,12 +269,13 @@ pub(crate) fn reclaim_if_ready() {
 /// # Ok(()) }
 /// ```
 pub fn reclaim_graph_frees() -> Result<usize> {
-    if READY_LEN.load(Ordering::Acquire) == 0 {
+    let queue = queue();
+    if queue.ready_len.load(sync::Ordering::Acquire) == 0 {
         return Ok(0);
     }
     let items = {
-        let mut ready = lock(&READY);
-        READY_LEN.fetch_sub(ready.len(), Ordering::Relaxed);
+        let mut ready = lock_sync(&queue.ready);
+        queue.ready_len.fetch_sub(ready.len(), sync::Ordering::Relaxed);
         std::mem::take(&mut *ready)
     };
     let mut done = 0;
@@ -188,7 +294,7 @@ pub fn reclaim_graph_frees() -> Result<usize> {
                 continue;
             }
         }
-        PENDING.fetch_sub(1, Ordering::Relaxed);
+        queue.pending.fetch_sub(1, sync::Ordering::Relaxed);
         done += 1;
         let Deferred { stream, users, free } = item;
         // If ordering fails the memory is leaked rather than freed under
@@ -202,8 +308,8 @@ pub fn reclaim_graph_frees() -> Result<usize> {
         }
     }
     if !blocked.is_empty() {
-        let mut ready = lock(&READY);
-        READY_LEN.fetch_add(blocked.len(), Ordering::Relaxed);
+        let mut ready = lock_sync(&queue.ready);
+        queue.ready_len.fetch_add(blocked.len(), sync::Ordering::Relaxed);
         ready.extend(blocked);
     }
     first_error.map_or(Ok(done), Err)
@@ -225,5 +331,5 @@ fn any_capturing(item: &Deferred) -> Result<bool> {
 /// assert_eq!(somalloc::pending_graph_frees(), 0);
 /// ```
 pub fn pending_graph_frees() -> usize {
-    PENDING.load(Ordering::Relaxed)
+    queue().pending.load(sync::Ordering::Relaxed)
 }

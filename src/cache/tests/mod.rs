@@ -15,6 +15,7 @@ use crate::testing::{FakeResource, Rng};
 mod capture;
 mod fast;
 mod model;
+mod props;
 
 const KIB: usize = 1 << 10;
 
