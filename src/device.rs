@@ -120,6 +120,16 @@ impl Device {
         Active::can_access_peer(self.ordinal, peer.ordinal)
     }
 
+    /// The calling thread's current device (`cudaGetDevice` /
+    /// `hipGetDevice`).
+    pub fn current() -> Result<Device> {
+        Active::init()?;
+        let ordinal = <Active as crate::common::CurrentDevice>::current()?;
+        Ok(Device {
+            ordinal: usize::try_from(ordinal).unwrap_or(0), // ok: the runtime reports a valid ordinal, never negative
+        })
+    }
+
     /// Makes this device current on the calling thread.
     pub fn bind_to_thread(&self) -> Result<()> {
         Active::set_device(self.ordinal)

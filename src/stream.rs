@@ -141,7 +141,8 @@ impl Stream {
     /// (`cudaStreamPerThread` / `hipStreamPerThread`, a different stream on
     /// every thread). Create a stream with [`Stream::new`] instead, or, with
     /// the `cudarc` feature, wrap a stream from cudarc's `ctx.new_stream()`
-    /// with `Stream::from_cudarc`.
+    /// with `Stream::from_cudarc`; the default streams themselves are
+    /// [`Stream::legacy_default`] and [`Stream::per_thread_default`].
     ///
     /// ```no_run
     /// # fn main() -> somalloc::Result<()> {
@@ -166,6 +167,77 @@ impl Stream {
     /// and every buffer allocated on it are dropped.
     pub unsafe fn from_raw(device: &Device, raw: *mut c_void) -> Result<Stream> {
         Self::borrowed(device, raw, None)
+    }
+
+    /// The legacy default stream of `device` (the null handle; `0x1`,
+    /// `cudaStreamLegacy`, names the same stream). It always exists and is
+    /// never destroyed, and it cannot be captured into a graph, so somalloc
+    /// treats it like a stream it made when it comes to capture checks: a
+    /// cache tier serves it at the owned-stream cost. It is one stream per
+    /// device, shared by every thread, so a [`CacheTier`](crate::CacheTier)
+    /// (which serves one device) may cache blocks for it.
+    ///
+    /// ```no_run
+    /// # fn main() -> somalloc::Result<()> {
+    /// let dev = somalloc::Device::get(0)?;
+    /// dev.bind_to_thread()?;
+    /// // SAFETY: this thread keeps `dev` current while it uses the stream.
+    /// let legacy = unsafe { somalloc::Stream::legacy_default(&dev) };
+    /// assert!(legacy.as_raw().is_null() && !legacy.is_owned());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Safety
+    /// The runtime reads the null handle as the legacy default stream of
+    /// the *current* device: every use of the returned `Stream` (and of
+    /// memory allocated or freed on it, buffers included) happens on a
+    /// thread whose current device is `device`. Used with another device
+    /// current, work would be ordered on that device's stream instead.
+    pub unsafe fn legacy_default(device: &Device) -> Stream {
+        let inner = StreamInner::new(
+            Active::stream_from_raw(std::ptr::null_mut()),
+            *device,
+            false,
+            None,
+        );
+        // Never captured (the runtime refuses to capture it): no question
+        // to ask on capture-sensitive paths.
+        inner.capture_flags.store(0, Ordering::Relaxed);
+        Stream {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The per-thread default stream (`cudaStreamPerThread` /
+    /// `hipStreamPerThread`, handle `0x2`) of `device` for the calling
+    /// thread. The handle names another stream on every thread, so no
+    /// cache tier serves it ([`CacheTier::for_stream`](crate::CacheTier::for_stream)
+    /// refuses it with [`InvalidReason::SpecialStreamHandle`]: a cache key
+    /// must name one stream); a pool serves it as any stream. Its owner (the
+    /// thread) may capture it, so it is asked about capture like a borrowed
+    /// stream.
+    ///
+    /// # Safety
+    /// Every use of the returned `Stream` (and of memory allocated or freed
+    /// on it, buffers included) happens on the calling thread, with `device`
+    /// current: on another thread, or with another device current, the
+    /// handle names another stream and the stream order it stands for is
+    /// lost.
+    pub unsafe fn per_thread_default(device: &Device) -> Stream {
+        Stream {
+            inner: Arc::new(StreamInner::new(
+                Active::stream_from_raw(PER_THREAD as *mut c_void),
+                *device,
+                false,
+                None,
+            )),
+        }
+    }
+
+    /// Whether this is the per-thread default stream (a different stream on
+    /// every thread).
+    pub fn is_per_thread_default(&self) -> bool {
+        self.as_raw() as usize == PER_THREAD
     }
 
     /// A borrowed stream that owns `keep_alive` (dropped with the last
@@ -348,13 +420,16 @@ impl Stream {
     }
 }
 
+/// The handle of the per-thread default stream, on both vendors.
+pub(crate) const PER_THREAD: usize = 0x2;
+
 /// Why `raw` cannot stand for one stream, if it cannot: the handles both
 /// vendors reserve for the legacy and per-thread default streams.
 pub(crate) fn special_handle(raw: *mut c_void) -> Option<&'static str> {
     match raw as usize {
         0 => Some("a null stream handle (the legacy default stream)"),
         0x1 => Some("the handle 0x1 (cudaStreamLegacy, the legacy default stream)"),
-        0x2 => Some(
+        PER_THREAD => Some(
             "the handle 0x2 (cudaStreamPerThread / hipStreamPerThread, which names another stream \
              on every thread)",
         ),
