@@ -132,7 +132,7 @@ pub fn configure(text: Option<&str>) -> Result<(), CapiError> {
 
 /// How many devices the runtime sees.
 pub fn device_count() -> Result<usize, CapiError> {
-    state::global()?.device_count()
+    state::global().device_count()
 }
 
 /// Allocates `size` bytes on `device` in the order of `stream`; null for 0
@@ -159,7 +159,7 @@ pub unsafe fn deallocate(
 
 /// The counters of `device`.
 pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
-    let g = state::global()?;
+    let g = state::global();
     let dev = g.device(device)?;
     let _current = state::DeviceGuard::set(&dev.device)?;
     let pool = dev.pool.stats()?;
@@ -231,7 +231,7 @@ pub fn empty_cache(device: i32) -> Result<(), CapiError> {
 /// its order) and somalloc no longer holds its handle. Call it before
 /// destroying a stream given to somalloc while the cache tier is on.
 pub fn forget_stream(device: i32, stream: *mut c_void) -> Result<bool, CapiError> {
-    let g = state::global()?;
+    let g = state::global();
     let dev = g.device(device)?;
     let _current = state::DeviceGuard::set(&dev.device)?;
     dev.forget(stream)

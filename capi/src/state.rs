@@ -33,38 +33,43 @@ fn key_of(stream: *mut c_void) -> usize {
 type DeviceSlot = OnceLock<Result<DeviceState, CapiError>>;
 
 pub struct Global {
-    pub conf: Conf,
     pub registry: Registry,
     /// One slot per device the runtime sees, or why there are none.
     devices: Result<Box<[DeviceSlot]>, CapiError>,
 }
 
-/// What `somalloc_configure` set before the first use (`None`: read
-/// `SOMALLOC_CONF`).
-static CONF: Mutex<Option<Conf>> = Mutex::new(None);
-static GLOBAL: OnceLock<Result<Global, CapiError>> = OnceLock::new();
+/// The configuration: what `somalloc_configure` set (`None`: read
+/// `SOMALLOC_CONF`), and whether a device state was made with it, after
+/// which it no longer changes.
+struct ConfSlot {
+    conf: Option<Conf>,
+    frozen: bool,
+}
 
-fn conf_lock() -> std::sync::MutexGuard<'static, Option<Conf>> {
+static CONF: Mutex<ConfSlot> = Mutex::new(ConfSlot {
+    conf: None,
+    frozen: false,
+});
+static GLOBAL: OnceLock<Global> = OnceLock::new();
+
+fn conf_lock() -> std::sync::MutexGuard<'static, ConfSlot> {
     CONF.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Sets the configuration (`None`: from `SOMALLOC_CONF`). Only before the
-/// first use; afterwards only the configuration in force is accepted again.
+/// first device state is made (the first allocation or statistics call on
+/// a GPU); afterwards only the configuration in force is accepted again.
 pub fn configure(text: Option<&str>) -> Result<(), CapiError> {
     let conf = match text {
         Some(t) => Conf::parse(t).map_err(|e| CapiError::new(Status::Config, e))?,
         None => env_conf()?,
     };
-    // Under the lock that the first use also takes to read the
-    // configuration: either that use has not read it yet (and will read
-    // this one), or `GLOBAL` is set and the check below sees it.
+    // Device states are made under this same lock (`conf_for_device`), so
+    // either none was made yet and every one made later reads this
+    // configuration, or `frozen` is set and the one in force is compared.
     let mut slot = conf_lock();
-    if let Some(global) = GLOBAL.get() {
-        let in_force = match global {
-            Ok(g) => &g.conf,
-            Err(e) => return Err(e.clone()),
-        };
-        if *in_force == conf {
+    if slot.frozen {
+        if slot.conf.as_ref() == Some(&conf) {
             return Ok(());
         }
         return Err(CapiError::new(
@@ -73,8 +78,21 @@ pub fn configure(text: Option<&str>) -> Result<(), CapiError> {
              first allocation (or statistics call)",
         ));
     }
-    *slot = Some(conf);
+    slot.conf = Some(conf);
     Ok(())
+}
+
+/// The configuration a new device state is made with; it is fixed from
+/// now on.
+fn conf_for_device() -> Result<Conf, CapiError> {
+    let mut slot = conf_lock();
+    let conf = match slot.conf.clone() {
+        Some(c) => c,
+        None => env_conf()?,
+    };
+    slot.conf = Some(conf.clone());
+    slot.frozen = true;
+    Ok(conf)
 }
 
 fn env_conf() -> Result<Conf, CapiError> {
@@ -85,23 +103,13 @@ fn env_conf() -> Result<Conf, CapiError> {
     }
 }
 
-pub fn global() -> Result<&'static Global, CapiError> {
-    let g = GLOBAL.get_or_init(|| {
-        let slot = conf_lock();
-        let conf = match slot.clone() {
-            Some(c) => c,
-            None => env_conf()?,
-        };
-        let devices = Device::count()
+pub fn global() -> &'static Global {
+    GLOBAL.get_or_init(|| Global {
+        registry: Registry::default(),
+        devices: Device::count()
             .map(|n| (0..n).map(|_| OnceLock::new()).collect())
-            .map_err(CapiError::from);
-        Ok(Global {
-            conf,
-            registry: Registry::default(),
-            devices,
-        })
-    });
-    g.as_ref().map_err(Clone::clone)
+            .map_err(CapiError::from),
+    })
 }
 
 impl Global {
@@ -124,7 +132,7 @@ impl Global {
                     ),
                 )
             })?;
-        slot.get_or_init(|| DeviceState::new(device as usize, &self.conf))
+        slot.get_or_init(|| DeviceState::new(device as usize, &conf_for_device()?))
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -376,7 +384,7 @@ pub fn allocate(size: usize, device: i32, stream: *mut c_void) -> Result<*mut c_
     if size == 0 {
         return Ok(std::ptr::null_mut());
     }
-    let g = global()?;
+    let g = global();
     let dev = g.device(device)?;
     let _current = DeviceGuard::set(&dev.device)?;
     let key = key_of(stream);
@@ -427,7 +435,7 @@ pub unsafe fn deallocate(
             )),
         };
     }
-    let g = global()?;
+    let g = global();
     let dev = g.device(device)?;
     let result = (|| {
         let live = g
@@ -496,7 +504,7 @@ pub fn for_devices(
     device: i32,
     mut f: impl FnMut(&DeviceState) -> Result<(), CapiError>,
 ) -> Result<(), CapiError> {
-    let g = global()?;
+    let g = global();
     if device < 0 {
         g.device_count()?;
         let mut first = None;
@@ -510,4 +518,30 @@ pub fn for_devices(
     let dev = g.device(device)?;
     let _current = DeviceGuard::set(&dev.device)?;
     f(dev)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The only test of this binary that touches the process-wide
+    /// configuration.
+    #[test]
+    fn configuration_is_free_until_a_device_state_is_made() {
+        assert_eq!(configure(Some("bogus:1")).unwrap_err().status, Status::Config);
+        configure(Some("cache:off")).unwrap();
+        configure(Some("cache:on,cache_total_cap:1GiB")).unwrap();
+        let conf = conf_for_device().unwrap();
+        assert_eq!(conf.cache.unwrap().total_cap, 1 << 30);
+        assert_eq!(configure(Some("cache:off")).unwrap_err().status, Status::Busy);
+        configure(Some("cache_total_cap:1GiB")).unwrap();
+        assert_eq!(conf_for_device().unwrap(), conf);
+    }
+
+    #[test]
+    fn the_legacy_handles_are_one_key() {
+        assert_eq!(key_of(std::ptr::null_mut()), key_of(0x1 as *mut c_void));
+        assert_ne!(key_of(0x2 as *mut c_void), LEGACY);
+        assert_eq!(key_of(0x7000 as *mut c_void), 0x7000);
+    }
 }
