@@ -10,9 +10,7 @@ dir=$1
 vendor=${2:-cuda}
 mkdir -p "$dir"
 rm -f "$dir"/somalloc_*.whl
-project=python
-[ "$vendor" = rocm ] && project=python/rocm
-(cd "$project" && maturin build --release --quiet -o "$(cd - >/dev/null && cd "$dir" && pwd)")
+bash python/build-wheel.sh "$vendor" "$dir" --release --quiet
 cargo build --release --quiet -p somalloc-capi --features "$vendor"
 target=${CARGO_TARGET_DIR:-target}/release
 cp "$target/libsomalloc.so" "$dir/"
