@@ -15,7 +15,35 @@
 //! runs that race.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Mutex, MutexGuard};
+
+/// A hasher for keys that are addresses or handles (`usize`): one
+/// multiplication, no seed. The keys are chosen by the runtime, not by
+/// whoever could want collisions, and this is on every allocation and free.
+#[derive(Default)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_usize(&mut self, key: usize) {
+        // The product's high bits mix every bit of the key; the rotation
+        // brings them down to the bits that pick the bucket.
+        self.0 = (key as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(26);
+    }
+}
+
+/// A map keyed by addresses or handles.
+pub type AddrMap<V> = HashMap<usize, V, BuildHasherDefault<AddrHasher>>;
 
 const SHARDS: usize = 64;
 
@@ -50,19 +78,19 @@ pub enum Refused {
 }
 
 pub struct Registry {
-    shards: Box<[Mutex<HashMap<usize, Live>>]>,
+    shards: Box<[Mutex<AddrMap<Live>>]>,
 }
 
 impl Default for Registry {
     fn default() -> Registry {
         Registry {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(AddrMap::default())).collect(),
         }
     }
 }
 
 impl Registry {
-    fn shard(&self, addr: usize) -> MutexGuard<'_, HashMap<usize, Live>> {
+    fn shard(&self, addr: usize) -> MutexGuard<'_, AddrMap<Live>> {
         // Allocations are at least 256-byte aligned: skip the low bits.
         let i = (addr >> 8).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
         lock(&self.shards[i % SHARDS])

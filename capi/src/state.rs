@@ -2,7 +2,6 @@
 //! live allocations, and one lazily made state per device (its pool, its
 //! cache tier, and the streams it has seen).
 
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -11,7 +10,7 @@ use somalloc_rs::{CacheTier, Device, Event, MemPool, MemoryResource, PoolPropert
 
 use crate::conf::{Conf, PoolChoice, ENV};
 use crate::error::{CapiError, Status};
-use crate::registry::{Live, Path, Refused, Registry};
+use crate::registry::{AddrMap, Live, Path, Refused, Registry};
 
 /// The legacy default stream's handles (null, and `0x1`,
 /// `cudaStreamLegacy`): one key.
@@ -168,7 +167,7 @@ pub struct DeviceState {
     pub tier: Option<CacheTier>,
     /// Streams by key (the legacy stream under 0; never the per-thread
     /// default stream).
-    streams: RwLock<HashMap<usize, Arc<Entry>>>,
+    streams: RwLock<AddrMap<Arc<Entry>>>,
     pub counters: Counters,
 }
 
@@ -206,7 +205,7 @@ impl DeviceState {
             device,
             pool,
             tier,
-            streams: RwLock::new(HashMap::new()),
+            streams: RwLock::new(AddrMap::default()),
             counters: Counters::default(),
         })
     }
@@ -256,10 +255,22 @@ impl DeviceState {
             let stream = unsafe { Stream::per_thread_default(&self.device) };
             return Ok((self.pool.allocate(size, &stream)?, Path::Pool));
         }
+        // The common case, a stream seen before: served under the read
+        // lock (nothing below takes the streams' lock again).
+        {
+            let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(entry) = streams.get(&key) {
+                return Self::allocate_on(entry, &self.pool, size);
+            }
+        }
         let entry = self.entry(key)?;
+        Self::allocate_on(&entry, &self.pool, size)
+    }
+
+    fn allocate_on(entry: &Entry, pool: &MemPool, size: usize) -> Result<(*mut c_void, Path), CapiError> {
         match &entry.cache {
             Some(cache) => Ok((cache.allocate(size, &entry.stream)?, Path::Cache)),
-            None => Ok((self.pool.allocate(size, &entry.stream)?, Path::Pool)),
+            None => Ok((pool.allocate(size, &entry.stream)?, Path::Pool)),
         }
     }
 
@@ -278,6 +289,19 @@ impl DeviceState {
                 // SAFETY: as below, `on_own_stream` orders the free.
                 Path::Cache => unsafe { self.on_own_stream(ptr, live, &stream) },
             };
+        }
+        if live.path == Path::Cache && key == live.stream {
+            // The common case: freed on its own stream, seen before; under
+            // the read lock (nothing below takes the streams' lock again).
+            let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(cache) = streams
+                .get(&key)
+                .and_then(|e| e.cache.as_ref().map(|c| (c, &e.stream)))
+            {
+                // SAFETY: the caller's guarantees; the block came from this
+                // stream's cache with this size.
+                return unsafe { Ok(cache.0.deallocate(ptr, size, cache.1)?) };
+            }
         }
         let entry = self.entry(key)?;
         match live.path {
@@ -540,7 +564,7 @@ mod tests {
 
     #[test]
     fn the_legacy_handles_are_one_key() {
-        assert_eq!(key_of(std::ptr::null_mut()), key_of(0x1 as *mut c_void));
+        assert_eq!(key_of(std::ptr::null_mut()), key_of(LEGACY_ALIAS as *mut c_void));
         assert_ne!(key_of(0x2 as *mut c_void), LEGACY);
         assert_eq!(key_of(0x7000 as *mut c_void), 0x7000);
     }
