@@ -16,7 +16,8 @@ Modes, one process each (per workload), all in one run:
   async            PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
   expandable       PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   somalloc-pool    somalloc through CUDAPluggableAllocator, pool only (cache:off)
-  somalloc-cache   somalloc with its cache tier (the defaults)
+  somalloc-cache   somalloc with its cache tier (caps of 2 GiB per stream, 4 GiB in all)
+--somalloc-conf adds keys to both somalloc modes (e.g. pool:default).
 
 Prints a table with the loss check (step 0 equal to caching's, last step
 within 1e-3 relative), writes models.json and models.svg to --out.
@@ -35,7 +36,9 @@ MODES = {
     "async": ("torch", "backend:cudaMallocAsync"),
     "expandable": ("torch", "expandable_segments:True"),
     "somalloc-pool": ("somalloc", "cache:off"),
-    "somalloc-cache": ("somalloc", ""),
+    # Caps for training loops: a step frees and reallocates gigabytes, far
+    # above the library's default caps (256 MiB per stream, 1 GiB in all).
+    "somalloc-cache": ("somalloc", "cache:on,cache_per_stream_cap:2GiB,cache_total_cap:4GiB"),
 }
 WORKLOADS = ["resnet50", "gpt2", "both"]
 
@@ -44,12 +47,13 @@ WORKLOADS = ["resnet50", "gpt2", "both"]
 # One process: one mode, one workload.
 
 
-def child(mode, workload, steps):
+def child(mode, workload, steps, extra):
     kind, conf = MODES[mode]
     if kind == "somalloc":
         import somalloc.torch
 
-        somalloc.torch.enable(conf or None)
+        conf = ",".join(c for c in (conf, extra) if c)
+        somalloc.torch.enable(conf)
     import torch
 
     torch.backends.cudnn.benchmark = False  # the pluggable API has no cacheInfo
@@ -132,6 +136,7 @@ def child(mode, workload, steps):
         "peak_mib": peak / 2**20,
         "losses": losses,
         "device": torch.cuda.get_device_name(0),
+        "conf": conf if kind == "somalloc" else os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         "torch": torch.__version__,
     }
     if kind == "somalloc":
@@ -187,10 +192,11 @@ def main():
     ap.add_argument("--steps", type=int, default=25)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--somalloc-conf", default="", help="keys added to both somalloc modes")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "WORKLOAD"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child[0], args.child[1], args.steps)
+        child(args.child[0], args.child[1], args.steps, args.somalloc_conf)
         return 0
     workloads = args.workloads.split(",")
     modes = args.modes.split(",")
@@ -203,7 +209,7 @@ def main():
             if kind == "torch" and conf:
                 env["PYTORCH_CUDA_ALLOC_CONF"] = conf
             t0 = time.time()
-            p = subprocess.run([sys.executable, __file__, "--child", m, wl, "--steps", str(args.steps)], env=env, capture_output=True, text=True)
+            p = subprocess.run([sys.executable, __file__, "--child", m, wl, "--steps", str(args.steps), "--somalloc-conf", args.somalloc_conf], env=env, capture_output=True, text=True)
             res = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
             if p.returncode != 0 or not res:
                 print("%-9s %-15s FAILED (rc %d)\n%s" % (wl, m, p.returncode, (p.stdout + p.stderr)[-3000:]), flush=True)
