@@ -32,7 +32,6 @@ use std::ffi::c_void;
 use std::fmt;
 use std::mem::align_of;
 use std::ptr::NonNull;
-use std::sync::Arc;
 
 use bytemuck::Pod;
 
@@ -40,7 +39,7 @@ use crate::backend::Backend;
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::pool::{MemPool, Placement};
-use crate::resource::MemoryResource;
+use crate::resource::{MemoryResource, SharedResource};
 use crate::stream::Stream;
 use crate::Active;
 
@@ -185,7 +184,8 @@ impl<T: Pod> HostBuffer<T> {
         Self::wrap(DeviceBuffer::alloc_in(len, pool, stream)?)
     }
 
-    /// Allocates `len` elements on `stream` from `resource`, which must
+    /// Allocates `len` elements on `stream` from `resource` (any `&Arc<R>`
+    /// for a resource `R`, or an `&Arc<dyn MemoryResource>`), which must
     /// serve the stream's device and hand out host-accessible memory (its
     /// [`placement`](MemoryResource::placement)): a pool of pinned host
     /// memory, the cache tier over one, an adaptor stack over either.
@@ -204,8 +204,8 @@ impl<T: Pod> HostBuffer<T> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn new_with(len: usize, resource: &Arc<dyn MemoryResource>, stream: &Stream) -> Result<Self> {
-        refuse_device_memory(resource.placement(), "resource")?;
+    pub fn new_with<S: SharedResource>(len: usize, resource: &S, stream: &Stream) -> Result<Self> {
+        refuse_device_memory(resource.resource().placement(), "resource")?;
         refuse_in_capture(stream, "allocating a HostBuffer")?;
         Self::wrap(DeviceBuffer::alloc_with(len, resource, stream)?)
     }

@@ -23,6 +23,10 @@
 //!   memory), and the stream cache tier ([`CacheTier`], [`StreamCache`])
 //!   serves repeat allocations on a stream without a driver call (see
 //!   [The stream cache tier](#the-stream-cache-tier)).
+//! * A current resource per device ([`set_current_resource`]): install a
+//!   cache tier or an adaptor stack once, and [`DeviceBuffer::new`]
+//!   allocates from it on that device's streams (a process-wide setting,
+//!   like RMM's `set_current_device_resource`).
 //! * Stream capture into graphs ([`Stream::begin_capture`], [`Graph`],
 //!   [`GraphExec`]): every allocation path is defined under capture (see
 //!   [Stream capture and graphs](#stream-capture-and-graphs)).
@@ -296,6 +300,7 @@ pub mod adaptors;
 mod backend;
 mod buffer;
 mod cache;
+mod current;
 mod device;
 mod error;
 mod graph;
@@ -340,6 +345,7 @@ cfg_if::cfg_if! {
 pub use buffer::{DeviceBuffer, ExportedBuffer};
 pub use bytemuck::Pod;
 pub use cache::{CacheConfig, CacheStats, CacheTier, Headroom, StreamCache, StreamCacheStats};
+pub use current::{current_resource, reset_current_resource, set_current_resource};
 pub use device::{Device, Vendor};
 pub use error::{drop_errors, DropErrors, Error, InvalidReason, Result, VendorCode};
 pub use graph::{
@@ -350,5 +356,5 @@ pub use pool::{
     AllocationType, ExportHandle, Location, MemPool, PeerAccess, Placement, PoolProperties, ReusePolicy,
 };
 pub use pool_stats::PoolStats;
-pub use resource::MemoryResource;
+pub use resource::{MemoryResource, SharedResource};
 pub use stream::{Event, Stream};

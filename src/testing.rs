@@ -39,8 +39,17 @@ pub(crate) struct FakeResource {
 
 impl FakeResource {
     pub fn new(limit: Option<usize>) -> Arc<FakeResource> {
+        Self::with(0, limit)
+    }
+
+    /// An unlimited fake resource of [`Device::fake`]`(device)`.
+    pub fn on(device: usize) -> Arc<FakeResource> {
+        Self::with(device, None)
+    }
+
+    fn with(device: usize, limit: Option<usize>) -> Arc<FakeResource> {
         Arc::new(FakeResource {
-            device: Device::fake(0),
+            device: Device::fake(device),
             limit,
             fail_frees: AtomicBool::new(false),
             state: Mutex::new(FakeState {
@@ -52,6 +61,11 @@ impl FakeResource {
 
     pub fn state(&self) -> MutexGuard<'_, FakeState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Blocks handed out and not freed.
+    pub fn live(&self) -> usize {
+        self.state().live.len()
     }
 
     /// (allocations, frees) so far.
