@@ -56,7 +56,7 @@ fn run() -> somalloc::Result<ExitCode> {
     println!(
         "default pool {:p} (current: {}), release threshold {}, reuse policy {:?}",
         pool.as_raw(),
-        if current.same_as(&pool) { "yes" } else { "no" },
+        if current == pool { "yes" } else { "no" },
         pool.release_threshold()?,
         pool.reuse_policy()?
     );

@@ -282,7 +282,7 @@ impl<T: Pod> HostBuffer<T> {
             });
         }
         self.buf.use_on(other)?;
-        if !self.buf.stream().same_as(other) && !self.users.iter().any(|u| u.same_as(other)) {
+        if self.buf.stream() != other && !self.users.iter().any(|u| u == other) {
             self.users.push(other.clone());
         }
         Ok(())

@@ -122,6 +122,24 @@ pub struct Stream {
     inner: Arc<StreamInner>,
 }
 
+/// Two handles are equal when they name the same stream (the same vendor
+/// handle), whichever way they were made.
+impl PartialEq for Stream {
+    #[inline]
+    fn eq(&self, other: &Stream) -> bool {
+        self.inner.raw == other.inner.raw
+    }
+}
+
+impl Eq for Stream {}
+
+/// Hashes the vendor handle, consistent with `==`.
+impl std::hash::Hash for Stream {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.as_raw() as usize).hash(state);
+    }
+}
+
 impl Stream {
     /// Creates a non-blocking stream on `device`.
     pub fn new(device: &Device) -> Result<Stream> {
@@ -149,7 +167,7 @@ impl Stream {
     /// let mine = somalloc::Stream::new(&dev)?;
     /// // SAFETY: `mine` outlives `borrowed` and every buffer allocated on it.
     /// let borrowed = unsafe { somalloc::Stream::from_raw(&dev, mine.as_raw()) }?;
-    /// assert!(borrowed.same_as(&mine) && !borrowed.is_owned());
+    /// assert!(borrowed == mine && !borrowed.is_owned());
     /// // SAFETY: refused before the handle is used.
     /// let per_thread = unsafe { somalloc::Stream::from_raw(&dev, 0x2 as *mut std::ffi::c_void) };
     /// assert!(per_thread.is_err());
@@ -264,11 +282,6 @@ impl Stream {
         self.inner.owned
     }
 
-    /// Whether two handles name the same stream.
-    pub fn same_as(&self, other: &Stream) -> bool {
-        self.inner.raw == other.inner.raw
-    }
-
     pub(crate) fn raw(&self) -> RawStream {
         self.inner.raw
     }
@@ -369,6 +382,24 @@ pub struct Event {
     device: Device,
     /// The capture the event was last recorded in (0: none).
     capture_id: AtomicU64,
+}
+
+/// Two events are equal when they are the same event (the same vendor
+/// handle). Each `Event` owns its handle, so only an event compares equal
+/// to itself.
+impl PartialEq for Event {
+    fn eq(&self, other: &Event) -> bool {
+        self.raw == other.raw
+    }
+}
+
+impl Eq for Event {}
+
+/// Hashes the vendor handle, consistent with `==`.
+impl std::hash::Hash for Event {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.as_raw() as usize).hash(state);
+    }
 }
 
 impl Event {

@@ -312,7 +312,7 @@ fn copies_between_cudarc_slices_and_buffers() {
         // Write on the buffer's stream, copy into a slice of x, read on x.
         let own = Stream::from_cudarc(&a).unwrap();
         let n = N as i32;
-        if own.same_as(stream) {
+        if own == *stream {
             let mut launch = Launch::new(&a, &env.process).unwrap();
             launch.arg(&mut buf).arg(&n);
             // SAFETY: (float*, int), one thread per element.
@@ -324,11 +324,7 @@ fn copies_between_cudarc_slices_and_buffers() {
         buf.copy_to_cudarc(&mut out).unwrap();
         let back = x.clone_dtoh(&out).unwrap();
         for (i, v) in back.iter().enumerate() {
-            let want = if own.same_as(stream) {
-                (i as f32).sqrt()
-            } else {
-                3.0
-            };
+            let want = if own == *stream { (i as f32).sqrt() } else { 3.0 };
             assert_eq!(*v, want, "element {i}");
         }
 

@@ -530,7 +530,7 @@ fn default_and_current_pools_by_location() {
     // The device's own placement is the classic per-device pool on every
     // runtime.
     let dflt = MemPool::default_at(&g.dev, Placement::device(g.dev.ordinal())).unwrap();
-    assert!(dflt.same_as(&MemPool::default_for(&g.dev).unwrap()));
+    assert_eq!(dflt, MemPool::default_for(&g.dev).unwrap());
     let v = Device::runtime_version().unwrap();
     // cudaMemGetDefaultMemPool and its kin: CUDA 13.0; on HIP only the
     // per-device calls exist.
@@ -559,20 +559,21 @@ fn default_and_current_pools_by_location() {
     drop((h, d));
     // The current host pool: the default one, until a created one is set.
     let current = MemPool::current_at(&g.dev, host).unwrap();
-    assert!(current.same_as(&default_host));
+    assert_eq!(current, default_host);
     let mine = MemPool::create(&g.dev, PoolProperties::host()).unwrap();
     MemPool::set_current(&mine).unwrap();
     let now = MemPool::current_at(&g.dev, host).unwrap();
     assert!(
-        now.same_as(&mine) && now.is_owned(),
+        now == mine && now.is_owned(),
         "the current host pool is the created one"
     );
     // The device's current pool did not change.
-    assert!(MemPool::current(&g.dev)
-        .unwrap()
-        .same_as(&MemPool::default_for(&g.dev).unwrap()));
+    assert_eq!(
+        MemPool::current(&g.dev).unwrap(),
+        MemPool::default_for(&g.dev).unwrap()
+    );
     MemPool::set_current(&default_host).unwrap();
-    assert!(MemPool::current_at(&g.dev, host).unwrap().same_as(&default_host));
+    assert_eq!(MemPool::current_at(&g.dev, host).unwrap(), default_host);
     g.stream.synchronize().unwrap();
 }
 

@@ -240,7 +240,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// let cache = tier.for_stream(&Stream::new(&dev)?)?;
     /// for _ in 0..1000 {
     ///     let buf = DeviceBuffer::<f32>::new_cached(1 << 20, &cache)?; // a hit after the first
-    ///     assert!(buf.stream().same_as(cache.stream()));
+    ///     assert!(buf.stream() == cache.stream());
     /// }
     /// # Ok(()) }
     /// ```
@@ -417,10 +417,10 @@ impl<T: Pod> DeviceBuffer<T> {
     /// For a stream of another device this also asks the pool, each time,
     /// whether that device still has access.
     pub fn is_usable_on(&self, stream: &Stream) -> bool {
-        if self.stream.same_as(stream) {
+        if *self.stream == *stream {
             return true;
         }
-        self.users.iter().any(|u| u.same_as(stream)) && self.check_device_access(stream).is_ok()
+        self.users.iter().any(|u| u == stream) && self.check_device_access(stream).is_ok()
     }
 
     /// Cross-device use needs a pool that grants the other device access.
@@ -481,7 +481,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// or two captures, are [`Error::Capture`] (the runtime would silently
     /// pull `other` into the capture, or invalidate it).
     pub fn use_on(&mut self, other: &Stream) -> Result<()> {
-        if self.stream.same_as(other) {
+        if *self.stream == *other {
             return Ok(());
         }
         self.check_device_access(other)?;
@@ -499,7 +499,7 @@ impl<T: Pod> DeviceBuffer<T> {
             }
         }
         order_after(other, &self.stream)?;
-        if !self.users.iter().any(|u| u.same_as(other)) {
+        if !self.users.iter().any(|u| u == other) {
             self.users.push(other.clone());
         }
         Ok(())

@@ -104,7 +104,7 @@ unsafe fn free_graph_output(ptr: DevicePtr, stream: &Stream, alloc: GraphAlloc) 
     // `stream` so far: later launches on that stream (which allocate the
     // address again) are then ordered after the free.
     let on = match last {
-        Some(last) if !last.same_as(stream) => {
+        Some(last) if last != *stream => {
             order_after(&last, stream)?;
             last
         }

@@ -54,6 +54,24 @@ pub struct MemPool {
     pub(super) inner: Arc<PoolInner>,
 }
 
+/// Two handles are equal when they name the same pool (the same vendor
+/// handle), whichever way they were obtained (created, default, current,
+/// imported).
+impl PartialEq for MemPool {
+    fn eq(&self, other: &MemPool) -> bool {
+        self.inner.raw == other.inner.raw
+    }
+}
+
+impl Eq for MemPool {}
+
+/// Hashes the vendor handle, consistent with `==`.
+impl std::hash::Hash for MemPool {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.as_raw() as usize).hash(state);
+    }
+}
+
 impl MemPool {
     fn borrowed(device: &Device, raw: RawPool, default: bool) -> MemPool {
         Self::borrowed_at(device, raw, default, Placement::device(device.ordinal()))
@@ -137,7 +155,7 @@ impl MemPool {
     /// let pool = MemPool::create(&dev, PoolProperties::default())?;
     /// MemPool::set_current(&pool)?;
     /// let current = MemPool::current(&dev)?;
-    /// assert!(current.is_owned() && current.same_as(&pool));
+    /// assert!(current.is_owned() && current == pool);
     /// drop(pool);
     /// println!("{}", current.stats()?); // `current` keeps the pool alive
     /// MemPool::set_current(&MemPool::default_for(&dev)?)?;
@@ -304,11 +322,6 @@ impl MemPool {
     /// Whether somalloc created this pool (and will destroy it).
     pub fn is_owned(&self) -> bool {
         self.inner.owned
-    }
-
-    /// Whether two handles name the same pool.
-    pub fn same_as(&self, other: &MemPool) -> bool {
-        self.inner.raw == other.inner.raw
     }
 
     /// Bytes of unused memory the pool keeps when a stream, event or device

@@ -171,7 +171,7 @@ impl KernelTarget for RawRange {
         (self.ptr, self.bytes)
     }
     fn usable_on(&self, stream: &Stream) -> bool {
-        stream.same_as(&self.stream)
+        *stream == self.stream
     }
 }
 

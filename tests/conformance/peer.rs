@@ -120,7 +120,7 @@ fn per_device_default_pools_from_any_thread() {
     let Some((d0, d1)) = two_devices(test) else { return };
     let p0 = MemPool::default_for(&d0).unwrap();
     let p1 = MemPool::default_for(&d1).unwrap();
-    assert!(!p0.same_as(&p1));
+    assert_ne!(p0, p1);
     assert_eq!(p1.device(), d1);
     std::thread::spawn(move || {
         d0.bind_to_thread().unwrap(); // the "wrong" device is current here

@@ -175,13 +175,13 @@ fn chosen_and_current_pools() {
 
     // Set / get current: `DeviceBuffer::new` then uses it.
     MemPool::set_current(&ctx.pool).unwrap();
-    assert!(MemPool::current(&ctx.dev).unwrap().same_as(&ctx.pool));
+    assert_eq!(MemPool::current(&ctx.dev).unwrap(), ctx.pool);
     let before = ctx.pool.stats().unwrap().used_current;
     let buf = DeviceBuffer::<u8>::new(2 * MIB, &ctx.stream).unwrap();
     assert!(ctx.pool.stats().unwrap().used_current >= before + (2 * MIB) as u64);
     drop(buf);
     MemPool::set_current(&default).unwrap();
-    assert!(MemPool::current(&ctx.dev).unwrap().same_as(&default));
+    assert_eq!(MemPool::current(&ctx.dev).unwrap(), default);
 
     // Dropping a handle to the default pool never destroys it.
     drop(MemPool::default_for(&ctx.dev).unwrap());
