@@ -17,7 +17,7 @@
 //! let dev = Device::get(0)?;
 //! let stream = Stream::new(&dev)?;
 //! let pinned = MemPool::create(&dev, PoolProperties::host_numa(0))?; // CUDA 12.6+
-//! pinned.set_release_threshold(u64::MAX)?;
+//! pinned.set_release_threshold(usize::MAX)?;
 //!
 //! let mut staging = HostBuffer::<f32>::new_in(1 << 20, &pinned, &stream)?;
 //! staging.as_mut_slice()?.fill(1.0); // waits for the allocation, then borrows

@@ -43,7 +43,7 @@
 //! let dev = Device::get(0)?;
 //! let stream = Stream::new(&dev)?;
 //! let pool = MemPool::default_for(&dev)?;
-//! pool.set_release_threshold(u64::MAX)?; // keep freed memory for reuse
+//! pool.set_release_threshold(usize::MAX)?; // keep freed memory for reuse
 //!
 //! let mut a = DeviceBuffer::<u32>::new(1 << 20, &stream)?; // enqueued, no sync
 //! a.memset(0)?;

@@ -19,7 +19,7 @@ pub(crate) struct FakeState {
     /// addr -> (bytes, stream) of every block handed out and not freed.
     pub live: HashMap<usize, (usize, usize)>,
     pub used: usize,
-    pub used_high: usize,
+    pub used_peak: usize,
     pub allocs: u64,
     pub frees: u64,
     /// Every contract violation seen (double free, wrong size or stream).
@@ -112,7 +112,7 @@ unsafe impl MemoryResource for FakeResource {
         let key = stream.as_raw() as usize;
         s.live.insert(addr, (bytes, key));
         s.used += bytes;
-        s.used_high = s.used_high.max(s.used);
+        s.used_peak = s.used_peak.max(s.used);
         s.allocs += 1;
         if let Some(log) = &mut s.log {
             log.push((true, addr, bytes, key));

@@ -58,7 +58,7 @@ fn setup(test: &str) -> Option<Env> {
         .expect("load the test kernels through cudarc");
     let get = |name: &str| module.load_function(name).expect(name);
     let pool = MemPool::create(&dev, PoolProperties::default()).expect("create pool");
-    pool.set_release_threshold(u64::MAX).expect("threshold");
+    pool.set_release_threshold(usize::MAX).expect("threshold");
     Some(Env {
         fill: get("somalloc_fill"),
         verify: get("somalloc_verify"),
@@ -111,7 +111,7 @@ impl Env {
         Ok(stream.clone_dtoh(&count).expect("read counter")[0])
     }
 
-    fn used(&self) -> u64 {
+    fn used(&self) -> usize {
         self.pool.stats().expect("stats").used_current
     }
 }

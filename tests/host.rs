@@ -105,7 +105,7 @@ fn host_pool_or(dev: &Device, none: impl FnOnce(Error)) -> Option<MemPool> {
         },
         Err(e) => panic!("host pool: {e}"),
     };
-    pool.set_release_threshold(u64::MAX).expect("threshold");
+    pool.set_release_threshold(usize::MAX).expect("threshold");
     Some(pool)
 }
 

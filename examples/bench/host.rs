@@ -83,7 +83,7 @@ fn host_pool(ctx: &Ctx) -> somalloc::Result<Option<MemPool>> {
         },
         Err(e) => return Err(e),
     };
-    pool.set_release_threshold(u64::MAX)?;
+    pool.set_release_threshold(usize::MAX)?;
     Ok(Some(pool))
 }
 

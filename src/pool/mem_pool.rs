@@ -45,7 +45,7 @@ impl Drop for PoolInner {
 /// # fn main() -> somalloc::Result<()> {
 /// let dev = Device::get(0)?;
 /// let pool = MemPool::create(&dev, PoolProperties::device().max_size(1 << 30))?;
-/// pool.set_release_threshold(u64::MAX)?; // keep freed memory for reuse
+/// pool.set_release_threshold(usize::MAX)?; // keep freed memory for reuse
 /// println!("{}", pool.stats()?);
 /// # Ok(()) }
 /// ```
@@ -326,13 +326,13 @@ impl MemPool {
 
     /// Bytes of unused memory the pool keeps when a stream, event or device
     /// is synchronised; above it, memory goes back to the device.
-    pub fn release_threshold(&self) -> Result<u64> {
-        Active::pool_get(self.inner.raw, PoolAttr::ReleaseThreshold)
+    pub fn release_threshold(&self) -> Result<usize> {
+        Active::pool_get(self.inner.raw, PoolAttr::ReleaseThreshold).map(crate::pool_stats::bytes)
     }
 
-    /// Sets the release threshold; `u64::MAX` keeps everything.
-    pub fn set_release_threshold(&self, bytes: u64) -> Result<()> {
-        Active::pool_set(self.inner.raw, PoolAttr::ReleaseThreshold, bytes)
+    /// Sets the release threshold; `usize::MAX` keeps everything.
+    pub fn set_release_threshold(&self, bytes: usize) -> Result<()> {
+        Active::pool_set(self.inner.raw, PoolAttr::ReleaseThreshold, bytes as u64)
     }
 
     /// The three reuse-policy flags.
@@ -365,19 +365,19 @@ impl MemPool {
         Active::pool_trim_to(self.inner.raw, keep_bytes)
     }
 
-    /// Reserved and used bytes, current and high-water.
+    /// Reserved and used bytes, current and peak.
     pub fn stats(&self) -> Result<PoolStats> {
-        let get = |a| Active::pool_get(self.inner.raw, a);
+        let get = |a| Active::pool_get(self.inner.raw, a).map(crate::pool_stats::bytes);
         Ok(PoolStats {
             reserved_current: get(PoolAttr::ReservedMemCurrent)?,
-            reserved_high: get(PoolAttr::ReservedMemHigh)?,
+            reserved_peak: get(PoolAttr::ReservedMemHigh)?,
             used_current: get(PoolAttr::UsedMemCurrent)?,
-            used_high: get(PoolAttr::UsedMemHigh)?,
+            used_peak: get(PoolAttr::UsedMemHigh)?,
         })
     }
 
-    /// Resets both high-water marks to the current values.
-    pub fn reset_high_water(&self) -> Result<()> {
+    /// Resets both peaks (`reserved_peak`, `used_peak`) to the current values.
+    pub fn reset_peaks(&self) -> Result<()> {
         // Both runtimes accept only 0 here, meaning "reset to current".
         Active::pool_set(self.inner.raw, PoolAttr::ReservedMemHigh, 0)?;
         Active::pool_set(self.inner.raw, PoolAttr::UsedMemHigh, 0)

@@ -80,10 +80,7 @@ fn sizes_through_the_cache() {
                     .all(|(j, &b)| b == pattern_byte(j as u64, seed)));
             }
             let used = ctx.pool.stats().unwrap().used_current;
-            assert!(
-                used >= tier.block_size(bytes) as u64,
-                "used {used} < block of {bytes}"
-            );
+            assert!(used >= tier.block_size(bytes), "used {used} < block of {bytes}");
         }
     }
     let st = cache.stats();
@@ -281,7 +278,7 @@ fn caps_are_honoured() {
     }
     let used = ctx.pool.stats().unwrap().used_current - start;
     assert_eq!(
-        used, st.total.cached_bytes as u64,
+        used, st.total.cached_bytes,
         "the pool holds exactly the cached blocks"
     );
     tier.flush().unwrap();

@@ -116,8 +116,8 @@ fn current_handle_of_a_created_pool_owns_it() {
     // handle would now name a destroyed pool).
     drop(created);
     assert_ne!(current, default);
-    current.set_release_threshold(u64::MAX).unwrap();
-    assert_eq!(current.release_threshold().unwrap(), u64::MAX);
+    current.set_release_threshold(usize::MAX).unwrap();
+    assert_eq!(current.release_threshold().unwrap(), usize::MAX);
     let stream = Stream::new(&dev).unwrap();
     let before = current.stats().unwrap().used_current;
     let buf = DeviceBuffer::<u8>::new(1 << 20, &stream).unwrap(); // from the current pool

@@ -29,7 +29,7 @@ fn peer_access_write_on_one_verify_on_zero() {
     let Some((d0, d1)) = two_devices(test) else { return };
     let (k0, k1) = (TestKernels::load(&d0).unwrap(), TestKernels::load(&d1).unwrap());
     let pool = MemPool::create(&d0, PoolProperties::default()).unwrap();
-    pool.set_release_threshold(u64::MAX).unwrap();
+    pool.set_release_threshold(usize::MAX).unwrap();
     let (s0, s1) = (Stream::new(&d0).unwrap(), Stream::new(&d1).unwrap());
     assert_eq!(pool.access(&d0).unwrap(), PeerAccess::ReadWrite);
     assert_eq!(
