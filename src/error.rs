@@ -285,7 +285,7 @@ mod tests {
         use std::ffi::c_void;
         use std::sync::Arc;
 
-        use crate::adaptors::TrackingAdaptor;
+        use crate::adaptors::{Backtraces, TrackingAdaptor};
         use crate::device::Device;
         use crate::resource::MemoryResource;
         use crate::stream::Stream;
@@ -340,7 +340,7 @@ mod tests {
         assert_eq!(reason(cache.allocate(0, &s0)), InvalidReason::ZeroBytes);
         drop((cache, tier));
 
-        let tracking = TrackingAdaptor::new(res, false);
+        let tracking = TrackingAdaptor::new(res, Backtraces::Off);
         let p = tracking.allocate(64, &s0).unwrap();
         // SAFETY: allocated above, freed once; the second free is refused
         // before the fake resource sees it.

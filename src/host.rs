@@ -20,11 +20,11 @@
 //! pinned.set_release_threshold(usize::MAX)?;
 //!
 //! let mut staging = HostBuffer::<f32>::new_in(1 << 20, &pinned, &stream)?;
-//! staging.as_mut_slice()?.fill(1.0); // waits for the allocation, then borrows
+//! staging.wait_slice_mut()?.fill(1.0); // waits for the allocation, then borrows
 //! let mut data = DeviceBuffer::<f32>::new(1 << 20, &stream)?;
 //! staging.copy_to_device(&mut data)?; // stream-ordered, no staging, no wait
 //! staging.copy_from_device(&data)?; // and back
-//! assert_eq!(staging.as_slice()?[0], 1.0); // waits for the copies
+//! assert_eq!(staging.wait_slice()?[0], 1.0); // waits for the copies
 //! # Ok(()) }
 //! ```
 
@@ -115,8 +115,8 @@ pub fn pointer_info(ptr: *const c_void) -> Result<PointerInfo> {
 /// adaptors over such a pool); device memory is refused
 /// (`InvalidArgument`).
 ///
-/// * **The host reads and writes it only through [`HostBuffer::as_slice`]
-///   and [`HostBuffer::as_mut_slice`]**, which first wait for the owning
+/// * **The host reads and writes it only through [`HostBuffer::wait_slice`]
+///   and [`HostBuffer::wait_slice_mut`]**, which first wait for the owning
 ///   stream and every stream given to [`HostBuffer::use_on`] (the
 ///   allocation, and every copy queued on them), then borrow the buffer: no
 ///   copy can be queued while the slice is alive, and none that was queued
@@ -175,7 +175,7 @@ impl<T: Pod> HostBuffer<T> {
     /// let stream = Stream::new(&dev)?;
     /// let pool = MemPool::create(&dev, PoolProperties::host())?; // CUDA 13.0+
     /// let mut buf = HostBuffer::<u32>::new_in(1024, &pool, &stream)?;
-    /// buf.as_mut_slice()?.copy_from_slice(&[7; 1024]);
+    /// buf.wait_slice_mut()?.copy_from_slice(&[7; 1024]);
     /// # Ok(()) }
     /// ```
     pub fn new_in(len: usize, pool: &MemPool, stream: &Stream) -> Result<Self> {
@@ -304,7 +304,7 @@ impl<T: Pod> HostBuffer<T> {
     ///
     /// On a capturing stream this is [`Error::Capture`] (waiting would
     /// invalidate the capture).
-    pub fn as_slice(&self) -> Result<&[T]> {
+    pub fn wait_slice(&self) -> Result<&[T]> {
         if self.size_in_bytes() == 0 {
             // A dangling, aligned pointer is a valid empty (or zero-sized)
             // slice.
@@ -322,10 +322,10 @@ impl<T: Pod> HostBuffer<T> {
         Ok(unsafe { std::slice::from_raw_parts(self.buf.as_raw().cast::<T>(), self.len()) })
     }
 
-    /// The contents, for the host to write: as [`HostBuffer::as_slice`],
+    /// The contents, for the host to write: as [`HostBuffer::wait_slice`],
     /// with the buffer borrowed mutably (no copy reads or writes it while
     /// the slice lives).
-    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
+    pub fn wait_slice_mut(&mut self) -> Result<&mut [T]> {
         if self.size_in_bytes() == 0 {
             // A dangling, aligned pointer is a valid empty (or zero-sized)
             // slice.
@@ -335,15 +335,15 @@ impl<T: Pod> HostBuffer<T> {
             });
         }
         self.wait_for_streams()?;
-        // SAFETY: as in `as_slice`; `&mut self` excludes every other access
+        // SAFETY: as in `wait_slice`; `&mut self` excludes every other access
         // through this buffer for the slice's lifetime.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.buf.as_raw().cast::<T>(), self.len()) })
     }
 
     /// Copies the contents into a new `Vec` (waits, as
-    /// [`HostBuffer::as_slice`] does).
+    /// [`HostBuffer::wait_slice`] does).
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        Ok(self.as_slice()?.to_vec())
+        Ok(self.wait_slice()?.to_vec())
     }
 
     /// Queues a copy of this buffer into `dst` on `dst`'s stream, without
@@ -368,7 +368,7 @@ impl<T: Pod> HostBuffer<T> {
         // range is `dst`'s, ordered on its own stream; the host range stays
         // allocated until this buffer's free, which waits for `dst`'s stream
         // (it is this buffer's stream or a `use_on` stream), and the host
-        // writes to it only through `as_mut_slice`, which waits for that
+        // writes to it only through `wait_slice_mut`, which waits for that
         // stream first.
         unsafe {
             Active::copy_async(
@@ -383,7 +383,7 @@ impl<T: Pod> HostBuffer<T> {
     /// Queues a copy of `src` into this buffer on this buffer's stream,
     /// without waiting and without staging. `src` must be usable on that
     /// stream (its owning stream, or given to [`DeviceBuffer::use_on`]).
-    /// Read the result with [`HostBuffer::as_slice`], which waits for it.
+    /// Read the result with [`HostBuffer::wait_slice`], which waits for it.
     ///
     /// On a capturing stream this is [`Error::Capture`] and nothing is
     /// queued.

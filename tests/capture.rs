@@ -19,7 +19,7 @@ use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 use support::say;
 
-use somalloc::adaptors::{LimitingAdaptor, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor};
+use somalloc::adaptors::{Backtraces, LimitingAdaptor, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor};
 use somalloc::testkit::{iota_word, raw, TestKernels};
 use somalloc::{
     CacheConfig, CacheTier, CaptureMode, CaptureStatus, Device, DeviceBuffer, Error, Event, MemPool,
@@ -557,7 +557,7 @@ fn adaptors_count_captured_allocations_once() {
     };
     let start = g.used();
     let retry = Arc::new(RetryAdaptor::new(Arc::new(g.pool.clone())));
-    let tracking = Arc::new(TrackingAdaptor::new(retry.clone(), false));
+    let tracking = Arc::new(TrackingAdaptor::new(retry.clone(), Backtraces::Off));
     let limit = Arc::new(LimitingAdaptor::new(tracking.clone(), 64 << 20));
     let stats = Arc::new(StatisticsAdaptor::new(limit.clone()));
     let res: Arc<dyn MemoryResource> = stats.clone();

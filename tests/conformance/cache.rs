@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use somalloc::adaptors::{LimitingAdaptor, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor};
+use somalloc::adaptors::{Backtraces, LimitingAdaptor, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor};
 use somalloc::testkit::pattern_byte;
 use somalloc::{
     CacheConfig, CacheTier, DeviceBuffer, Error, InvalidReason, MemoryResource, PoolProperties, Stream,
@@ -392,7 +392,7 @@ fn an_adaptor_stack_over_the_tier() {
             .trim_on_oom(&ctx.pool),
     );
     let limited = Arc::new(LimitingAdaptor::new(retry, 256 * MIB));
-    let tracking = Arc::new(TrackingAdaptor::new(limited.clone(), false));
+    let tracking = Arc::new(TrackingAdaptor::new(limited.clone(), Backtraces::Off));
     let stats = Arc::new(StatisticsAdaptor::new(tracking.clone()));
     let r: Arc<dyn MemoryResource> = stats.clone();
     for i in 0..50u32 {

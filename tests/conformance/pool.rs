@@ -47,9 +47,9 @@ fn reuse_policy_round_trips() {
     );
     for bits in 0..8u8 {
         let p = ReusePolicy::NONE
-            .with_follow_event_dependencies(bits & 1 != 0)
-            .with_allow_opportunistic(bits & 2 != 0)
-            .with_allow_internal_dependencies(bits & 4 != 0);
+            .follow_event_dependencies(bits & 1 != 0)
+            .allow_opportunistic(bits & 2 != 0)
+            .allow_internal_dependencies(bits & 4 != 0);
         ctx.pool.set_reuse_policy(p).unwrap();
         assert_eq!(ctx.pool.reuse_policy().unwrap(), p);
     }
@@ -84,7 +84,7 @@ fn reuse_flags_off_keep_streams_apart() {
     // With following event dependencies on, B may take A's block once it
     // waits on an event recorded after the free; content stays right.
     ctx.pool
-        .set_reuse_policy(ReusePolicy::NONE.with_follow_event_dependencies(true))
+        .set_reuse_policy(ReusePolicy::NONE.follow_event_dependencies(true))
         .unwrap();
     let mut x = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, a).unwrap();
     ctx.k.spin(spin_cycles(20), a).unwrap();
