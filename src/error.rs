@@ -2,8 +2,9 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use crate::device::Vendor;
 use crate::pool_stats::PoolStats;
 
 /// A result whose error is [`Error`].
@@ -37,14 +38,20 @@ pub enum Error {
         library: &'static str,
         /// The file names that were tried, in order.
         searched: Vec<String>,
-        /// Why the search failed.
+        /// Why the search failed: every library tried, and why each was not
+        /// used.
         reason: String,
+        /// The error of the last library tried, as the loader or the version
+        /// check gave it; also what [`source()`](std::error::Error::source)
+        /// returns.
+        #[source]
+        cause: Option<Arc<dyn std::error::Error + Send + Sync>>,
     },
     /// The runtime loaded but reports no usable device.
     #[error("no GPU device is available ({backend}: {detail})")]
     NoDevice {
-        /// `cuda` or `rocm`: [`Device::backend`](crate::Device::backend)`().as_str()`.
-        backend: &'static str,
+        /// The backend this crate was built for ([`Device::backend`](crate::Device::backend)).
+        backend: Vendor,
         /// What the runtime said.
         detail: String,
     },
@@ -91,8 +98,8 @@ pub enum Error {
     /// The selected vendor or the installed runtime does not have this.
     #[error("unsupported on {backend}: {what}")]
     Unsupported {
-        /// `cuda` or `rocm`: [`Device::backend`](crate::Device::backend)`().as_str()`.
-        backend: &'static str,
+        /// The backend this crate was built for ([`Device::backend`](crate::Device::backend)).
+        backend: Vendor,
         /// What is missing.
         what: String,
     },

@@ -272,7 +272,7 @@ impl<T: Pod> HostBuffer<T> {
             // that device access; until that is understood, say so here
             // instead of failing at the copy.
             return Err(Error::Unsupported {
-                backend: Active::NAME,
+                backend: crate::VENDOR,
                 what: format!(
                     "using a HostBuffer of device {} on a stream of device {}: use a host pool \
                      created for that device",

@@ -289,7 +289,7 @@ impl MemPool {
         Self::check_placement_for(device, placement)?;
         if placement.location.is_host() && props.export != ExportHandle::None {
             return Err(Error::Unsupported {
-                backend: Active::NAME,
+                backend: crate::VENDOR,
                 what: "exporting a pool of host memory (IPC of host pools is not supported)".into(),
             });
         }

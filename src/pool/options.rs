@@ -106,7 +106,7 @@ impl PeerAccess {
             1 => Ok(PeerAccess::Read),
             3 => Ok(PeerAccess::ReadWrite),
             other => Err(Error::Unsupported {
-                backend: Active::NAME,
+                backend: crate::VENDOR,
                 what: format!("access flags {other:#x} reported by the runtime"),
             }),
         }
