@@ -272,8 +272,6 @@ macro_rules! backend_impl {
             type Graph = $graph;
             type GraphExec = $exec;
 
-            const NAME: &'static str = BACKEND.as_str();
-
             $($specific)*
 
             fn init() -> crate::error::Result<()> {

@@ -295,6 +295,7 @@
 //! it. So: **capture owned streams only through [`Stream::begin_capture`]**.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(missing_debug_implementations)]
 
 pub mod adaptors;
 mod backend;
