@@ -174,6 +174,10 @@ pub enum InvalidReason {
     /// The two sides of a copy (or of a two-buffer operation) have
     /// different lengths.
     LengthMismatch,
+    /// A range outside the buffer or view it was asked of
+    /// ([`DeviceBuffer::slice`](crate::DeviceBuffer::slice),
+    /// [`DeviceView::split_at`](crate::DeviceView::split_at), ...).
+    OutOfBounds,
     /// A free of an address that the resource did not hand out, or with
     /// another size than it was allocated with (a double free, a foreign
     /// pointer): what [`TrackingAdaptor`](crate::adaptors::TrackingAdaptor)

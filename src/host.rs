@@ -36,8 +36,8 @@ use std::ptr::NonNull;
 use bytemuck::Pod;
 
 use crate::backend::Backend;
-use crate::buffer::DeviceBuffer;
-use crate::error::{Error, Result};
+use crate::buffer::{AsDeviceView, AsDeviceViewMut, DeviceBuffer};
+use crate::error::{Error, InvalidReason, Result};
 use crate::pool::{MemPool, Placement};
 use crate::resource::{MemoryResource, SharedResource};
 use crate::stream::Stream;
@@ -346,26 +346,28 @@ impl<T: Pod> HostBuffer<T> {
         Ok(self.wait_slice()?.to_vec())
     }
 
-    /// Queues a copy of this buffer into `dst` on `dst`'s stream, without
+    /// Queues a copy of this buffer into `dst` (a [`DeviceBuffer`] or a
+    /// [`DeviceViewMut`](crate::DeviceViewMut) of one) on `dst`'s stream, without
     /// waiting and without staging. This buffer must be usable on that
     /// stream (its owning stream, or given to [`HostBuffer::use_on`]); its
     /// free, and the host accessors, wait for the copy.
     ///
     /// On a capturing stream this is [`Error::Capture`] and nothing is
     /// queued.
-    pub fn copy_to_device(&self, dst: &mut DeviceBuffer<T>) -> Result<()> {
+    pub fn copy_to_device<D: AsDeviceViewMut<T> + ?Sized>(&self, dst: &mut D) -> Result<()> {
+        let dst = dst.device_view_mut();
         check_len(self.len(), dst.len())?;
         if !self.is_usable_on(dst.stream()) {
-            return Err(Error::invalid(
-                "the host buffer is not usable on the device buffer's stream; call use_on first",
-            ));
+            return Err(InvalidReason::WrongStream
+                .error("the host buffer is not usable on the device buffer's stream; call use_on first"));
         }
         refuse_in_capture(dst.stream(), "a copy from a HostBuffer")?;
         if self.size_in_bytes() == 0 {
             return Ok(());
         }
-        // SAFETY: both are live allocations of the same size. The device
-        // range is `dst`'s, ordered on its own stream; the host range stays
+        // SAFETY: both ranges are within live allocations and of the same
+        // size. The device range is `dst`'s alone (an exclusive view),
+        // ordered on its own stream; the host range stays
         // allocated until this buffer's free, which waits for `dst`'s stream
         // (it is this buffer's stream or a `use_on` stream), and the host
         // writes to it only through `wait_slice_mut`, which waits for that
@@ -380,26 +382,27 @@ impl<T: Pod> HostBuffer<T> {
         }
     }
 
-    /// Queues a copy of `src` into this buffer on this buffer's stream,
+    /// Queues a copy of `src` (a [`DeviceBuffer`] or a view of one) into
+    /// this buffer on this buffer's stream,
     /// without waiting and without staging. `src` must be usable on that
     /// stream (its owning stream, or given to [`DeviceBuffer::use_on`]).
     /// Read the result with [`HostBuffer::wait_slice`], which waits for it.
     ///
     /// On a capturing stream this is [`Error::Capture`] and nothing is
     /// queued.
-    pub fn copy_from_device(&mut self, src: &DeviceBuffer<T>) -> Result<()> {
+    pub fn copy_from_device<S: AsDeviceView<T> + ?Sized>(&mut self, src: &S) -> Result<()> {
+        let src = src.device_view();
         check_len(self.len(), src.len())?;
         if !src.is_usable_on(self.buf.stream()) {
-            return Err(Error::invalid(
-                "the device buffer is not usable on the host buffer's stream; call use_on first",
-            ));
+            return Err(InvalidReason::WrongStream
+                .error("the device buffer is not usable on the host buffer's stream; call use_on first"));
         }
         refuse_in_capture(self.buf.stream(), "a copy into a HostBuffer")?;
         if self.size_in_bytes() == 0 {
             return Ok(());
         }
-        // SAFETY: both are live allocations of the same size, `src` ordered
-        // on this stream (checked above; its free waits for this stream if
+        // SAFETY: both ranges are within live allocations and of the same
+        // size, `src` ordered on this stream (checked above; its free waits for this stream if
         // it is not its owner). The host range is this buffer's, which the
         // host touches only through the accessors, which wait for this
         // stream first.
@@ -431,7 +434,7 @@ impl<T: Pod> HostBuffer<T> {
 
 fn check_len(mine: usize, other: usize) -> Result<()> {
     if mine != other {
-        return Err(Error::invalid(format!(
+        return Err(InvalidReason::LengthMismatch.error(format!(
             "length mismatch: host buffer has {mine} elements, the other side {other}"
         )));
     }

@@ -343,7 +343,7 @@ cfg_if::cfg_if! {
     }
 }
 
-pub use buffer::{DeviceBuffer, ExportedBuffer};
+pub use buffer::{AsDeviceView, AsDeviceViewMut, DeviceBuffer, DeviceView, DeviceViewMut, ExportedBuffer};
 pub use bytemuck::Pod;
 pub use cache::{CacheConfig, CacheStats, CacheTier, Headroom, StreamCache, StreamCacheStats};
 pub use current::{current_resource, reset_current_resource, set_current_resource};

@@ -3,7 +3,9 @@
 //! `mod.rs`: the type, its constructors, and use on other streams;
 //! `origin.rs`: where a buffer's memory came from (and so where its free
 //! goes); `free.rs`: the free, under capture too, and `Drop`; `copy.rs`:
-//! copies and fills; `ipc.rs`: export to and import from other processes.
+//! copies and fills of a whole buffer; `view.rs`: views (sub-ranges) and
+//! their copies and fills; `ipc.rs`: export to and import from other
+//! processes.
 
 use std::ffi::c_void;
 use std::fmt;
@@ -28,9 +30,11 @@ mod copy;
 mod free;
 mod ipc;
 mod origin;
+mod view;
 
 pub use ipc::ExportedBuffer;
 use origin::{CachePtr, Origin, Users};
+pub use view::{AsDeviceView, AsDeviceViewMut, DeviceView, DeviceViewMut};
 
 /// `len` elements of `T` in bytes, or `InvalidArgument` on overflow.
 pub(crate) fn bytes_for<T>(len: usize) -> Result<usize> {

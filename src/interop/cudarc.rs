@@ -81,7 +81,7 @@ use ::cudarc::driver::{
 use bytemuck::Pod;
 
 use crate::backend::Backend;
-use crate::buffer::DeviceBuffer;
+use crate::buffer::{DeviceBuffer, DeviceView, DeviceViewMut};
 use crate::device::Device;
 use crate::error::{Error, InvalidReason, Result, VendorCode};
 use crate::stream::{special_handle, Stream};
@@ -189,7 +189,24 @@ fn cudarc_view(stream: &Stream, ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream
 
 impl<T: Pod> DeviceBuffer<T> {
     /// Enqueues a copy of `src` (a cudarc `CudaSlice` or `CudaView` of the
-    /// same length) into this buffer, on this buffer's stream, and returns.
+    /// same length) into this buffer; see
+    /// [`DeviceViewMut::copy_from_cudarc`] (a range of the buffer:
+    /// `buf.slice_mut(range)?.copy_from_cudarc(src)`).
+    pub fn copy_from_cudarc<S: DevicePtr<T>>(&mut self, src: &S) -> Result<()> {
+        self.view_mut().copy_from_cudarc(src)
+    }
+
+    /// Enqueues a copy of this buffer into `dst` (a cudarc `CudaSlice` or
+    /// `CudaViewMut` of the same length); see [`DeviceView::copy_to_cudarc`]
+    /// (a range of the buffer: `buf.slice(range)?.copy_to_cudarc(dst)`).
+    pub fn copy_to_cudarc<D: DevicePtrMut<T>>(&self, dst: &mut D) -> Result<()> {
+        self.view().copy_to_cudarc(dst)
+    }
+}
+
+impl<T: Pod> DeviceViewMut<'_, T> {
+    /// Enqueues a copy of `src` (a cudarc `CudaSlice` or `CudaView` of the
+    /// same length) into this view, on its buffer's stream, and returns.
     ///
     /// Ordering, whatever cudarc's event tracking is set to: the copy runs
     /// after all work queued so far on `src`'s own stream (its allocation
@@ -200,7 +217,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// An error that cudarc had recorded on the context for later (its
     /// `CudaContext::check_err`) is returned here, as by any cudarc call.
     pub fn copy_from_cudarc<S: DevicePtr<T>>(&mut self, src: &S) -> Result<()> {
-        self.check_cudarc_len(src.len())?;
+        check_cudarc_len(self.len(), src.len())?;
         let bytes = self.size_in_bytes();
         if bytes == 0 {
             return Ok(());
@@ -221,8 +238,8 @@ impl<T: Pod> DeviceBuffer<T> {
             // length, checked), ordered before this point of this buffer's
             // stream (the joins and waits above), and kept alive by the
             // borrow of `src` until its own stream has waited for the copy
-            // (below); the destination is this live allocation, on its own
-            // stream.
+            // (below); the destination is this view's range of a live
+            // allocation, on its buffer's stream.
             unsafe { Active::copy_async(self.as_raw(), ptr as *const c_void, bytes, self.stream().raw()) }?;
         }
         if !same {
@@ -232,9 +249,11 @@ impl<T: Pod> DeviceBuffer<T> {
         }
         ctx.check_err().map_err(|e| driver_error("cuEventRecord", e))
     }
+}
 
-    /// Enqueues a copy of this buffer into `dst` (a cudarc `CudaSlice` or
-    /// `CudaViewMut` of the same length), on this buffer's stream, and
+impl<T: Pod> DeviceView<'_, T> {
+    /// Enqueues a copy of this view into `dst` (a cudarc `CudaSlice` or
+    /// `CudaViewMut` of the same length), on its buffer's stream, and
     /// returns.
     ///
     /// Ordering, whatever cudarc's event tracking is set to: the copy runs
@@ -242,9 +261,9 @@ impl<T: Pod> DeviceBuffer<T> {
     /// included) and after the reads and writes cudarc's events track;
     /// `dst`'s stream waits for the copy (so its later work sees the new
     /// contents), and cudarc's write event, where it tracks one, is recorded
-    /// after it. Errors as for [`DeviceBuffer::copy_from_cudarc`].
+    /// after it. Errors as for [`DeviceViewMut::copy_from_cudarc`].
     pub fn copy_to_cudarc<D: DevicePtrMut<T>>(&self, dst: &mut D) -> Result<()> {
-        self.check_cudarc_len(dst.len())?;
+        check_cudarc_len(self.len(), dst.len())?;
         let bytes = self.size_in_bytes();
         if bytes == 0 {
             return Ok(());
@@ -273,26 +292,27 @@ impl<T: Pod> DeviceBuffer<T> {
         }
         ctx.check_err().map_err(|e| driver_error("cuEventRecord", e))
     }
+}
 
-    fn check_cudarc_len(&self, theirs: usize) -> Result<()> {
-        if theirs != self.len() {
-            return Err(InvalidReason::LengthMismatch.error(format!(
-                "length mismatch: buffer has {} elements, the cudarc memory {theirs}",
-                self.len()
-            )));
-        }
-        Ok(())
+fn check_cudarc_len(mine: usize, theirs: usize) -> Result<()> {
+    if theirs != mine {
+        return Err(InvalidReason::LengthMismatch.error(format!(
+            "length mismatch: the buffer or view has {mine} elements, the cudarc memory {theirs}"
+        )));
     }
+    Ok(())
 }
 
 /// cudarc's kernel launch builder, for launches whose arguments include
 /// somalloc buffers.
 ///
 /// It takes every argument cudarc's `LaunchArgs` takes (through cudarc's
-/// [`PushKernelArg`]: `.arg(&x)`), plus `&DeviceBuffer<T>` and
-/// `&mut DeviceBuffer<T>`, passed to the kernel as the device address (a
-/// `T*` parameter). A buffer that is not usable on the launch stream (its
-/// own stream, or one given to [`DeviceBuffer::use_on`]) makes
+/// [`PushKernelArg`]: `.arg(&x)`), plus `&DeviceBuffer<T>`,
+/// `&mut DeviceBuffer<T>` and views of buffers (`&DeviceView<T>`,
+/// `&DeviceViewMut<T>`, `&mut DeviceViewMut<T>`), passed to the kernel as
+/// the device address of the first element (a `T*` parameter). A buffer
+/// (or view) that is not usable on the launch stream (its own stream, or
+/// one given to [`DeviceBuffer::use_on`]) makes
 /// [`Launch::launch`] return [`Error::InvalidArgument`] without launching.
 /// The buffers stay borrowed until the `Launch` is dropped, so none can be
 /// freed between `arg` and `launch`.
@@ -336,7 +356,7 @@ impl<'a> Launch<'a> {
         self
     }
 
-    fn push_buffer<T: Pod>(&mut self, buf: &DeviceBuffer<T>) -> &mut Self {
+    fn push_buffer<T: Pod>(&mut self, buf: DeviceView<'_, T>) -> &mut Self {
         let position = self.pushed;
         self.pushed += 1;
         if self.refused.is_none() && !buf.is_usable_on(&self.stream) {
@@ -411,7 +431,7 @@ where
 unsafe impl<'a, 'b: 'a, T: Pod> PushKernelArg<&'b DeviceBuffer<T>> for Launch<'a> {
     #[inline(always)]
     fn arg(&mut self, buf: &'b DeviceBuffer<T>) -> &mut Self {
-        self.push_buffer(buf)
+        self.push_buffer(buf.view())
     }
 }
 
@@ -419,6 +439,33 @@ unsafe impl<'a, 'b: 'a, T: Pod> PushKernelArg<&'b DeviceBuffer<T>> for Launch<'a
 unsafe impl<'a, 'b: 'a, T: Pod> PushKernelArg<&'b mut DeviceBuffer<T>> for Launch<'a> {
     #[inline(always)]
     fn arg(&mut self, buf: &'b mut DeviceBuffer<T>) -> &mut Self {
-        self.push_buffer(buf)
+        self.push_buffer(buf.view())
+    }
+}
+
+// SAFETY: as for `&DeviceBuffer<T>`: the address of the view's first
+// element; the view borrows its buffer for `'b`, and the view itself is
+// borrowed for `'b: 'a`.
+unsafe impl<'a, 'b: 'a, T: Pod> PushKernelArg<&'b DeviceView<'_, T>> for Launch<'a> {
+    #[inline(always)]
+    fn arg(&mut self, view: &'b DeviceView<'_, T>) -> &mut Self {
+        self.push_buffer(*view)
+    }
+}
+
+// SAFETY: as for `&DeviceView<T>`.
+unsafe impl<'a, 'b: 'a, T: Pod> PushKernelArg<&'b DeviceViewMut<'_, T>> for Launch<'a> {
+    #[inline(always)]
+    fn arg(&mut self, view: &'b DeviceViewMut<'_, T>) -> &mut Self {
+        self.push_buffer(view.as_view())
+    }
+}
+
+// SAFETY: as for `&DeviceView<T>`; the exclusive borrow lets the kernel
+// write the view's range.
+unsafe impl<'a, 'b: 'a, T: Pod> PushKernelArg<&'b mut DeviceViewMut<'_, T>> for Launch<'a> {
+    #[inline(always)]
+    fn arg(&mut self, view: &'b mut DeviceViewMut<'_, T>) -> &mut Self {
+        self.push_buffer(view.as_view())
     }
 }
