@@ -37,6 +37,10 @@ struct StreamInner {
     /// dropped after the last use of `raw`.
     keep_alive: Option<Box<dyn Any + Send + Sync>>,
     capture_flags: AtomicU8,
+    /// The cudarc handle of this stream, made on first request
+    /// (`Stream::cudarc_stream`) for a stream that did not come from cudarc.
+    #[cfg(feature = "cudarc")]
+    pub(crate) cudarc: std::sync::OnceLock<Arc<::cudarc::driver::CudaStream>>,
     /// Unit tests: the capture state a fake stream reports, `(status, id)`.
     #[cfg(test)]
     fake_capture: std::sync::Mutex<(crate::graph::CaptureStatus, u64)>,
@@ -57,6 +61,8 @@ impl StreamInner {
             // A borrowed stream is always asked: it may be captured by
             // whoever lent it.
             capture_flags: AtomicU8::new(if owned { 0 } else { capture_flag::ALWAYS_ASK }),
+            #[cfg(feature = "cudarc")]
+            cudarc: std::sync::OnceLock::new(),
             #[cfg(test)]
             fake_capture: std::sync::Mutex::new((crate::graph::CaptureStatus::None, 0)),
         }
@@ -71,6 +77,14 @@ impl Drop for StreamInner {
             crate::graph::abandon_capture(self.raw);
         }
         if self.owned {
+            // A cudarc handle that the program still holds keeps the
+            // stream: it is destroyed once cudarc lets go of it.
+            #[cfg(feature = "cudarc")]
+            if let Some(handle) = self.cudarc.take() {
+                if crate::interop::cudarc::park_if_shared(self.raw, handle) {
+                    return;
+                }
+            }
             record_drop_error(Active::stream_destroy(self.raw));
         }
     }
@@ -143,6 +157,8 @@ impl std::hash::Hash for Stream {
 impl Stream {
     /// Creates a non-blocking stream on `device`.
     pub fn new(device: &Device) -> Result<Stream> {
+        #[cfg(feature = "cudarc")]
+        crate::interop::cudarc::destroy_released();
         let raw = Active::stream_create(device.ordinal())?;
         Ok(Stream {
             inner: Arc::new(StreamInner::new(raw, *device, true, None)),
@@ -181,7 +197,10 @@ impl Stream {
     /// # Safety
     /// `raw` is a live stream of `device` for the vendor this crate was built
     /// for, and it stays alive until the returned `Stream`, all its clones,
-    /// and every buffer allocated on it are dropped.
+    /// and every buffer allocated on it are dropped (with the `cudarc`
+    /// feature: and every cudarc handle of it that somalloc handed out, by
+    /// `Stream::cudarc_stream` or the `stream()` of cudarc's traits on its
+    /// buffers).
     pub unsafe fn from_raw(device: &Device, raw: *mut c_void) -> Result<Stream> {
         Self::borrowed(device, raw, None)
     }
@@ -211,6 +230,12 @@ impl Stream {
                 keep_alive,
             )),
         })
+    }
+
+    /// The slot of the cudarc handle made for this stream.
+    #[cfg(feature = "cudarc")]
+    pub(crate) fn inner_cudarc(&self) -> &std::sync::OnceLock<Arc<::cudarc::driver::CudaStream>> {
+        &self.inner.cudarc
     }
 
     /// What a borrowed stream keeps alive, if it is of type `K`.

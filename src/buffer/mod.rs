@@ -427,6 +427,18 @@ impl<T: Pod> DeviceBuffer<T> {
         self.users.iter().any(|u| u == stream) && self.check_device_access(stream).is_ok()
     }
 
+    /// `is_usable_on` for a stream known by its vendor handle only.
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    pub(crate) fn is_usable_on_raw(&self, raw: *mut c_void) -> bool {
+        if self.stream.as_raw() == raw {
+            return true;
+        }
+        self.users
+            .iter()
+            .find(|u| u.as_raw() == raw)
+            .is_some_and(|u| self.check_device_access(u).is_ok())
+    }
+
     /// Cross-device use needs a pool that grants the other device access.
     fn check_device_access(&self, other: &Stream) -> Result<()> {
         let (mine, theirs) = (self.stream.device(), other.device());
@@ -532,7 +544,7 @@ impl<T: Pod> DeviceBuffer<T> {
 }
 
 /// `waiter` waits for everything queued so far on `target`.
-pub(super) fn order_after(waiter: &Stream, target: &Stream) -> Result<()> {
+pub(crate) fn order_after(waiter: &Stream, target: &Stream) -> Result<()> {
     let event = Event::new(&target.device())?;
     event.record(target)?;
     waiter.wait_event(&event)

@@ -263,6 +263,12 @@ impl<'a, T: Pod> DeviceView<'a, T> {
         self.owner.is_usable_on(stream)
     }
 
+    /// The buffer the view is of.
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    pub(crate) fn owner(&self) -> &'a DeviceBuffer<T> {
+        self.owner
+    }
+
     /// The elements in `range` of this view; a range outside it is
     /// [`InvalidReason::OutOfBounds`].
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceView<'a, T>> {
