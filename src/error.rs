@@ -233,6 +233,10 @@ static LAST_DROP_ERROR: Mutex<Option<Error>> = Mutex::new(None);
 /// `Drop` cannot return an error, and somalloc never panics in `Drop`. Instead
 /// each failure (a stream-ordered free the runtime refused, a stream that could
 /// not be destroyed, ...) is counted here and the most recent one is kept.
+/// So are failures of work that somalloc does on its own initiative inside a
+/// call that itself succeeded: e.g. a cache tier's allocation that frees
+/// cached blocks to make room, and whose frees fail (the blocks then stay
+/// cached and are freed again later, and the allocation goes on).
 ///
 /// Read-only: fields may be added, so it is made only by somalloc.
 #[derive(Debug, Clone)]

@@ -114,9 +114,11 @@
 //!   sides with a process-wide memory barrier (Linux `membarrier`, a few
 //!   microseconds), and each take-away makes the next grant four times
 //!   harder to earn, so threads that take turns on a stream soon all use
-//!   the plain spin lock (one compare-and-swap). Where the OS has no such
-//!   barrier, or with [`CacheConfig::thread_bias`] off, the lock is a plain
-//!   spin lock.
+//!   the plain spin lock (one compare-and-swap). The owner marks itself
+//!   inside with a flag of its own thread, which no other thread writes, so
+//!   a thread that lost ownership while paused cannot disturb the next
+//!   owner. Where the OS has no such barrier, or with
+//!   [`CacheConfig::thread_bias`] off, the lock is a plain spin lock.
 //! * **Nothing shared is written.** Threads with streams of their own never
 //!   touch a common cache line on a hit or a cached free. The shared parts
 //!   are touched only on slow paths: the total cap's byte counter (a stream

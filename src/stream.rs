@@ -44,6 +44,10 @@ struct StreamInner {
     /// Unit tests: the capture state a fake stream reports, `(status, id)`.
     #[cfg(test)]
     fake_capture: std::sync::Mutex<(crate::graph::CaptureStatus, u64)>,
+    /// Unit tests: how many more capture queries of a fake stream answer
+    /// before they fail (negative: all answer).
+    #[cfg(test)]
+    fake_queries_ok: std::sync::atomic::AtomicI32,
 }
 
 impl StreamInner {
@@ -65,6 +69,8 @@ impl StreamInner {
             cudarc: std::sync::OnceLock::new(),
             #[cfg(test)]
             fake_capture: std::sync::Mutex::new((crate::graph::CaptureStatus::None, 0)),
+            #[cfg(test)]
+            fake_queries_ok: std::sync::atomic::AtomicI32::new(-1),
         }
     }
 }
@@ -338,6 +344,13 @@ impl Stream {
     pub(crate) fn ask_capture_info(&self) -> Result<CaptureInfo<RawGraph>> {
         #[cfg(test)]
         if !self.inner.owned {
+            let ok = &self.inner.fake_queries_ok;
+            if ok.load(Ordering::Relaxed) == 0 {
+                return Err(Error::invalid("a fake stream's capture query fails"));
+            }
+            if ok.load(Ordering::Relaxed) > 0 {
+                ok.fetch_sub(1, Ordering::Relaxed);
+            }
             let (status, id) = *self.inner.fake_capture.lock().unwrap_or_else(|p| p.into_inner());
             return Ok(CaptureInfo {
                 status: status.to_raw(),
@@ -368,6 +381,23 @@ impl Stream {
     #[cfg(test)]
     pub(crate) fn set_fake_capture(&self, status: crate::graph::CaptureStatus, id: u64) {
         *self.inner.fake_capture.lock().unwrap_or_else(|p| p.into_inner()) = (status, id);
+    }
+
+    /// Unit tests: the next `n` capture queries of a fake stream answer, the
+    /// ones after fail (negative `n`: all answer).
+    #[cfg(test)]
+    pub(crate) fn fail_fake_queries_after(&self, n: i32) {
+        self.inner.fake_queries_ok.store(n, Ordering::Relaxed);
+    }
+
+    /// Ends a capture with the runtime; unit tests: a fake stream's end
+    /// fails (it never began one with the runtime).
+    pub(crate) fn end_capture_raw(&self) -> Result<RawGraph> {
+        #[cfg(test)]
+        if !self.inner.owned {
+            return Err(Error::invalid("a fake stream's capture cannot be ended"));
+        }
+        Active::stream_end_capture(self.inner.raw)
     }
 
     /// A borrowed (never destroyed) handle with the made-up address `id`, on

@@ -152,7 +152,7 @@ impl CacheTier {
     pub fn flush(&self) -> Result<()> {
         let mut first_error = None;
         for cache in self.shared.snapshot() {
-            if let Err(e) = cache.release_all(false) {
+            if let Err(e) = cache.release_all() {
                 first_error.get_or_insert(e);
             }
         }

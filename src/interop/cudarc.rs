@@ -512,13 +512,42 @@ fn check_cudarc_len(mine: usize, theirs: usize) -> Result<()> {
 pub struct Launch<'a> {
     args: LaunchArgs<'a>,
     stream: Stream,
-    /// The device addresses of buffer arguments. `args` points into these
-    /// boxes, whose contents never move and live as long as `self` (a plain
-    /// `Vec<u64>` would move them when it grows).
-    #[allow(clippy::vec_box)]
-    addresses: Vec<Box<u64>>,
+    /// The device addresses of buffer arguments, which `args` points to.
+    /// Declared after `args`, so that it is dropped after it.
+    addresses: Addresses,
     pushed: usize,
     refused: Option<Error>,
+}
+
+/// Heap cells for the device addresses of buffer arguments. Each is held
+/// as the raw pointer that `Box::into_raw` returned, so its address never
+/// changes when the list grows and no `Box` is moved while `LaunchArgs`
+/// refers to its contents; they are freed on drop.
+#[derive(Debug, Default)]
+struct Addresses(Vec<*mut u64>);
+
+// SAFETY: the cells are owned exclusively (as by `Box<u64>`) and hold plain
+// integers; nothing else frees them.
+unsafe impl Send for Addresses {}
+// SAFETY: `&Addresses` allows no access to the cells.
+unsafe impl Sync for Addresses {}
+
+impl Addresses {
+    /// A new cell holding `value`, alive until `self` is dropped.
+    fn push(&mut self, value: u64) -> *const u64 {
+        let cell = Box::into_raw(Box::new(value));
+        self.0.push(cell);
+        cell
+    }
+}
+
+impl Drop for Addresses {
+    fn drop(&mut self) {
+        for &cell in &self.0 {
+            // SAFETY: from `Box::into_raw` in `push`, freed only here, once.
+            drop(unsafe { Box::from_raw(cell) });
+        }
+    }
 }
 
 impl<'a> Launch<'a> {
@@ -528,7 +557,7 @@ impl<'a> Launch<'a> {
         Ok(Launch {
             stream: Stream::from_cudarc(stream)?,
             args: stream.launch_builder(func),
-            addresses: Vec::new(),
+            addresses: Addresses::default(),
             pushed: 0,
             refused: None,
         })
@@ -556,14 +585,14 @@ impl<'a> Launch<'a> {
                  buf.use_on(&Stream::from_cudarc(&stream)?) first"
             )));
         }
-        let address = Box::new(buf.as_raw() as u64);
-        let at: *const u64 = &*address;
-        self.addresses.push(address);
-        // SAFETY: `at` points into a box owned by `self.addresses`, which is
-        // never shrunk: the value stays at that address until `self` is
-        // dropped. `LaunchArgs` only keeps the pointer and reads it during
-        // `launch`, which takes `&mut self`, so every read happens while the
-        // box is alive; the longer lifetime is never used after that.
+        let at = self.addresses.push(buf.as_raw() as u64);
+        // SAFETY: `at` is a heap cell of `self.addresses`, freed only when
+        // `self` is dropped (after `args`), never written again, and never
+        // reached through a reference that could be invalidated (it is held
+        // as a raw pointer from `Box::into_raw`, not as a `Box`). `LaunchArgs`
+        // only keeps the reference and reads it during `launch`, which takes
+        // `&mut self`, so every read happens while the cell is alive; the
+        // longer lifetime is never used after that.
         let address: &'a u64 = unsafe { &*at };
         self.args.arg(address);
         self
