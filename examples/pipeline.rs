@@ -60,7 +60,8 @@ fn run() -> somalloc::Result<ExitCode> {
         pool.release_threshold()?,
         pool.reuse_policy()?
     );
-    // Keep freed memory in the pool between iterations, as the seeds advise.
+    // Keep freed memory in the pool between iterations, as the seeds advise
+    // (process-wide: every user of the default pool in the process keeps it).
     pool.set_release_threshold(usize::MAX)?;
     println!("  set release threshold to usize::MAX; stats: {}", pool.stats()?);
 

@@ -4,13 +4,22 @@
 //! (ROCm/HIP). The vendor is picked when the crate is built, with exactly one
 //! of the features `cuda` or `rocm`; the API is the same on both.
 //!
+//! Linux only (`x86_64-unknown-linux-gnu`). The vendor's runtime library is
+//! loaded at run time, not linked: `libcudart.so.13` or `.so.12` (which the
+//! NVIDIA driver does not ship: it comes with a CUDA toolkit, a distribution
+//! package or the `nvidia-cuda-runtime` wheel; `SOMALLOC_CUDART` names the
+//! file), or `libamdhip64.so.*` from ROCm (`SOMALLOC_AMDHIP`). The README's
+//! Deployment section says what each vendor needs installed.
+//!
 //! * [`Device`], [`Stream`], [`Event`]: the minimum needed to order work.
 //! * [`MemPool`]: the vendor's stream-ordered memory pool (default, current,
 //!   or created), with its release threshold, reuse policy, statistics and
 //!   trimming.
 //! * [`DeviceBuffer`]: a typed allocation whose allocation and free are
 //!   enqueued on a stream; use on another stream goes through
-//!   [`DeviceBuffer::use_on`].
+//!   [`DeviceBuffer::use_on`]. Views ([`DeviceView`], [`DeviceViewMut`],
+//!   from [`DeviceBuffer::slice`]) are typed sub-ranges that go wherever a
+//!   buffer goes (copies, fills, kernel arguments).
 //! * Peer access ([`MemPool::set_access`]) and IPC ([`MemPool::export_fd`],
 //!   [`MemPool::import_fd`], [`DeviceBuffer::export`], [`DeviceBuffer::import`]).
 //! * Pools of pinned host memory and of managed memory ([`PoolProperties`],
@@ -43,6 +52,7 @@
 //! let dev = Device::get(0)?;
 //! let stream = Stream::new(&dev)?;
 //! let pool = MemPool::default_for(&dev)?;
+//! // Process-wide: the default pool is every library's in the process.
 //! pool.set_release_threshold(usize::MAX)?; // keep freed memory for reuse
 //!
 //! let mut a = DeviceBuffer::<u32>::new(1 << 20, &stream)?; // enqueued, no sync
@@ -61,7 +71,7 @@
 //! |---|---|
 //! | `cuda` | the NVIDIA backend (CUDA 12 or 13 runtime, loaded at run time) |
 //! | `rocm` | the AMD backend (HIP runtime, loaded at run time) |
-//! | `cudarc` | interop with the application's cudarc (implies `cuda`): `interop::cudarc` |
+//! | `cudarc` | interop with the application's cudarc (implies `cuda`): `interop::cudarc`; buffers and views are cudarc's `DevicePtr`/`DevicePtrMut` (cuBLAS, cuDNN) |
 //! | `hip-sys` | typed handles of the `hip-sys` crate (implies `rocm`): `interop::hip_sys` |
 //! | `kernels` | **unstable, for this crate's own tests, examples and benchmarks only**: builds the test kernels with nvcc or hipcc; never enable it from another crate (Cargo would make every build of the dependency graph need the compiler) |
 //!

@@ -174,10 +174,14 @@ impl MemPool {
     }
 
     /// Makes `pool` the one allocations without an explicit pool use on its
-    /// device (for a pool of another placement: the current pool of that
-    /// location and allocation type, `cudaMemSetMemPool`, CUDA 13.0+). When
-    /// a created pool that is current is destroyed, the runtime makes the
-    /// default pool current again.
+    /// device: **process-wide**, for every `cudaMallocAsync` /
+    /// `hipMallocAsync` in the process, whichever library makes it (and for
+    /// [`DeviceBuffer::new`](crate::DeviceBuffer::new) while no
+    /// [current resource](crate::set_current_resource) is set). For a pool
+    /// of another placement: the current pool of that location and
+    /// allocation type (`cudaMemSetMemPool`, CUDA 13.0+). When a created
+    /// pool that is current is destroyed, the runtime makes the default
+    /// pool current again.
     pub fn set_current(pool: &MemPool) -> Result<()> {
         let p = pool.inner.placement;
         if p == Placement::device(pool.inner.device.ordinal()) {
@@ -331,6 +335,10 @@ impl MemPool {
     }
 
     /// Sets the release threshold; `usize::MAX` keeps everything.
+    ///
+    /// Process-wide for a shared pool: on the device's default pool (or
+    /// one that is current) it changes what every library allocating from
+    /// it in the process gets (cudarc, PyTorch, `cudaMallocAsync` callers).
     pub fn set_release_threshold(&self, bytes: usize) -> Result<()> {
         Active::pool_set(self.inner.raw, PoolAttr::ReleaseThreshold, bytes as u64)
     }
@@ -345,7 +353,8 @@ impl MemPool {
         })
     }
 
-    /// Sets the three reuse-policy flags.
+    /// Sets the three reuse-policy flags (process-wide for a shared pool, as
+    /// [`MemPool::set_release_threshold`]).
     pub fn set_reuse_policy(&self, policy: ReusePolicy) -> Result<()> {
         let set = |a, on: bool| Active::pool_set(self.inner.raw, a, u64::from(on));
         set(
@@ -360,7 +369,8 @@ impl MemPool {
     }
 
     /// Releases unused memory until at most `keep_bytes` stay reserved
-    /// (memory backing live allocations is never released).
+    /// (memory backing live allocations is never released). On a shared
+    /// pool this releases what other libraries freed, too.
     pub fn trim_to(&self, keep_bytes: usize) -> Result<()> {
         Active::pool_trim_to(self.inner.raw, keep_bytes)
     }
