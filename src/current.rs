@@ -123,7 +123,11 @@ pub(crate) fn get(device: &Device) -> Option<Arc<dyn MemoryResource>> {
 /// refused with [`Error::InvalidArgument`]). A
 /// [`StreamCache`](crate::StreamCache) serves one stream only: installed as
 /// the current resource, `new` on any other stream of the device fails with
-/// [`InvalidReason::WrongStream`]; install its tier instead.
+/// [`InvalidReason::WrongStream`]; install its tier instead. A tier keeps
+/// every stream it has served alive until
+/// [`CacheTier::remove_stream`](crate::CacheTier::remove_stream) (or its
+/// drop): a program that makes streams as it goes removes each from the
+/// tier when it is done with it.
 ///
 /// With none set (the default), `new` allocates from the vendor's current
 /// pool ([`MemPool::current`](crate::MemPool::current)). The check costs
