@@ -299,6 +299,17 @@ impl Stream {
 
     /// The vendor handle (`cudaStream_t` / `hipStream_t`), still owned by
     /// this `Stream`.
+    ///
+    /// Work may be enqueued through it, but **do not capture an owned
+    /// stream through the raw handle** (`cudaStreamBeginCapture` by hand or
+    /// by another library): somalloc does not ask the runtime about captures
+    /// on an owned stream it did not see begin, so its caches would hand
+    /// memory into the graph (see [Stream capture](Stream#stream-capture)).
+    /// Capture with [`Stream::begin_capture`]; to give the stream to
+    /// another library that may capture it, lend a handle somalloc knows
+    /// about (with the `cudarc` feature, `Stream::cudarc_stream`, after
+    /// which somalloc asks), or create the stream in that library and
+    /// borrow it ([`Stream::from_raw`]).
     pub fn as_raw(&self) -> *mut c_void {
         Active::stream_as_raw(self.inner.raw)
     }
