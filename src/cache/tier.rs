@@ -284,6 +284,10 @@ unsafe impl MemoryResource for CacheTier {
     fn placement(&self) -> crate::Placement {
         self.shared.upstream.placement()
     }
+
+    fn cache_for(&self, stream: &Stream, _: super::Sealed) -> Option<Result<Arc<StreamCache>>> {
+        Some(self.for_stream(stream))
+    }
 }
 
 impl Drop for CacheTier {
