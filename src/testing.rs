@@ -216,7 +216,7 @@ pub(crate) struct FakeState {
     /// addr -> (bytes, stream) of every block handed out and not freed.
     pub live: HashMap<usize, (usize, usize)>,
     pub used: usize,
-    pub used_high: usize,
+    pub used_peak: usize,
     pub allocs: u64,
     pub frees: u64,
     /// Every contract violation seen (double free, wrong size or stream).
@@ -241,14 +241,23 @@ pub(crate) struct FakeResource {
 
 impl FakeResource {
     pub fn new(limit: Option<usize>) -> Arc<FakeResource> {
-        FakeResource::in_domain(limit, 0)
+        Self::with(0, limit, 0)
+    }
+
+    /// An unlimited fake resource of [`Device::fake`]`(device)`.
+    pub fn on(device: usize) -> Arc<FakeResource> {
+        Self::with(device, None, 0)
     }
 
     /// A fake resource whose calls fail as this thread's plan of `domain`
     /// says (see [`arm`]).
     pub fn in_domain(limit: Option<usize>, domain: u64) -> Arc<FakeResource> {
+        Self::with(0, limit, domain)
+    }
+
+    fn with(device: usize, limit: Option<usize>, domain: u64) -> Arc<FakeResource> {
         Arc::new(FakeResource {
-            device: Device::fake(0),
+            device: Device::fake(device),
             domain,
             limit,
             fail_frees: AtomicBool::new(false),
@@ -261,6 +270,11 @@ impl FakeResource {
 
     pub fn state(&self) -> MutexGuard<'_, FakeState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Blocks handed out and not freed.
+    pub fn live(&self) -> usize {
+        self.state().live.len()
     }
 
     /// (allocations, frees) so far.
@@ -316,7 +330,7 @@ unsafe impl MemoryResource for FakeResource {
         let key = stream.as_raw() as usize;
         s.live.insert(addr, (bytes, key));
         s.used += bytes;
-        s.used_high = s.used_high.max(s.used);
+        s.used_peak = s.used_peak.max(s.used);
         s.allocs += 1;
         if let Some(log) = &mut s.log {
             log.push((true, addr, bytes, key));

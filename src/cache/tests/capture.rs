@@ -239,7 +239,6 @@ fn graph_memory_of_a_removed_stream_is_never_cached_by_its_new_cache() {
 /// not leave a detached cache holding blocks: a hit would hand one out from
 /// a cache that the tier no longer keeps alive for pinned buffers.
 #[test]
-#[ignore = "known bug: a failed remove_stream leaves its detached cache with cached blocks"]
 fn a_failed_remove_stream_leaves_no_blocks_in_the_detached_cache() {
     use crate::testing::{arm, disarm, Fault};
     let domain = 0x5051_0001;
@@ -258,6 +257,8 @@ fn a_failed_remove_stream_leaves_no_blocks_in_the_detached_cache() {
         "a detached cache kept its blocks"
     );
     drop((cache, tier));
-    assert!(fake.state().live.is_empty());
+    // Its blocks wait in the deferred-free queue (the stream's capture
+    // state was not known) and go back at the next safe point.
+    reclaim_until(|| fake.state().live.is_empty());
     fake.assert_clean();
 }

@@ -44,7 +44,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 
 use super::*;
-use crate::adaptors::{LimitingAdaptor, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor};
+use crate::adaptors::{Backtraces, LimitingAdaptor, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor};
 use crate::error::{drop_errors_here, Result};
 use crate::graph::{reclaim_graph_frees, CaptureStatus};
 use crate::stream::capture_flag;
@@ -52,15 +52,13 @@ use crate::testing::{self, Fault};
 
 const STREAMS: usize = 3;
 
-/// Known bugs, each with an ignored test of its own in `capture.rs`; the
-/// model allows them until they are fixed (then set these to `false`):
+/// A known bug, with an ignored test of its own in `capture.rs`
+/// (`graph_memory_of_a_removed_stream_is_never_cached_by_its_new_cache`),
+/// which the model allows until it is fixed (then set this to `false`):
 /// graph memory freed through the tier after its stream was removed and
 /// registered again reaches the new cache, which takes it for an ordinary
-/// block (`graph_memory_of_a_removed_stream_is_never_cached_by_its_new_cache`);
+/// block.
 const KNOWN_RENEWED_GRAPH_MEMORY: bool = true;
-/// and a `remove_stream` whose runtime call fails leaves the detached cache
-/// with its blocks (`a_failed_remove_stream_leaves_no_blocks_in_the_detached_cache`).
-const KNOWN_FAILED_DETACH_KEEPS_BLOCKS: bool = true;
 
 /// What a step's fake runtime does wrong: after `skip` calls of the test's
 /// domain, the next fails with `fault` (and with `persistent`, every later
@@ -329,8 +327,6 @@ struct World {
     waits: HashMap<usize, (Vec<usize>, Vec<u64>)>,
     /// Blocks allocated during a capture (graph memory).
     graph_blocks: HashSet<usize>,
-    /// Caches whose removal reported an error (see the known bugs above).
-    failed_detach: HashSet<usize>,
     /// The block the step freed, if it freed one.
     freed: Option<usize>,
     /// Whether the step's allocation succeeded.
@@ -392,7 +388,7 @@ impl World {
         };
         let tier = Arc::new(CacheTier::new(upstream, setup.config).unwrap());
         let retry = Arc::new(RetryAdaptor::new(tier.clone()).flush_on_oom(&tier));
-        let tracking = Arc::new(TrackingAdaptor::new(retry.clone(), false));
+        let tracking = Arc::new(TrackingAdaptor::new(retry.clone(), Backtraces::Off));
         let stats = Arc::new(StatisticsAdaptor::new(tracking.clone()));
         let res: Arc<dyn MemoryResource> = stats.clone();
         let streams: Vec<Stream> = (0..STREAMS)
@@ -431,7 +427,6 @@ impl World {
             deferred: HashMap::new(),
             waits: HashMap::new(),
             graph_blocks: HashSet::new(),
-            failed_detach: HashSet::new(),
             freed: None,
             allocated: false,
             injected_extra: 0,
@@ -651,9 +646,6 @@ impl World {
                 let bins = removed.as_ref().map(|c| bins_of(c)).unwrap_or_default();
                 let r = self.tier.remove_stream(&self.streams[stream]);
                 if let Some(c) = &removed {
-                    if r.is_err() {
-                        self.failed_detach.insert(key(c));
-                    }
                     // A capturing stream's cached blocks wait in the
                     // deferred-free queue for the capture's end.
                     let now: HashSet<usize> = bins_of(c).into_iter().map(|b| b.0).collect();
@@ -873,13 +865,17 @@ impl World {
     fn end_capture(&mut self, stream: usize) -> Result<()> {
         let id = self.capture[stream].1;
         self.set_capture(stream, CaptureStatus::None, 0);
-        let mut first_error = None;
         if let Some(i) = self.graphs.iter().position(|&g| g == id) {
             self.graphs.swap_remove(i);
             testing::fake_graph_destroy(id);
         }
-        // The deferred frees whose captures are all over now are done by the
-        // time this returns (here, or by another test's reclaim).
+        self.drain_deferred()
+    }
+
+    /// Reclaims until the deferred frees whose captures are all over are
+    /// done (here, or by another test's reclaim); the first error.
+    fn drain_deferred(&mut self) -> Result<()> {
+        let mut first_error = None;
         let start = Instant::now();
         let mut plan = true;
         let mut failed = false;
@@ -970,7 +966,13 @@ impl World {
                         let had = classes.get(idx).copied().unwrap_or(false);
                         let detached = c.lock().detached;
                         count(&COVERAGE.hits, hits);
-                        if had {
+                        if detached {
+                            prop_assert_eq!(
+                                (hits, misses, larger),
+                                (0, 0, 0),
+                                "a detached cache handed out a block or counted a miss"
+                            );
+                        } else if had {
                             prop_assert_eq!(
                                 (hits, misses, larger),
                                 (1, 0, 0),
@@ -1049,9 +1051,13 @@ impl World {
                 st.cached_bytes <= st.credit_bytes && st.cached_bytes <= self.setup.config.per_stream_cap
             );
             credit += st.credit_bytes;
-            let known = KNOWN_FAILED_DETACH_KEEPS_BLOCKS && self.failed_detach.contains(&key(c));
-            if c.lock().detached && !known {
-                prop_assert!(bins.is_empty(), "a detached cache keeps blocks");
+            // (A detached cache keeps only blocks whose free failed, to free
+            // them again later; it never hands them out: see the hits.)
+            if c.lock().detached {
+                prop_assert!(
+                    bins.iter().all(|b| fake.failed_frees.contains(&b.0)),
+                    "a detached cache keeps blocks whose free did not fail"
+                );
             }
         }
         let leased = self.tier.stats().leased_bytes;
@@ -1081,6 +1087,7 @@ impl World {
                 let _ = self.end_capture(s);
             }
         }
+        let _ = self.drain_deferred();
         prop_assert!(
             self.deferred.is_empty(),
             "deferred frees left: {:x?}",
@@ -1104,17 +1111,6 @@ impl World {
         // Cached blocks whose return fails inside the drops below stay
         // live, each reported as a drop error.
         let cached: Vec<usize> = self.caches.iter().flat_map(|c| bins_of(c)).map(|b| b.0).collect();
-        if KNOWN_FAILED_DETACH_KEEPS_BLOCKS {
-            // (A detached cache that a leaked pinned block keeps alive never
-            // returns the blocks its failed removal left in it.)
-            for c in self
-                .caches
-                .iter()
-                .filter(|c| self.failed_detach.contains(&key(c)))
-            {
-                may_leak.extend(bins_of(c).into_iter().map(|b| b.0));
-            }
-        }
         // The adaptors and the handles hold the tier: the last reference
         // goes with the world.
         drop(self);
