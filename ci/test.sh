@@ -102,6 +102,9 @@ if [ "$only" = all ] || [ "$only" = cuda ]; then
   cell asan-cache quiet env RUSTC_BOOTSTRAP=1 RUSTFLAGS="$RUSTFLAGS -Zsanitizer=address" \
     CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/asan" \
     cargo test --target x86_64-unknown-linux-gnu --features cuda --lib cache
+  # The model-checked tests of the lock, the stream cache, the credit and
+  # the deferred-free queue (loom, bounded preemptions: ci/loom.sh).
+  cell loom show bash ci/loom.sh
   cell "racecheck-probe" quiet bash ci/build-racecheck-probe.sh "${CARGO_TARGET_DIR:-target}/racecheck-probe"
 fi
 cell bench-plots quiet bash ci/bench-plot-check.sh

@@ -13,18 +13,50 @@
 #![cfg_attr(not(all(loom, test)), allow(dead_code, unused_imports))]
 
 #[cfg(not(all(loom, test)))]
-pub(crate) use std::{
-    sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    sync::{Arc, Mutex, MutexGuard},
-    thread_local,
+pub(crate) use std::sync::{
+    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    Arc, Mutex, MutexGuard,
 };
 
 #[cfg(all(loom, test))]
-pub(crate) use loom::{
-    sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    sync::{Arc, Mutex, MutexGuard},
-    thread_local,
+pub(crate) use loom::sync::{
+    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    Arc, Mutex, MutexGuard,
 };
+
+/// `thread_local!` with `const` initialisers (loom's has none, and gives
+/// each modelled thread its own value).
+#[cfg(not(all(loom, test)))]
+macro_rules! thread_local_const {
+    ($($(#[$attr:meta])* static $name:ident: $t:ty = $init:expr;)*) => {
+        std::thread_local! { $($(#[$attr])* static $name: $t = const { $init };)* }
+    };
+}
+#[cfg(all(loom, test))]
+macro_rules! thread_local_const {
+    ($($(#[$attr:meta])* static $name:ident: $t:ty = $init:expr;)*) => {
+        loom::thread_local! { $($(#[$attr])* static $name: $t = $init;)* }
+    };
+}
+pub(crate) use thread_local_const;
+
+/// `get` and `set` of a thread-local `Cell`, which `std`'s `LocalKey` has
+/// and loom's lacks.
+#[cfg(all(loom, test))]
+pub(crate) trait LocalCell<T> {
+    fn get(&'static self) -> T;
+    fn set(&'static self, value: T);
+}
+
+#[cfg(all(loom, test))]
+impl<T: Copy + 'static> LocalCell<T> for loom::thread::LocalKey<std::cell::Cell<T>> {
+    fn get(&'static self) -> T {
+        self.with(|c| c.get())
+    }
+    fn set(&'static self, value: T) {
+        self.with(|c| c.set(value))
+    }
+}
 
 /// A busy-wait step: the CPU's spin hint; under loom a yield, so that the
 /// model lets the thread being waited for run.

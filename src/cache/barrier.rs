@@ -12,6 +12,8 @@
 //! is `false` and the stream lock never hands out ownership: every access
 //! takes the lock.
 
+#![cfg_attr(all(loom, test), allow(dead_code, unused_imports))]
+
 use std::sync::atomic::{AtomicU8, Ordering};
 
 const UNKNOWN: u8 = 0;
@@ -22,6 +24,7 @@ static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
 
 /// Whether [`heavy`] works in this process (registers for it on the first
 /// call; the answer then never changes).
+#[cfg(not(all(loom, test)))]
 pub(super) fn available() -> bool {
     match STATE.load(Ordering::Acquire) {
         YES => true,
@@ -39,9 +42,38 @@ pub(super) fn available() -> bool {
 /// The process-wide barrier. Only called after [`available`] said `true`;
 /// `false` if the kernel refused it even after registering again (a child
 /// made by `fork` starts unregistered, so the first refusal registers).
+#[cfg(not(all(loom, test)))]
 #[must_use]
 pub(super) fn heavy() -> bool {
     sys::barrier() || (sys::register() && sys::barrier())
+}
+
+/// The model (`--cfg loom`): the barrier is there.
+#[cfg(all(loom, test))]
+pub(super) fn available() -> bool {
+    true
+}
+
+/// The model (`--cfg loom`) of the process-wide barrier: what it guarantees
+/// is that every other thread of the process executes a full memory
+/// barrier at some point between the call's start and its return (an
+/// interrupt, or a context switch for a thread not running). So each point
+/// P of another thread's program that is separated from its neighbours only
+/// by a compiler fence (`sync::light_fence`) falls either before that
+/// barrier, and then everything the thread did before P is visible to the
+/// caller after the call, or after it, and then everything the caller did
+/// before the call is visible to the thread after P. That is the ordering
+/// two sequentially consistent fences give each other (one of the two comes
+/// first in their single total order), so the model runs the call as a
+/// `SeqCst` fence and the light fence as another. (Loom's `SeqCst` fences
+/// also order everything before them, slightly more than the barrier
+/// promises; the lock relies only on the pair above: the owner's flag store
+/// and owner load against the revoker's owner store and flag load.)
+#[cfg(all(loom, test))]
+#[must_use]
+pub(super) fn heavy() -> bool {
+    crate::sync::fence_seq_cst();
+    true
 }
 
 #[cfg(all(

@@ -75,19 +75,23 @@
 //! thread (it is neither `Send` nor `Sync`): the flag it clears is its
 //! thread's.
 
-use std::cell::{Cell, UnsafeCell};
+use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::ptr;
-use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::barrier;
+// The model-checked build takes these from loom (`crate::sync`).
+#[cfg(all(loom, test))]
+use crate::sync::LocalCell;
+use crate::sync::{self, AtomicBool, AtomicU64, Ordering, UnsafeCell};
 
-/// Takes of the lock in a row by one thread before it becomes the owner.
-pub(super) const FIRST_GRANT: u32 = 16;
+/// Takes of the lock in a row by one thread before it becomes the owner
+/// (in the model: at once, so that it explores grants and revocations).
+pub(super) const FIRST_GRANT: u32 = if cfg!(all(loom, test)) { 1 } else { 16 };
 /// The most takes in a row a grant may ask for after revocations.
-pub(super) const MAX_GRANT: u32 = 1 << 16;
+pub(super) const MAX_GRANT: u32 = if cfg!(all(loom, test)) { 1 } else { 1 << 16 };
 
 /// Revocations so far (unit tests check that they happen).
 #[cfg(test)]
@@ -117,17 +121,22 @@ static SPARE_FLAGS: Mutex<Vec<&'static Flag>> = Mutex::new(Vec::new());
 /// torn down): never an owner.
 const NO_ID: u64 = u64::MAX;
 
-thread_local! {
+sync::thread_local_const! {
     /// This thread's id for the locks (0: not drawn yet) and its flag.
-    static ME: Cell<(u64, *const Flag)> = const { Cell::new((0, ptr::null())) };
+    static ME: Cell<(u64, *const Flag)> = Cell::new((0, ptr::null()));
     /// Gives the thread's flag back when the thread exits.
-    static FLAG_HOME: FlagHome = const { FlagHome };
+    static FLAG_HOME: FlagHome = FlagHome;
 }
 
 struct FlagHome;
 
 impl Drop for FlagHome {
     fn drop(&mut self) {
+        // (The model's flags live for one execution, and its thread-locals
+        // go in any order: nothing to give back.)
+        if cfg!(all(loom, test)) {
+            return;
+        }
         let (_, flag) = ME.get();
         ME.set((NO_ID, ptr::null()));
         // SAFETY: a flag in `ME` is a `&'static Flag` (see `me_slow`).
@@ -159,9 +168,13 @@ fn me_slow() -> (u64, *const Flag) {
         ME.set((NO_ID, ptr::null()));
         return (NO_ID, ptr::null());
     }
-    static NEXT: AtomicU64 = AtomicU64::new(1);
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
-    let spare = super::lock(&SPARE_FLAGS).pop();
+    let spare = if cfg!(all(loom, test)) {
+        None
+    } else {
+        super::lock(&SPARE_FLAGS).pop()
+    };
     let flag: &'static Flag =
         spare.unwrap_or_else(|| Box::leak(Box::new(CachePadded(AtomicBool::new(false)))));
     ME.set((id, flag));
@@ -275,7 +288,7 @@ impl<T> StreamLock<T> {
         // Keeps the compiler from moving the check above the store; the
         // CPU's reordering of the two is undone by the revoker's
         // process-wide barrier (module docs).
-        compiler_fence(Ordering::SeqCst);
+        sync::light_fence();
         if self.owner.load(Ordering::Acquire) == me {
             return Some(Guard {
                 lock: self,
@@ -304,9 +317,9 @@ impl<T> StreamLock<T> {
             while self.locked.load(Ordering::Relaxed) {
                 if spins < 100 {
                     spins += 1;
-                    std::hint::spin_loop();
+                    sync::spin_loop();
                 } else {
-                    std::thread::yield_now();
+                    sync::yield_now();
                 }
             }
         }
@@ -357,9 +370,9 @@ impl<T> StreamLock<T> {
             while flag.0.load(Ordering::Acquire) {
                 if spins < 100 {
                     spins += 1;
-                    std::hint::spin_loop();
+                    sync::spin_loop();
                 } else {
-                    std::thread::yield_now();
+                    sync::yield_now();
                 }
             }
         }
@@ -383,13 +396,23 @@ pub(super) struct Guard<'a, T> {
 }
 
 /// The `flag` of a guard that holds the spin lock.
+#[cfg(not(all(loom, test)))]
 static SPUN: AtomicBool = AtomicBool::new(false);
+#[cfg(all(loom, test))]
+loom::lazy_static! {
+    static ref SPUN: AtomicBool = AtomicBool::new(false);
+}
+
+#[inline(always)]
+fn spun() -> &'static AtomicBool {
+    &SPUN
+}
 
 impl<'a, T> Guard<'a, T> {
     fn spun(lock: &'a StreamLock<T>) -> Guard<'a, T> {
         Guard {
             lock,
-            flag: &SPUN,
+            flag: spun(),
             unwinding: std::thread::panicking(),
             _not_send: PhantomData,
         }
@@ -418,12 +441,14 @@ impl<T> DerefMut for Guard<'_, T> {
 impl<T> Drop for Guard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        if std::thread::panicking() && !self.unwinding {
+        // (In the model, a failed check panics inside an access, and must
+        // reach the model rather than abort.)
+        if std::thread::panicking() && !self.unwinding && !cfg!(all(loom, test)) {
             // A panic inside the access: the books may be half-updated
             // (module docs).
             abort_inside();
         }
-        if ptr::eq(self.flag, &SPUN) {
+        if ptr::eq(self.flag, spun()) {
             self.lock.locked.store(false, Ordering::Release);
         } else {
             self.flag.store(false, Ordering::Release);

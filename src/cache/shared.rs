@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,7 @@ use super::CacheConfig;
 use crate::device::Device;
 use crate::error::Result;
 use crate::resource::MemoryResource;
+use crate::sync::{AtomicUsize, Ordering};
 
 /// The total cap is leased to streams in granules of at most this.
 pub(super) const MAX_GRANULE: usize = 16 * super::MIB;
@@ -26,6 +27,10 @@ pub(super) const RECLAIM_EVERY: Duration = Duration::from_millis(1);
 /// Whether this reclaim may take ownership away (at most once per
 /// [`RECLAIM_EVERY`], process-wide).
 fn reclaim_turn() -> bool {
+    // The model takes the clock out: every reclaim may revoke.
+    if cfg!(all(loom, test)) {
+        return true;
+    }
     static START: OnceLock<Instant> = OnceLock::new();
     static LAST: AtomicU64 = AtomicU64::new(0);
     let now = START.get_or_init(Instant::now).elapsed().as_micros() as u64 + 1;

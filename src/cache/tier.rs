@@ -1,10 +1,10 @@
 //! The tier: [`CacheTier`], the registry of per-stream caches over one
 //! upstream resource, and a resource itself for any stream.
 
+use crate::sync::{AtomicUsize, Ordering};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::class::{class_index, class_size, MAX_BLOCK_LIMIT, MIN_BLOCK};

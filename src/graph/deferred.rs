@@ -58,9 +58,9 @@ pub(super) struct Slot {
 pub(super) struct Queue {
     /// Frees whose graphs are gone (or that wait only for a stream to stop
     /// capturing).
-    ready: sync::Mutex<Vec<Deferred>>,
+    pub(super) ready: sync::Mutex<Vec<Deferred>>,
     /// `ready.len()`, readable without the lock (written with it held).
-    ready_len: sync::AtomicUsize,
+    pub(super) ready_len: sync::AtomicUsize,
     /// Deferred frees not done yet (held by graphs, or ready).
     pending: sync::AtomicUsize,
 }

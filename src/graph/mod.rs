@@ -41,6 +41,8 @@ mod deferred;
 mod exec;
 mod free;
 mod mem;
+#[cfg(all(loom, test))]
+mod models;
 mod record;
 mod status;
 #[cfg(test)]

@@ -17,6 +17,8 @@ use crate::testing::{FakeResource, Rng};
 mod capture;
 mod fast;
 mod model;
+#[cfg(loom)]
+mod models;
 mod props;
 mod schedules;
 
