@@ -1,16 +1,28 @@
-//! Stress, bounded in operations and time: N threads × M streams, random
-//! sizes, random cross-stream use through `use_on`; every buffer is filled
-//! by a kernel with a unique pattern and verified (on a stream that used it)
-//! before its free. Reports ops/s and the corruption count; passes only with
-//! zero corrupt bytes and the pool's used bytes back to their start.
+//! Stress, bounded in operations and time.
+//!
+//! * N threads × M streams, random sizes, random cross-stream use through
+//!   `use_on`; every buffer is filled by a kernel with a unique pattern and
+//!   verified (on a stream that used it) before its free. Reports ops/s and
+//!   the corruption count; passes only with zero corrupt bytes and the
+//!   pool's used bytes back to their start.
+//! * N threads sharing one stream's cache of a cache tier, taking turns in
+//!   bursts long enough for each to be granted ownership of the cache's lock
+//!   (and so for the next to take it away), then all at once; a host-side
+//!   registry of live address ranges fails on any overlap, and every buffer
+//!   is filled and verified on the GPU before its free.
 
+use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use somalloc::testkit::TestKernels;
-use somalloc::{Device, DeviceBuffer, Error, MemPool, PoolProperties, Stream};
+use somalloc::{
+    CacheConfig, CacheTier, Device, DeviceBuffer, Error, MemPool, MemoryResource, PoolProperties, Stream,
+};
+
+mod support;
 
 const STREAMS_PER_THREAD: usize = 3;
 const MAX_LIVE: usize = 12;
@@ -153,4 +165,136 @@ fn threads_streams_random_sizes_cross_stream_use() {
         "pool used bytes did not return to their start"
     );
     assert!(ops > 0);
+}
+
+/// Live address ranges `[start, end)` handed out; any overlap is a block
+/// handed out twice.
+#[derive(Default)]
+struct Ranges(Mutex<BTreeMap<usize, usize>>);
+
+impl Ranges {
+    fn insert(&self, start: usize, len: usize) {
+        let end = start + len.max(1);
+        let mut map = self.0.lock().unwrap();
+        if let Some((&s, &e)) = map.range(..end).next_back() {
+            assert!(
+                e <= start,
+                "[{start:#x}, {end:#x}) overlaps the live range [{s:#x}, {e:#x}): a block handed out twice"
+            );
+        }
+        map.insert(start, end);
+    }
+
+    fn remove(&self, start: usize) {
+        assert!(
+            self.0.lock().unwrap().remove(&start).is_some(),
+            "{start:#x} was not live"
+        );
+    }
+}
+
+/// Threads share one stream's cache. In the first phase they take turns,
+/// each a burst of allocations and frees long enough to be granted
+/// ownership of the cache's lock (where the OS has the process-wide
+/// barrier), so every turn takes ownership away from the previous thread;
+/// in the second phase all threads run at once. Every block is checked
+/// against the registry of live ranges, filled by a kernel and verified
+/// before its free. Threads and operations per thread and phase:
+/// SOMALLOC_SHARED_THREADS (default 8), SOMALLOC_SHARED_OPS (default 4000).
+#[test]
+fn threads_taking_turns_on_one_streams_cache() {
+    let name = "stress::threads_taking_turns_on_one_streams_cache";
+    let Some(dev) = support::device_or_skip(name) else {
+        return;
+    };
+    let _device = support::exclusive();
+    let var = |v: &str, default: usize| {
+        std::env::var(v)
+            .ok()
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(default)
+    };
+    let threads = var("SOMALLOC_SHARED_THREADS", 8).max(2);
+    let ops = var("SOMALLOC_SHARED_OPS", 4000).max(64);
+    let k = TestKernels::load(&dev).unwrap();
+    let pool = MemPool::create(&dev, PoolProperties::default()).unwrap();
+    pool.set_release_threshold(usize::MAX).unwrap();
+    let used_at_start = pool.stats().unwrap().used_current;
+    let tier = CacheTier::new(Arc::new(pool.clone()), CacheConfig::default()).unwrap();
+    let stream = Stream::new(&dev).unwrap();
+    let cache: Arc<dyn MemoryResource> = tier.for_stream(&stream).unwrap();
+    let ranges = Ranges::default();
+    let turn = AtomicUsize::new(0);
+    let seeds = AtomicU32::new(1);
+    let corrupt = AtomicU64::new(0);
+    let done = AtomicU64::new(0);
+    // Bursts of this many operations per turn: more than the takes in a
+    // row that a grant asks for at first.
+    let burst = 64;
+    let start = Instant::now();
+    let work = |rng: &mut Rng, n: usize, live: &mut Vec<(DeviceBuffer<u8>, u32)>| {
+        for _ in 0..n {
+            if !live.is_empty() && (live.len() >= MAX_LIVE || rng.below(2) == 0) {
+                let (buf, seed) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                corrupt.fetch_add(k.verify(&buf, seed, &stream).unwrap(), Ordering::Relaxed);
+                ranges.remove(buf.as_raw() as usize);
+                drop(buf);
+            } else {
+                // 256 B .. 1 MiB, a few sizes so that blocks are reused.
+                let bytes = 256usize << rng.below(13);
+                let mut buf = DeviceBuffer::<u8>::new_with(bytes, &cache, &stream).unwrap();
+                ranges.insert(buf.as_raw() as usize, bytes);
+                let seed = seeds.fetch_add(1, Ordering::Relaxed);
+                k.fill(&mut buf, seed, &stream).unwrap();
+                live.push((buf, seed));
+            }
+            done.fetch_add(1, Ordering::Relaxed);
+        }
+    };
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let (turn, work, k, stream, ranges, corrupt) = (&turn, &work, &k, &stream, &ranges, &corrupt);
+            scope.spawn(move || {
+                let mut rng = Rng(0x5EED ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                let mut live = Vec::new();
+                // Phase 1: turns.
+                let turns = ops / burst;
+                for round in 0..turns {
+                    let mine = round * threads + t;
+                    while turn.load(Ordering::Acquire) != mine {
+                        std::thread::yield_now();
+                    }
+                    work(&mut rng, burst, &mut live);
+                    turn.store(mine + 1, Ordering::Release);
+                }
+                // Phase 2: all at once.
+                work(&mut rng, ops, &mut live);
+                for (buf, seed) in live {
+                    corrupt.fetch_add(k.verify(&buf, seed, stream).unwrap(), Ordering::Relaxed);
+                    ranges.remove(buf.as_raw() as usize);
+                }
+            });
+        }
+    });
+    stream.synchronize().unwrap();
+    let stats = tier.stats();
+    drop(cache);
+    drop(tier);
+    stream.synchronize().unwrap();
+    let used = pool.stats().unwrap().used_current;
+    let (done, corrupt) = (done.load(Ordering::Relaxed), corrupt.load(Ordering::Relaxed));
+    say(&format!(
+        "{name}: {threads} threads on one stream, {done} ops in {:.2} s, {} hits, {} misses, \
+         corrupt bytes {corrupt}, pool used after {used} (start {used_at_start})",
+        start.elapsed().as_secs_f64(),
+        stats.total.hits,
+        stats.total.misses
+    ));
+    assert!(ranges.0.lock().unwrap().is_empty());
+    assert_eq!(corrupt, 0, "corrupt bytes");
+    assert!(stats.total.hits > 0, "the cache served nothing");
+    assert_eq!(
+        used, used_at_start,
+        "pool used bytes did not return to their start"
+    );
 }
