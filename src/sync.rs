@@ -1,7 +1,7 @@
 //! The synchronisation primitives of the hand-written concurrent code (the
 //! stream cache's lock and credit, the deferred-free queue): those of `std`,
 //! or loom's in the model-checked build of the unit tests
-//! (`RUSTFLAGS="--cfg loom" cargo test --lib loom`, see `ci/loom.sh`), where
+//! (`RUSTFLAGS="--cfg loom" cargo test --lib loom_`, see `ci/loom.sh`), where
 //! loom runs each test under every interleaving of these operations (up to
 //! a bound) and checks every access to an [`UnsafeCell`] against the
 //! happens-before order.

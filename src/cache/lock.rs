@@ -65,6 +65,10 @@
 //! [`CacheConfig::thread_bias`](super::CacheConfig::thread_bias) off,
 //! ownership is never granted and this is a plain spin lock.
 //!
+//! The model-checked tests of this argument (grant, revocation, re-grant, a
+//! stale owner; `ci/loom.sh`) are in `tests/models.rs`; the schedules that
+//! broke it once are replayed in `tests/schedules.rs`.
+//!
 //! No access is ever nested (a critical section never takes a lock of a
 //! stream cache, and never calls the upstream resource): a thread is inside
 //! at most one access, which is why one flag per thread is enough. A panic

@@ -22,8 +22,8 @@
 //!   changed only with the mutex held, so that a thread can look without
 //!   the lock; a stale 0 only leaves a free for the next safe point.
 //!
-//! The model-checked test of this argument is `loom.rs` (the queue fed from
-//! destructor threads while another thread drains it).
+//! The model-checked test of this argument is `models.rs` (the queue fed
+//! from destructor threads while another thread drains it; `ci/loom.sh`).
 
 use super::*;
 use crate::backend::GraphRelease;
