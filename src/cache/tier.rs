@@ -17,7 +17,7 @@ use super::{CacheConfig, CacheStats};
 use crate::device::Device;
 use crate::error::{record_drop_error, Error, InvalidReason, Result};
 use crate::resource::MemoryResource;
-use crate::stream::Stream;
+use crate::stream::{Asked, Stream};
 
 /// Per-stream caches of freed blocks in front of an upstream
 /// [`MemoryResource`]; see [the stream cache tier](crate#the-stream-cache-tier) for the design.
@@ -244,7 +244,9 @@ unsafe impl MemoryResource for CacheTier {
         let cache = self.for_stream(stream)?;
         match cache.try_hit(bytes, stream, false) {
             Some(ptr) => Ok(ptr),
-            None => cache.take_slow(bytes, stream, Ask::TIER).map(|(ptr, _)| ptr),
+            None => cache
+                .take_slow(bytes, stream, Ask::TIER, Asked::NOT_YET)
+                .map(|(ptr, _)| ptr),
         }
     }
 
