@@ -423,8 +423,16 @@ impl Stream {
         self.inner.capture_flags.fetch_or(bit, Ordering::Relaxed);
     }
 
+    /// Clears `bit`. A load first: every answer "not capturing" clears
+    /// `MAY_HAVE_JOINED`, and a read-modify-write there would cost a
+    /// borrowed stream's question an atomic operation, on a cache line
+    /// that its other users then lose. A set that races with the load
+    /// may stay set: the stream is then asked once more, which is always
+    /// allowed (a set bit only ever means "ask").
     pub(crate) fn clear_capture_flag(&self, bit: u8) {
-        self.inner.capture_flags.fetch_and(!bit, Ordering::Relaxed);
+        if self.inner.capture_flags.load(Ordering::Relaxed) & bit != 0 {
+            self.inner.capture_flags.fetch_and(!bit, Ordering::Relaxed);
+        }
     }
 
     /// Whether `bit` is set (true for the first caller that clears it with
