@@ -253,8 +253,12 @@ pub enum Kind {
     Cudarc,
     /// cudarc's `CudaSlice` with event tracking off.
     CudarcNoEvents,
-    /// `Somalloc`, `Cache` and `CacheBuf` on a borrowed stream ([`lent`]):
-    /// somalloc asks whether it is capturing.
+    /// The raw calls on a borrowed stream ([`lent`]): the baseline of the
+    /// borrowed-stream rows (the runtime's calls on a stream it did not
+    /// make cost more than on one it made).
+    RawBorrowed,
+    /// `Somalloc`, `Cache` and `CacheBuf` on a borrowed stream: somalloc
+    /// asks whether it is capturing.
     SomallocBorrowed,
     CacheBorrowed,
     CacheBufBorrowed,
@@ -277,13 +281,14 @@ pub enum Origin {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Raw,
         Kind::Somalloc,
         Kind::Cache,
         Kind::CacheBuf,
         Kind::Cudarc,
         Kind::CudarcNoEvents,
+        Kind::RawBorrowed,
         Kind::SomallocBorrowed,
         Kind::CacheBorrowed,
         Kind::CacheBufBorrowed,
@@ -300,6 +305,7 @@ impl Kind {
             Kind::CacheBuf => CACHE_BUF,
             Kind::Cudarc => "cudarc",
             Kind::CudarcNoEvents => "cudarc-noev",
+            Kind::RawBorrowed => "raw@borrowed",
             Kind::SomallocBorrowed => "somalloc@borrowed",
             Kind::CacheBorrowed => "cache@borrowed",
             Kind::CacheBufBorrowed => "cache+buf@borrowed",
@@ -313,6 +319,7 @@ impl Kind {
     /// borrowed stream (itself for the others).
     pub fn base(self) -> Kind {
         match self {
+            Kind::RawBorrowed => Kind::Raw,
             Kind::SomallocBorrowed | Kind::SomallocPromised => Kind::Somalloc,
             Kind::CacheBorrowed | Kind::CachePromised => Kind::Cache,
             Kind::CacheBufBorrowed | Kind::CacheBufPromised => Kind::CacheBuf,
@@ -323,7 +330,9 @@ impl Kind {
     /// How this allocator's stream came to somalloc.
     pub fn origin(self) -> Origin {
         match self {
-            Kind::SomallocBorrowed | Kind::CacheBorrowed | Kind::CacheBufBorrowed => Origin::Borrowed,
+            Kind::RawBorrowed | Kind::SomallocBorrowed | Kind::CacheBorrowed | Kind::CacheBufBorrowed => {
+                Origin::Borrowed
+            }
             Kind::SomallocPromised | Kind::CachePromised | Kind::CacheBufPromised => Origin::Promised,
             _ => Origin::Owned,
         }
@@ -376,6 +385,11 @@ impl Kind {
             Kind::CudarcNoEvents => "as cudarc, with event tracking off \
                  (unsafe CudaContext::disable_event_tracking before the slices are made)"
                 .into(),
+            Kind::RawBorrowed => format!(
+                "as raw, on a borrowed stream: {}; the baseline of somalloc@borrowed; \
+                 pair, churn and threads only",
+                lent::HOW
+            ),
             other => format!(
                 "as {}, on a borrowed stream: {}{}; pair, churn and threads only",
                 other.base().name(),
@@ -439,11 +453,12 @@ impl Kind {
     }
 }
 
-/// The borrowed-stream allocators, for their checks.
+/// The borrowed-stream allocators, for their checks (not their baseline,
+/// `raw@borrowed`).
 pub fn borrowed() -> Vec<crate::results::Borrowed<'static>> {
     Kind::ALL
         .iter()
-        .filter(|k| k.origin() != Origin::Owned)
+        .filter(|k| k.origin() != Origin::Owned && **k != Kind::RawBorrowed)
         .map(|k| crate::results::Borrowed {
             name: k.name(),
             base: k.base().name(),

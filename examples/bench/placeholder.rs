@@ -41,6 +41,7 @@ pub fn placeholder_results(seed: u64) -> Results {
         Kind::CacheBuf => 0.025,
         Kind::Cudarc => 2.0,
         Kind::CudarcNoEvents => 1.0,
+        Kind::RawBorrowed => 1.04,
         Kind::SomallocBorrowed => 1.06,
         Kind::CacheBorrowed => 0.06,
         Kind::CacheBufBorrowed => 0.08,

@@ -51,6 +51,7 @@ fn colour(name: &str, index: usize) -> RGBColor {
         "raw (pair)" => RGBColor(150, 170, 210),
         // A borrowed stream: the owned colour lighter; with the promise,
         // darker.
+        "raw@borrowed" => RGBColor(160, 180, 215),
         "somalloc@borrowed" => RGBColor(240, 190, 160),
         "somalloc@promised" => RGBColor(160, 85, 45),
         "cache@borrowed" => RGBColor(165, 215, 175),
@@ -280,12 +281,14 @@ fn is_borrowed(allocator: &str) -> bool {
     allocator.contains('@')
 }
 
-/// The borrowed-stream picture: somalloc's buffer on the pool and on the
-/// cache tier, on a stream somalloc made and on borrowed streams (without
-/// and with the promise), for each pair size, churn and 8 threads; a log
-/// scale, each bar labelled with its ratio to the owned-stream bar.
+/// The borrowed-stream picture: the raw calls on a borrowed stream, and
+/// somalloc's buffer on the pool and on the cache tier on a stream somalloc
+/// made and on borrowed streams (without and with the promise), for each
+/// pair size, churn and 8 threads; a log scale, each borrowed bar labelled
+/// with its ratio to the same allocator's bar on an owned stream.
 fn borrowed_spec(res: &Results) -> Option<BarSpec> {
-    const SERIES: [&str; 6] = [
+    const SERIES: [&str; 7] = [
+        "raw@borrowed",
         "somalloc",
         "somalloc@borrowed",
         "somalloc@promised",
