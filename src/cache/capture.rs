@@ -64,18 +64,11 @@ impl StreamCache {
         unsafe { shared.upstream.deallocate_asked(ptr, size, &self.stream, asked) }
     }
 
-    /// Detaches the cache of a capturing stream: its cached blocks wait in
-    /// the deferred-free queue until the stream leaves the capture, then go
-    /// upstream on it.
+    /// Frees blocks taken out of the cache of a capturing stream (or one
+    /// that cannot say whether it captures) once the stream leaves the
+    /// capture: they wait in the deferred-free queue, then go upstream on it.
     #[cold]
-    pub(super) fn park_all(&self) {
-        let mut blocks = Vec::new();
-        {
-            let mut state = self.lock();
-            state.detached = true;
-            state.take_down_to(0, &mut blocks);
-            state.return_slack(&self.shared, 0);
-        }
+    pub(super) fn park(&self, blocks: Vec<(usize, usize)>) {
         for (addr, size) in blocks {
             let upstream = Arc::clone(&self.shared.upstream);
             let item = crate::graph::Deferred {

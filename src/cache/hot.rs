@@ -16,7 +16,7 @@ use super::class::{class_index, class_size};
 use super::state::Put;
 use super::stream_cache::StreamCache;
 use super::LARGER_CLASSES;
-use crate::error::{InvalidReason, Result};
+use crate::error::{record_drop_error, InvalidReason, Result};
 use crate::stream::{Asked, Stream};
 
 /// What an allocation may get beyond a block of its class.
@@ -74,9 +74,11 @@ impl StreamCache {
         }
         let idx = class_index(bytes);
         let mut state = self.lock();
-        // A hit implies an attached cache (a detached one is empty). The
-        // credit stays: the next free reuses it without touching the shared
-        // counter; other streams take idle credit back when they need it
+        // `take_hit` refuses a detached cache, so a block is pinned only on
+        // an attached one: detaching then covers it with `self_keep`, in
+        // the same access that marks the cache detached. The credit stays:
+        // the next free reuses it without touching the shared counter;
+        // other streams take idle credit back when they need it
         // (`reclaim_slack`).
         let addr = state.take_hit(idx, class_size(idx))?;
         state.pinned += usize::from(pin);
@@ -133,7 +135,8 @@ impl StreamCache {
             return false;
         }
         // Attached (a detached cache takes no block): nothing to give up.
-        state.pinned -= usize::from(unpin);
+        // A pinned block is counted, so this never goes below zero.
+        state.pinned = state.pinned.saturating_sub(usize::from(unpin));
         true
     }
 
@@ -298,8 +301,10 @@ impl StreamCache {
                 }
             }
         }
-        // SAFETY: blocks taken out of this stream's bins just above.
-        unsafe { self.free_upstream(&victims, asked)? };
+        // SAFETY: blocks taken out of this stream's bins just above. Their
+        // failed frees leave them cached (tried again later) and do not fail
+        // this allocation; the error is counted as a background one.
+        record_drop_error(unsafe { self.free_upstream(&victims, asked) });
         let ptr = self.allocate_upstream(bytes, size, asked)?;
         let mut state = self.lock();
         state.live += size;

@@ -6,23 +6,56 @@
 //! drains the store buffer and is most of the cost of a cached allocation.
 //! So after a thread has taken the lock [`FIRST_GRANT`] times in a row, the
 //! lock names it the *owner*, and from then on that thread enters with no
-//! atomic read-modify-write and no hardware fence:
+//! atomic read-modify-write and no hardware fence.
+//!
+//! Every thread has an *inside flag* of its own (one per thread, not one
+//! per lock), which only that thread ever writes. The lock records, under
+//! its spin lock, the owner's id and which flag is the owner's:
 //!
 //! ```text
-//! owner:   busy = true; compiler fence; if owner == me { use the value; busy = false (release) }
-//! other:   take the spin lock; owner = 0; process-wide barrier; wait until !busy (acquire); use the value
+//! owner T: if owner == T { F_T = true; compiler fence;
+//!                          if owner == T { use the value; F_T = false (release) }
+//!                          else { F_T = false } }
+//! other R: take the spin lock; if owner is some T != R:
+//!              owner = 0; process-wide barrier; wait until !F_T (acquire)
+//!          use the value; release the spin lock
 //! ```
 //!
 //! This is Dekker's exclusion with the two fences made asymmetric: the owner
-//! only keeps the compiler from reordering its `busy` store and its `owner`
-//! load, and the other thread pays for the missing hardware fence with the
-//! process-wide barrier of `barrier.rs` (every running thread executes a
-//! full fence during that call). After the barrier either the owner's
-//! `busy = true` is visible to the other thread (which then waits for the
-//! owner's release), or the owner's check comes after its fence and sees
-//! `owner == 0` (and it takes the spin lock like anyone else). The value's
-//! accesses are published by the release store of `busy` (owner) and of the
-//! spin lock (everyone else), and acquired by the loads that wait on them.
+//! only keeps the compiler from reordering its `F_T` store and its second
+//! `owner` load, and the revoker pays for the missing hardware fence with
+//! the process-wide barrier of `barrier.rs` (every running thread executes a
+//! full fence during that call; a thread that is not running passes one
+//! before it runs again). After the barrier either T's `F_T = true` is
+//! visible to R (which then waits for T's release), or T's second check
+//! comes after its fence and sees `owner != T` (it clears its own flag and
+//! takes the spin lock like anyone else). Only T sets `owner = T` (under the
+//! spin lock, in `lock_slow`), so once revoked T cannot pass its second
+//! check again until it has taken the spin lock itself. The value's accesses
+//! are published by the release store of the owner's flag (owner) and of
+//! the spin lock (everyone else), and acquired by the loads that wait on
+//! them.
+//!
+//! **Stale owners.** A thread S may pass its *first* check, stop (preempted)
+//! and run on after it was revoked and another thread B became the owner.
+//! Everything S then writes is its own flag `F_S`: it cannot touch `F_B`,
+//! which B's revoker waits on, so B's exclusion is the argument above, for
+//! B. S's second check sees `owner == B`, so S clears `F_S` and takes the
+//! spin lock, revokes B and waits on `F_B`. (When all owners shared one flag,
+//! S's `false` store could land while B was inside, and S then revoked B,
+//! saw the flag clear and entered beside it: `tests/schedules.rs` replays
+//! that schedule.) A revoker that waits on `F_S` while S is stopped between
+//! its two stores waits until S runs on, which it does within its own
+//! short, lock-free sequence.
+//!
+//! **Flags outlive threads.** A thread's flag is returned to a pool when the
+//! thread exits and may be given to a new thread; ids are never reused. A
+//! lock whose owner exited keeps that owner's id (which no live thread has)
+//! and the flag it had, so its next revoker may wait on a flag that now
+//! belongs to another thread: that thread is inside some access only for a
+//! bounded time, so the wait ends; it only ever costs time. A thread whose
+//! thread-local storage is being torn down gets no flag and is never
+//! granted ownership.
 //!
 //! Taking ownership away costs a few microseconds, so each revocation makes
 //! the next grant four times harder to earn (up to [`MAX_GRANT`] takes in a
@@ -33,12 +66,21 @@
 //! ownership is never granted and this is a plain spin lock.
 //!
 //! No access is ever nested (a critical section never takes a lock of a
-//! stream cache, and never calls the upstream resource), and no code panics
-//! inside one (a panic would leave it locked: no poisoning).
+//! stream cache, and never calls the upstream resource): a thread is inside
+//! at most one access, which is why one flag per thread is enough. A panic
+//! inside an access would mean that the books' invariants are broken
+//! (arithmetic that cannot overflow while they hold): the guard then aborts
+//! the process while unwinding, since going on with half-updated books
+//! could hand one block out twice. A guard can never move to another
+//! thread (it is neither `Send` nor `Sync`): the flag it clears is its
+//! thread's.
 
 use std::cell::{Cell, UnsafeCell};
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
+use std::ptr;
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use super::barrier;
 
@@ -63,40 +105,83 @@ impl<T> Deref for CachePadded<T> {
     }
 }
 
+/// A thread's inside flag (module docs): written only by the thread it
+/// belongs to, read by revokers. Never freed: a flag goes back to
+/// [`SPARE_FLAGS`] when its thread exits.
+type Flag = CachePadded<AtomicBool>;
+
+/// Flags of threads that have exited, for new threads.
+static SPARE_FLAGS: Mutex<Vec<&'static Flag>> = Mutex::new(Vec::new());
+
+/// The id of a thread that has none (its thread-local storage is being
+/// torn down): never an owner.
+const NO_ID: u64 = u64::MAX;
+
 thread_local! {
-    /// This thread's id for the locks (0: not drawn yet).
-    static ME: Cell<u64> = const { Cell::new(0) };
+    /// This thread's id for the locks (0: not drawn yet) and its flag.
+    static ME: Cell<(u64, *const Flag)> = const { Cell::new((0, ptr::null())) };
+    /// Gives the thread's flag back when the thread exits.
+    static FLAG_HOME: FlagHome = const { FlagHome };
 }
 
-/// A number no other live thread has (drawn from a counter, never reused,
-/// so that a thread that exits while it owns a lock leaves nothing a new
-/// thread could mistake for its own).
-#[inline]
-fn me() -> u64 {
-    ME.with(|id| match id.get() {
-        0 => {
-            static NEXT: AtomicU64 = AtomicU64::new(1);
-            let new = NEXT.fetch_add(1, Ordering::Relaxed);
-            id.set(new);
-            new
+struct FlagHome;
+
+impl Drop for FlagHome {
+    fn drop(&mut self) {
+        let (_, flag) = ME.get();
+        ME.set((NO_ID, ptr::null()));
+        // SAFETY: a flag in `ME` is a `&'static Flag` (see `me_slow`).
+        if let Some(flag) = unsafe { flag.as_ref() } {
+            // Not inside any access: a thread exits with no guard alive.
+            super::lock(&SPARE_FLAGS).push(flag);
         }
-        known => known,
-    })
+    }
 }
 
-/// Who took the lock lately: kept under the spin lock.
+/// This thread's id and flag: an id no other live thread has (drawn from a
+/// counter, never reused, so that a thread that exits while it owns a lock
+/// leaves nothing a new thread could mistake for its own), or [`NO_ID`]
+/// and null.
+#[inline]
+fn me() -> (u64, *const Flag) {
+    match ME.get() {
+        (0, _) => me_slow(),
+        known => known,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn me_slow() -> (u64, *const Flag) {
+    // Registers the flag's way home first; a thread already tearing down
+    // its thread-local storage cannot, and goes without a flag.
+    if FLAG_HOME.try_with(|_| ()).is_err() {
+        ME.set((NO_ID, ptr::null()));
+        return (NO_ID, ptr::null());
+    }
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    let spare = super::lock(&SPARE_FLAGS).pop();
+    let flag: &'static Flag =
+        spare.unwrap_or_else(|| Box::leak(Box::new(CachePadded(AtomicBool::new(false)))));
+    ME.set((id, flag));
+    (id, flag)
+}
+
+/// Who took the lock lately, and whose flag the owner's is: kept under the
+/// spin lock.
 struct Grant {
     last: u64,
     streak: u32,
     threshold: u32,
+    /// The flag of the thread in `owner` (null while there is none).
+    owner_flag: *const Flag,
 }
 
 pub(super) struct StreamLock<T> {
     /// The thread that may use `value` without the spin lock (0: none).
     /// Written only with the spin lock held.
     owner: AtomicU64,
-    /// The owner is inside an access. Written only by the owner thread.
-    busy: AtomicBool,
     /// The spin lock.
     locked: AtomicBool,
     /// Whether ownership may be granted at all.
@@ -107,10 +192,13 @@ pub(super) struct StreamLock<T> {
 
 // SAFETY: the value is used by one thread at a time: the holder of the spin
 // lock (after it took ownership away, see the module docs) or the owner
-// between its `busy` stores; each hand-over is a release store followed by
-// an acquire load of the same flag, as for a Mutex. Moving the value between
-// threads needs only `T: Send`.
+// between the stores of its flag; each hand-over is a release store followed
+// by an acquire load of the same flag, as for a Mutex. Moving the value
+// between threads needs only `T: Send`. `Grant` (raw pointer included) is
+// used only under the spin lock.
 unsafe impl<T: Send> Sync for StreamLock<T> {}
+// SAFETY: as above; the flag pointer names a flag that is never freed.
+unsafe impl<T: Send> Send for StreamLock<T> {}
 
 impl<T> StreamLock<T> {
     /// A lock around `value`; with `bias`, it grants ownership to a thread
@@ -118,13 +206,13 @@ impl<T> StreamLock<T> {
     pub(super) fn new(value: T, bias: bool) -> StreamLock<T> {
         StreamLock {
             owner: AtomicU64::new(0),
-            busy: AtomicBool::new(false),
             locked: AtomicBool::new(false),
             bias,
             grant: UnsafeCell::new(Grant {
                 last: 0,
                 streak: 0,
                 threshold: FIRST_GRANT,
+                owner_flag: ptr::null(),
             }),
             value: UnsafeCell::new(value),
         }
@@ -152,12 +240,9 @@ impl<T> StreamLock<T> {
         self.locked
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()?;
-        let guard = Guard {
-            lock: self,
-            owned: false,
-        };
+        let guard = Guard::spun(self);
         let owner = self.owner.load(Ordering::Relaxed);
-        if owner != 0 && owner != me() {
+        if owner != 0 && owner != me().0 {
             if !may_revoke {
                 return None; // the guard's drop releases the spin lock
             }
@@ -170,18 +255,23 @@ impl<T> StreamLock<T> {
     /// Whether the calling thread owns the lock now.
     #[cfg(test)]
     pub(super) fn owned_here(&self) -> bool {
-        self.owner.load(Ordering::Relaxed) == me()
+        self.owner.load(Ordering::Relaxed) == me().0
     }
 
     /// The owner's way in: no read-modify-write, no hardware fence.
     #[inline]
     fn enter_as_owner(&self) -> Option<Guard<'_, T>> {
-        let me = me();
+        let (me, flag) = me();
         if self.owner.load(Ordering::Relaxed) != me {
             return None;
         }
-        debug_assert!(!self.busy.load(Ordering::Relaxed), "nested stream-cache lock");
-        self.busy.store(true, Ordering::Relaxed);
+        #[cfg(test)]
+        super::pause::point("lock: owner checked");
+        // SAFETY: `owner == me` means this thread was granted ownership,
+        // which needs a flag (`lock_slow`); flags are never freed.
+        let flag: &'static AtomicBool = unsafe { &(*flag).0 };
+        debug_assert!(!flag.load(Ordering::Relaxed), "nested stream-cache lock");
+        flag.store(true, Ordering::Relaxed);
         // Keeps the compiler from moving the check above the store; the
         // CPU's reordering of the two is undone by the revoker's
         // process-wide barrier (module docs).
@@ -189,11 +279,13 @@ impl<T> StreamLock<T> {
         if self.owner.load(Ordering::Acquire) == me {
             return Some(Guard {
                 lock: self,
-                owned: true,
+                flag,
+                unwinding: std::thread::panicking(),
+                _not_send: PhantomData,
             });
         }
-        // Revoked in between: the revoker waits for this store.
-        self.busy.store(false, Ordering::Release);
+        // Revoked in between: a revoker may be waiting for this store.
+        flag.store(false, Ordering::Release);
         None
     }
 
@@ -218,14 +310,11 @@ impl<T> StreamLock<T> {
                 }
             }
         }
-        let guard = Guard {
-            lock: self,
-            owned: false,
-        };
+        let guard = Guard::spun(self);
         if self.bias {
             // SAFETY: the spin lock is held (by `guard`).
             let grant = unsafe { &mut *self.grant.get() };
-            let me = me();
+            let (me, flag) = me();
             let owner = self.owner.load(Ordering::Relaxed);
             if owner != 0 && owner != me {
                 self.revoke(grant);
@@ -236,8 +325,10 @@ impl<T> StreamLock<T> {
                 grant.last = me;
                 grant.streak = 1;
             }
-            if owner != me && grant.streak >= grant.threshold && barrier::available() {
-                // From the next access on, `me` enters without the lock.
+            if owner != me && !flag.is_null() && grant.streak >= grant.threshold && barrier::available() {
+                // From the next access on, `me` enters without the lock,
+                // marking itself inside with `flag`.
+                grant.owner_flag = flag;
                 self.owner.store(me, Ordering::Relaxed);
             }
         }
@@ -251,6 +342,7 @@ impl<T> StreamLock<T> {
         #[cfg(test)]
         REVOCATIONS.fetch_add(1, Ordering::Relaxed);
         self.owner.store(0, Ordering::Relaxed);
+        let flag = std::mem::replace(&mut grant.owner_flag, ptr::null());
         if !barrier::heavy() {
             // ok: cannot happen (ownership is granted only after the barrier
             // was registered, and a registered barrier does not fail;
@@ -258,13 +350,17 @@ impl<T> StreamLock<T> {
             // could let two threads into the value.
             std::process::abort();
         }
-        let mut spins = 0u32;
-        while self.busy.load(Ordering::Acquire) {
-            if spins < 100 {
-                spins += 1;
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
+        // SAFETY: the owner's flag, set with `owner` (never freed); null
+        // only if no thread was ever granted, and then nobody is inside.
+        if let Some(flag) = unsafe { flag.as_ref() } {
+            let mut spins = 0u32;
+            while flag.0.load(Ordering::Acquire) {
+                if spins < 100 {
+                    spins += 1;
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
             }
         }
         grant.threshold = grant.threshold.saturating_mul(4).min(MAX_GRANT);
@@ -272,11 +368,32 @@ impl<T> StreamLock<T> {
     }
 }
 
-/// Exclusive access to the value; released on drop.
+/// Exclusive access to the value; released on drop. Neither `Send` nor
+/// `Sync`: the owner's flag it clears belongs to this thread.
 pub(super) struct Guard<'a, T> {
     lock: &'a StreamLock<T>,
-    /// Entered as the owner (else: holds the spin lock).
-    owned: bool,
+    /// Entered as the owner: this thread's flag. Else (`SPUN`): holds the
+    /// spin lock.
+    flag: &'static AtomicBool,
+    /// The thread was unwinding already when it entered (a drop during a
+    /// panic elsewhere), so unwinding at the exit says nothing about the
+    /// access.
+    unwinding: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+/// The `flag` of a guard that holds the spin lock.
+static SPUN: AtomicBool = AtomicBool::new(false);
+
+impl<'a, T> Guard<'a, T> {
+    fn spun(lock: &'a StreamLock<T>) -> Guard<'a, T> {
+        Guard {
+            lock,
+            flag: &SPUN,
+            unwinding: std::thread::panicking(),
+            _not_send: PhantomData,
+        }
+    }
 }
 
 impl<T> Deref for Guard<'_, T> {
@@ -301,10 +418,22 @@ impl<T> DerefMut for Guard<'_, T> {
 impl<T> Drop for Guard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        if self.owned {
-            self.lock.busy.store(false, Ordering::Release);
-        } else {
+        if std::thread::panicking() && !self.unwinding {
+            // A panic inside the access: the books may be half-updated
+            // (module docs).
+            abort_inside();
+        }
+        if ptr::eq(self.flag, &SPUN) {
             self.lock.locked.store(false, Ordering::Release);
+        } else {
+            self.flag.store(false, Ordering::Release);
         }
     }
+}
+
+#[cold]
+#[inline(never)]
+fn abort_inside() -> ! {
+    eprintln!("somalloc: a panic inside a stream cache's lock left its books half-updated; aborting");
+    std::process::abort()
 }

@@ -19,6 +19,8 @@ mod class;
 mod config;
 mod hot;
 mod lock;
+#[cfg(test)]
+pub(crate) mod pause;
 mod shared;
 mod state;
 mod stats;

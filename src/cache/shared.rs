@@ -106,6 +106,12 @@ impl Shared {
         }
     }
 
+    /// Leases `amount` whatever the cap says (for blocks that could not be
+    /// freed and stay cached, see `State::restore`).
+    pub(super) fn lease_over_cap(&self, amount: usize) {
+        self.leased.fetch_add(amount, Ordering::Relaxed);
+    }
+
     pub(super) fn give_back(&self, amount: usize) {
         if amount > 0 {
             self.leased.fetch_sub(amount, Ordering::Relaxed);
@@ -142,7 +148,7 @@ impl Shared {
             if cache.key == except {
                 continue;
             }
-            match cache.release_all(false) {
+            match cache.release_all() {
                 Ok(n) => freed += n,
                 Err(e) => {
                     first_error.get_or_insert(e);

@@ -23,7 +23,10 @@ pub(super) struct State {
     pub(super) live: usize,
     pub(super) live_high: usize,
     /// The tier dropped this cache (or `remove_stream`): pass everything
-    /// through to upstream. Its bins are empty from then on.
+    /// through to upstream. Set in the same access that empties the bins
+    /// and decides `self_keep`; from then on no block is handed out of a
+    /// bin (a block whose upstream free failed may sit in one, waiting to
+    /// be freed again by the cache's drop).
     pub(super) detached: bool,
     /// Blocks handed to buffers that hold no reference to this cache
     /// (`DeviceBuffer::new_with`): the cache stays alive until each is back.
@@ -98,9 +101,12 @@ impl State {
     }
 
     /// A cached block of class `idx` for an allocation (a hit), if there is
-    /// one: counted as live. A detached cache has none.
+    /// one: counted as live. A detached cache hands out none.
     #[inline]
     pub(super) fn take_hit(&mut self, idx: usize, size: usize) -> Option<usize> {
+        if self.detached {
+            return None;
+        }
         let addr = self.bins.get_mut(idx)?.pop()?;
         self.cached -= size;
         self.blocks -= 1;
@@ -182,6 +188,22 @@ impl State {
         }
     }
 
+    /// Puts blocks back into their bins after their upstream free failed
+    /// (they were taken out by `take_down_to`), leasing the credit they need
+    /// even beyond the total cap: they are still this stream's, and a later
+    /// release tries them again.
+    pub(super) fn restore(&mut self, blocks: &[(usize, usize)], shared: &Shared) {
+        for &(addr, size) in blocks {
+            if self.push(super::class::class_index(size), addr) {
+                self.released = self.released.saturating_sub(1);
+            }
+        }
+        if self.cached > self.credit {
+            shared.lease_over_cap(self.cached - self.credit);
+            self.credit = self.cached;
+        }
+    }
+
     /// Gives back leased credit beyond `cached + keep_slack`.
     pub(super) fn return_slack(&mut self, shared: &Shared, keep_slack: usize) {
         let keep = self.cached.saturating_add(keep_slack);
@@ -235,7 +257,7 @@ impl State {
             cached_blocks: self.blocks,
             credit_bytes: self.credit,
             live_bytes: self.live,
-            live_high: self.live_high,
+            live_peak: self.live_high,
             hits: self.hits,
             reused_larger: self.reused_larger,
             misses: self.misses,

@@ -108,7 +108,7 @@ impl StreamCache {
     /// (stream-ordered frees on this stream). Does nothing while the stream
     /// is capturing (the frees would be recorded into the graph).
     pub fn flush(&self) -> Result<()> {
-        self.release_all(false).map(|_| ())
+        self.release_all().map(|_| ())
     }
 
     /// Returns cached blocks, largest first, until at most `bytes_to_keep`
@@ -129,35 +129,64 @@ impl StreamCache {
     }
 
     /// Turns the cache into a pass-through (the tier lets go of it) and
-    /// returns its cached blocks (see `release_all`). While buffers hold
-    /// blocks of it without a reference, it keeps `self` (the tier's
-    /// reference) until the last of them comes back.
+    /// returns its cached blocks (see `let_go`). While buffers hold blocks
+    /// of it without a reference, it keeps `self` (the tier's reference)
+    /// until the last of them comes back.
     pub(super) fn detach(self: &Arc<Self>) -> Result<usize> {
+        self.let_go(Some(self))
+    }
+
+    /// Detaches the cache and empties it, in one access: from then on no
+    /// allocation gets a cached block, and every pinned block that a buffer
+    /// holds is covered by `self_keep` (given `me`, the cache's own
+    /// reference; `None` when it is being dropped, so nothing is pinned).
+    /// The cached blocks are freed on the stream, or, while it captures or
+    /// when that cannot be known, wait in the deferred-free queue until the
+    /// stream leaves the capture. The bytes freed now.
+    fn let_go(&self, me: Option<&Arc<Self>>) -> Result<usize> {
+        // Asked before the access: nothing inside one calls the runtime.
+        let capturing = self.stream.capturing();
+        let mut blocks = Vec::new();
         {
             let mut state = self.lock();
             state.detached = true;
-            if state.pinned > 0 && state.self_keep.is_none() {
-                state.self_keep = Some(Arc::clone(self));
+            if let Some(me) = me {
+                if state.pinned > 0 && state.self_keep.is_none() {
+                    state.self_keep = Some(Arc::clone(me));
+                }
+            }
+            state.take_down_to(0, &mut blocks);
+            state.return_slack(&self.shared, 0);
+        }
+        #[cfg(test)]
+        super::pause::point("cache: detached");
+        match capturing {
+            Ok(None) => {
+                // SAFETY: cached blocks of this stream (see `free_upstream`).
+                unsafe { self.free_upstream(&blocks, Asked::answer(None))? };
+                Ok(blocks.iter().map(|b| b.1).sum())
+            }
+            Ok(Some(_)) => {
+                self.park(blocks);
+                Ok(0)
+            }
+            Err(e) => {
+                self.park(blocks);
+                Err(e)
             }
         }
-        self.release_all(true)
     }
 
-    /// Returns every cached block; with `detach`, also turns the cache into
-    /// a pass-through. The bytes returned. While the stream captures, the
-    /// blocks stay (or, with `detach`, wait in the deferred-free queue until
-    /// the stream leaves the capture) and 0 is returned.
-    pub(super) fn release_all(&self, detach: bool) -> Result<usize> {
+    /// Returns every cached block, with stream-ordered frees on this
+    /// stream: the bytes returned. While the stream captures, the blocks
+    /// stay and 0 is returned.
+    pub(super) fn release_all(&self) -> Result<usize> {
         if self.stream.capturing()?.is_some() {
-            if detach {
-                self.park_all();
-            }
             return Ok(0);
         }
         let mut blocks = Vec::new();
         {
             let mut state = self.lock();
-            state.detached |= detach;
             state.take_down_to(0, &mut blocks);
             state.return_slack(&self.shared, 0);
         }
@@ -168,7 +197,10 @@ impl StreamCache {
 
     /// Frees blocks taken out of this cache through the upstream resource,
     /// on this stream (`asked`: what the caller knows about its capture);
-    /// tries all and reports the first error.
+    /// tries all and reports the first error. A block whose free failed
+    /// goes back into its bin (over the caps if need be), so that a later
+    /// flush, trim or the cache's drop tries it again: nothing is lost to a
+    /// failed call.
     ///
     /// # Safety
     /// Each `(addr, size)` is a block that this cache took out of its bins
@@ -176,6 +208,7 @@ impl StreamCache {
     /// bin and no buffer any more).
     pub(super) unsafe fn free_upstream(&self, blocks: &[(usize, usize)], asked: Asked) -> Result<()> {
         let mut first_error = None;
+        let mut kept = Vec::new();
         for &(addr, size) in blocks {
             // SAFETY: the block came from `upstream.allocate(size, stream)`
             // (the class size, on this stream); it entered the cache through
@@ -190,7 +223,11 @@ impl StreamCache {
             };
             if let Err(e) = r {
                 first_error.get_or_insert(e);
+                kept.push((addr, size));
             }
+        }
+        if !kept.is_empty() {
+            self.lock().restore(&kept, &self.shared);
         }
         first_error.map_or(Ok(()), Err)
     }
@@ -229,7 +266,7 @@ impl StreamCache {
             let freed = if others {
                 self.shared.release_others(self.key)?
             } else {
-                self.release_all(false)?
+                self.release_all()?
             };
             if freed > 0 {
                 result = upstream.allocate_asked(size, &self.stream, asked);
@@ -305,6 +342,6 @@ unsafe impl MemoryResource for StreamCache {
 impl Drop for StreamCache {
     fn drop(&mut self) {
         // Normally empty by now: the tier detached it when it let it go.
-        record_drop_error(self.release_all(true).map(|_| ()));
+        record_drop_error(self.let_go(None).map(|_| ()));
     }
 }

@@ -8,10 +8,11 @@ use super::*;
 
 impl Stream {
     /// Whether the stream is capturing, and the capture, for somalloc's
-    /// decisions: `None` from relaxed loads alone for an owned stream when
-    /// no capture is in progress through the API (see
-    /// [Stream capture](Stream#stream-capture)); otherwise the runtime is
-    /// asked. A runtime without capture calls is never capturing.
+    /// decisions: `None` from relaxed loads alone for an owned (or
+    /// promised) stream when no capture is in progress through the API (see
+    /// [Stream capture](Stream#stream-capture)); otherwise the driver (or
+    /// the runtime) is asked. A runtime without capture calls is never
+    /// capturing.
     #[inline]
     pub(crate) fn capturing(&self) -> Result<Option<Capturing>> {
         if !self.may_capture() {
@@ -152,24 +153,29 @@ impl Stream {
         } else {
             before.and_then(|c| active_record(c.id))
         };
-        let result = Active::stream_end_capture(self.raw());
-        let still = if result.is_err() {
-            self.ask_capturing().ok().flatten()
+        let result = self.end_capture_raw();
+        // After a failed end: is the stream still capturing? `None` when
+        // that cannot be known, which counts as "still capturing": owned
+        // streams then keep asking the runtime (slower, never wrong) until a
+        // later `end_capture` or the stream's drop settles it.
+        let still: Option<Option<Capturing>> = if result.is_err() {
+            self.ask_capturing().ok()
         } else {
-            None
+            Some(None)
         };
         if api {
             match (&still, &record) {
-                // Still capturing (e.g. ended from the wrong thread): keep
-                // counting it.
-                (Some(_), Some(r)) => {
+                // Ended: stop counting it.
+                (Some(None), _) => {
+                    CAPTURES.fetch_sub(1, Ordering::SeqCst);
+                }
+                // Still capturing (e.g. ended from the wrong thread), or
+                // unknown: keep counting it.
+                (_, Some(r)) => {
                     lock(&ACTIVE).push((self.raw(), r.id, Arc::clone(r)));
                     self.set_capture_flag(capture_flag::API_CAPTURE);
                 }
-                (Some(_), None) => self.set_capture_flag(capture_flag::API_CAPTURE),
-                (None, _) => {
-                    CAPTURES.fetch_sub(1, Ordering::SeqCst);
-                }
+                (_, None) => self.set_capture_flag(capture_flag::API_CAPTURE),
             }
         }
         let graph = match result {
@@ -183,7 +189,7 @@ impl Stream {
                             ..
                         }
                     );
-                if invalidated && still.is_none() {
+                if invalidated && matches!(still, Some(None)) {
                     if let Some(r) = &record {
                         lock(&r.state).invalid = true;
                     }

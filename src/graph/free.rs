@@ -116,17 +116,25 @@ unsafe fn free_graph_output(ptr: DevicePtr, stream: &Stream, alloc: GraphAlloc) 
     // Freed on the stream of the latest launch, after everything queued on
     // `stream` so far: later launches on that stream (which allocate the
     // address again) are then ordered after the free.
-    let on = match last {
-        Some(last) if !last.same_as(stream) => {
-            order_after(&last, stream)?;
-            last
-        }
-        _ => stream.clone(),
+    let freed = match last {
+        Some(last) if last != *stream => order_after(&last, stream).and_then(|()| {
+            // SAFETY: the latest launch allocated it and nothing freed it
+            // since; every use is ordered before this point of `stream` (the
+            // caller's guarantees), and `last` now waits for that point.
+            unsafe { Active::free_async(ptr, last.raw()) }
+        }),
+        // SAFETY: as above, on `stream` itself.
+        _ => unsafe { Active::free_async(ptr, stream.raw()) },
     };
-    // SAFETY: the latest launch allocated it and nothing freed it since;
-    // every use is ordered before this point of `stream` (the caller's
-    // guarantees), and `on` waits for that point.
-    unsafe { Active::free_async(ptr, on.raw()) }
+    if freed.is_err() {
+        // Not freed: the executable's drop frees it (as it does the
+        // allocations of later launches), so it is not lost.
+        let mut state = lock(&record.state);
+        if let Some(orphan) = state.orphans.iter_mut().rev().find(|o| o.0 == ptr) {
+            orphan.1 = true;
+        }
+    }
+    freed
 }
 
 /// `waiter` waits for everything queued so far on `target`.

@@ -38,8 +38,13 @@ fn a_free_deferred_without_a_graph_waits_for_its_stream() {
     reclaim_graph_frees().unwrap();
     assert_eq!(done.load(Ordering::Relaxed), 0);
     s.set_fake_capture(CaptureStatus::None, 0);
-    // Other tests may drain the queue too; either way it runs once.
-    let _ = reclaim_graph_frees().unwrap();
+    // Other tests may drain the queue too (and run the free a moment
+    // later, on their thread); either way it runs once.
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while done.load(Ordering::Relaxed) == 0 && std::time::Instant::now() < end {
+        let _ = reclaim_graph_frees().unwrap();
+        std::thread::yield_now();
+    }
     assert_eq!(done.load(Ordering::Relaxed), 1);
 }
 
@@ -67,4 +72,33 @@ fn an_active_capture_without_a_graph_is_an_error_not_a_free() {
     assert!(matches!(r, Err(Error::Capture { .. })));
     let _ = reclaim_graph_frees();
     assert_eq!(done.load(Ordering::Relaxed), 0);
+}
+
+/// A failed `end_capture` whose follow-up question fails too leaves the
+/// capture counted: owned streams must keep asking the runtime, since the
+/// capture may still be running. A later `end_capture` that learns the
+/// stream is free stops counting it.
+#[test]
+fn an_unknown_end_keeps_the_capture_counted() {
+    let s = Stream::fake(0x7_0000, 0);
+    s.set_fake_capture(CaptureStatus::Active, 99);
+    // What `begin_capture` does before the runtime call.
+    CAPTURES.fetch_add(1, Ordering::SeqCst);
+    s.set_capture_flag(capture_flag::API_CAPTURE);
+    // The question before the end answers; the one after it fails.
+    s.fail_fake_queries_after(1);
+    assert!(s.end_capture().is_err());
+    assert!(captures_in_progress(), "the capture is still counted");
+    assert!(
+        s.take_capture_flag(capture_flag::API_CAPTURE),
+        "still marked as captured through the API"
+    );
+    s.set_capture_flag(capture_flag::API_CAPTURE);
+    // Now the stream says it is not capturing: the count goes.
+    s.fail_fake_queries_after(-1);
+    s.set_fake_capture(CaptureStatus::None, 0);
+    let before = CAPTURES.load(Ordering::SeqCst);
+    assert!(s.end_capture().is_err(), "the fake end still fails");
+    assert_eq!(CAPTURES.load(Ordering::SeqCst), before - 1);
+    assert!(!s.take_capture_flag(capture_flag::API_CAPTURE));
 }

@@ -14,7 +14,7 @@ use crate::stream::capture_flag;
 
 /// A fake stream that somalloc treats like an owned one outside a capture
 /// (two relaxed loads say "not capturing"), so that the hot paths run.
-fn quiet(id: usize) -> Stream {
+pub(super) fn quiet(id: usize) -> Stream {
     let s = Stream::fake(0x9_0000 + 16 * id, 0);
     s.clear_capture_flag(capture_flag::ALWAYS_ASK);
     assert!(!s.may_capture());
