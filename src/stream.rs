@@ -388,7 +388,10 @@ impl Stream {
     /// [Stream capture](Stream#stream-capture)). The promise holds for this
     /// `Stream` and its clones, and for the buffers and caches made with
     /// them. On an owned stream it changes nothing (it is the contract of
-    /// every owned stream already).
+    /// every owned stream already). `Stream::cudarc_stream` (feature
+    /// `cudarc`) on a stream that did not come from cudarc hands cudarc a
+    /// handle that can capture it, and so sets the stream back to being
+    /// asked: make the promise after it, if it holds.
     ///
     /// A program that wants graphs of its cudarc (or C++) work captures on
     /// the borrowed stream through somalloc: `stream.begin_capture(..)` /
