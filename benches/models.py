@@ -142,7 +142,7 @@ def child(mode, workload, steps, extra):
     if kind == "somalloc":
         st = somalloc.stats()
         out["somalloc"] = st
-        out["pool_reserved_high_mib"] = st["pool_reserved_high_bytes"] / 2**20
+        out["pool_reserved_peak_mib"] = st["pool_reserved_peak_bytes"] / 2**20
         out["failed_frees"] = st["failed_frees"]
     else:
         out["max_reserved_mib"] = torch.cuda.max_memory_reserved() / 2**20

@@ -54,17 +54,17 @@ typedef struct {
   // Bytes the pool holds from the device now.
   uint64_t pool_reserved_bytes;
   // Highest `pool_reserved_bytes` since the pool was made.
-  uint64_t pool_reserved_high_bytes;
+  uint64_t pool_reserved_peak_bytes;
   // Bytes of the pool handed out now (cached blocks count as used).
   uint64_t pool_used_bytes;
   // Highest `pool_used_bytes`.
-  uint64_t pool_used_high_bytes;
+  uint64_t pool_used_peak_bytes;
   // Allocations handed to the program and not freed yet.
   uint64_t live_allocations;
   // Their requested bytes.
   uint64_t live_bytes;
   // Highest `live_bytes`.
-  uint64_t live_high_bytes;
+  uint64_t live_peak_bytes;
   // Successful allocations so far.
   uint64_t allocations;
   // Successful frees so far.

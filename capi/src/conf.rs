@@ -176,9 +176,9 @@ fn parse_reuse(value: &str) -> Result<ReusePolicy, String> {
     }
     for flag in value.split('+').map(str::trim) {
         policy = match flag {
-            "events" => policy.with_follow_event_dependencies(true),
-            "opportunistic" => policy.with_allow_opportunistic(true),
-            "internal" => policy.with_allow_internal_dependencies(true),
+            "events" => policy.follow_event_dependencies(true),
+            "opportunistic" => policy.allow_opportunistic(true),
+            "internal" => policy.allow_internal_dependencies(true),
             _ => {
                 return Err(format!(
                     "unknown reuse flag `{flag}` (none, all, or events+opportunistic+internal)"

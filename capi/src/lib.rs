@@ -56,17 +56,17 @@ pub struct SomallocStats {
     /// Bytes the pool holds from the device now.
     pub pool_reserved_bytes: u64,
     /// Highest `pool_reserved_bytes` since the pool was made.
-    pub pool_reserved_high_bytes: u64,
+    pub pool_reserved_peak_bytes: u64,
     /// Bytes of the pool handed out now (cached blocks count as used).
     pub pool_used_bytes: u64,
     /// Highest `pool_used_bytes`.
-    pub pool_used_high_bytes: u64,
+    pub pool_used_peak_bytes: u64,
     /// Allocations handed to the program and not freed yet.
     pub live_allocations: u64,
     /// Their requested bytes.
     pub live_bytes: u64,
     /// Highest `live_bytes`.
-    pub live_high_bytes: u64,
+    pub live_peak_bytes: u64,
     /// Successful allocations so far.
     pub allocations: u64,
     /// Successful frees so far.
@@ -166,13 +166,13 @@ pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
     let (live_allocations, live_bytes) = g.registry.live_on(dev.device.ordinal());
     let c = &dev.counters;
     let mut s = SomallocStats {
-        pool_reserved_bytes: pool.reserved_current,
-        pool_reserved_high_bytes: pool.reserved_high,
-        pool_used_bytes: pool.used_current,
-        pool_used_high_bytes: pool.used_high,
+        pool_reserved_bytes: pool.reserved_current as u64,
+        pool_reserved_peak_bytes: pool.reserved_peak as u64,
+        pool_used_bytes: pool.used_current as u64,
+        pool_used_peak_bytes: pool.used_peak as u64,
         live_allocations,
         live_bytes,
-        live_high_bytes: c.live_high.load(Ordering::Relaxed),
+        live_peak_bytes: c.live_peak.load(Ordering::Relaxed),
         allocations: c.allocations.load(Ordering::Relaxed),
         frees: c.frees.load(Ordering::Relaxed),
         failed_allocations: c.failed_allocations.load(Ordering::Relaxed),

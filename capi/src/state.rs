@@ -158,7 +158,7 @@ pub struct Counters {
     pub failed_allocations: AtomicU64,
     pub failed_frees: AtomicU64,
     pub live_bytes: AtomicU64,
-    pub live_high: AtomicU64,
+    pub live_peak: AtomicU64,
 }
 
 pub struct DeviceState {
@@ -193,7 +193,7 @@ impl DeviceState {
                 MemPool::default_for(&device)?
             }
         };
-        pool.set_release_threshold(conf.release_threshold)?;
+        pool.set_release_threshold(usize::try_from(conf.release_threshold).unwrap_or(usize::MAX))?;
         if let Some(policy) = conf.reuse {
             pool.set_reuse_policy(policy)?;
         }
@@ -437,7 +437,7 @@ pub fn allocate(size: usize, device: i32, stream: *mut c_void) -> Result<*mut c_
     let c = &dev.counters;
     c.allocations.fetch_add(1, Ordering::Relaxed);
     let now = c.live_bytes.fetch_add(size as u64, Ordering::Relaxed) + size as u64;
-    c.live_high.fetch_max(now, Ordering::Relaxed);
+    c.live_peak.fetch_max(now, Ordering::Relaxed);
     Ok(ptr)
 }
 

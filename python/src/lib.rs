@@ -66,12 +66,12 @@ fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     let fields: [(&str, u64); 20] = [
         ("pool_reserved_bytes", s.pool_reserved_bytes),
-        ("pool_reserved_high_bytes", s.pool_reserved_high_bytes),
+        ("pool_reserved_peak_bytes", s.pool_reserved_peak_bytes),
         ("pool_used_bytes", s.pool_used_bytes),
-        ("pool_used_high_bytes", s.pool_used_high_bytes),
+        ("pool_used_peak_bytes", s.pool_used_peak_bytes),
         ("live_allocations", s.live_allocations),
         ("live_bytes", s.live_bytes),
-        ("live_high_bytes", s.live_high_bytes),
+        ("live_peak_bytes", s.live_peak_bytes),
         ("allocations", s.allocations),
         ("frees", s.frees),
         ("failed_allocations", s.failed_allocations),
