@@ -52,14 +52,6 @@ use crate::testing::{self, Fault};
 
 const STREAMS: usize = 3;
 
-/// A known bug, with an ignored test of its own in `capture.rs`
-/// (`graph_memory_of_a_removed_stream_is_never_cached_by_its_new_cache`),
-/// which the model allows until it is fixed (then set this to `false`):
-/// graph memory freed through the tier after its stream was removed and
-/// registered again reaches the new cache, which takes it for an ordinary
-/// block.
-const KNOWN_RENEWED_GRAPH_MEMORY: bool = true;
-
 /// What a step's fake runtime does wrong: after `skip` calls of the test's
 /// domain, the next fails with `fault` (and with `persistent`, every later
 /// one too).
@@ -275,11 +267,20 @@ struct Held {
     users: Vec<usize>,
 }
 
-/// What the model expects of a stream cache (keyed by its address).
+/// What the model expects of a stream cache (keyed by its address); its
+/// captured blocks are the model's `captured` entries that name it.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct CacheBooks {
     live: usize,
-    captured_live: usize,
+}
+
+/// Who remembers a block of graph memory (allocated during a capture):
+/// the cache that handed it out, or, after that cache's stream was removed,
+/// the tier for the stream's next cache.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Owner {
+    Cache(usize),
+    Removed(usize),
 }
 
 /// The adaptors' counters as the model expects them.
@@ -321,7 +322,9 @@ struct World {
     may_leak: HashSet<usize>,
     /// Buffers dropped whose free waits for a graph or a capture's end:
     /// their addresses, and the change to their cache's books when done.
-    deferred: HashMap<usize, (usize, BookChange)>,
+    deferred: HashMap<usize, (usize, Option<usize>)>,
+    /// Graph memory not freed through the cache that remembers it.
+    captured: HashMap<usize, Owner>,
     /// What each deferred free waits for: its streams' captures to end and
     /// these graphs to be destroyed.
     waits: HashMap<usize, (Vec<usize>, Vec<u64>)>,
@@ -334,14 +337,6 @@ struct World {
     /// Failures injected by the step outside its own plan's count (the
     /// end of a capture disarms its plan after its first reclaim).
     injected_extra: u32,
-}
-
-/// What a free does to its cache's books.
-#[derive(Clone, Copy, Debug)]
-enum BookChange {
-    None,
-    Live(usize),
-    Captured,
 }
 
 fn key(cache: &Arc<StreamCache>) -> usize {
@@ -425,6 +420,7 @@ impl World {
             stack: StackBooks::default(),
             may_leak: HashSet::new(),
             deferred: HashMap::new(),
+            captured: HashMap::new(),
             waits: HashMap::new(),
             graph_blocks: HashSet::new(),
             freed: None,
@@ -471,6 +467,11 @@ impl World {
             testing::arm(self.domain, f.skip, f.fault, f.persistent);
         }
         let before = self.snapshot();
+        let bins_before: HashMap<usize, HashSet<usize>> = self
+            .caches
+            .iter()
+            .map(|c| (key(c), bins_of(c).into_iter().map(|b| b.0).collect()))
+            .collect();
         self.freed = None;
         self.allocated = false;
         self.injected_extra = 0;
@@ -531,7 +532,7 @@ impl World {
             let oom = retry_now.out_of_memory != retry.out_of_memory;
             self.check_exact(step.op, &before, oom)?;
         }
-        self.check_books()
+        self.check_books(&bins_before)
     }
 
     /// Takes into the books the caches the tier made by itself (a stack
@@ -545,11 +546,31 @@ impl World {
         }
     }
 
-    /// Starts the books of a cache the model has not seen yet.
+    /// Starts the books of a cache the model has not seen yet: a stream's
+    /// next cache takes over the graph memory of its removed one.
     fn adopt(&mut self, c: &Arc<StreamCache>) {
         if let std::collections::hash_map::Entry::Vacant(e) = self.books.entry(key(c)) {
             e.insert(CacheBooks::default());
             self.caches.push(c.clone());
+            if let Some(s) = self.streams.iter().position(|x| x.as_raw() == c.stream.as_raw()) {
+                for owner in self.captured.values_mut() {
+                    if *owner == Owner::Removed(s) {
+                        *owner = Owner::Cache(key(c));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A free reached cache `cache` (also when the upstream free then
+    /// failed): graph memory it remembers is forgotten, any other block
+    /// comes off its live bytes (`size`, for a cacheable request).
+    fn reached(&mut self, cache: usize, addr: usize, size: Option<usize>) {
+        if self.captured.get(&addr) == Some(&Owner::Cache(cache)) {
+            self.captured.remove(&addr);
+        } else if let Some(size) = size {
+            let books = self.books.entry(cache).or_default();
+            books.live = books.live.saturating_sub(size);
         }
     }
 
@@ -567,17 +588,22 @@ impl World {
                 .keys()
                 .copied()
                 .filter(|a| !fake.live.contains_key(a) || fake.failed_frees.contains(a) || cached.contains(a))
+                .inspect(|a| {
+                    if std::env::var("SOMALLOC_PROPTEST_TRACE").is_ok() {
+                        eprintln!(
+                            "   done {a:x}: live {} failed {} cached {}",
+                            fake.live.contains_key(a),
+                            fake.failed_frees.contains(a),
+                            cached.contains(a)
+                        )
+                    }
+                })
                 .collect()
         };
         for addr in done {
             self.waits.remove(&addr);
-            if let Some((cache, change)) = self.deferred.remove(&addr) {
-                let books = self.books.entry(cache).or_default();
-                match change {
-                    BookChange::None => {}
-                    BookChange::Live(size) => books.live = books.live.saturating_sub(size),
-                    BookChange::Captured => books.captured_live = books.captured_live.saturating_sub(1),
-                }
+            if let Some((cache, size)) = self.deferred.remove(&addr) {
+                self.reached(cache, addr, size);
             }
         }
     }
@@ -595,13 +621,21 @@ impl World {
     fn resync(&mut self) {
         for c in &self.caches {
             let st = c.stats();
-            self.books.insert(
-                key(c),
-                CacheBooks {
-                    live: st.live_bytes,
-                    captured_live: st.captured_live,
-                },
-            );
+            self.books.insert(key(c), CacheBooks { live: st.live_bytes });
+        }
+        // Who remembers which graph memory, as the caches and the tier say.
+        self.captured.clear();
+        for c in &self.caches {
+            for &addr in c.lock().captured.keys() {
+                self.captured.insert(addr, Owner::Cache(key(c)));
+            }
+        }
+        for (stream, blocks) in lock(&self.tier.shared.captured_of_removed).iter() {
+            if let Some(s) = self.streams.iter().position(|x| x.as_raw() as usize == *stream) {
+                for &addr in blocks.keys() {
+                    self.captured.insert(addr, Owner::Removed(s));
+                }
+            }
         }
         let st = self.stats.stats();
         self.stack = StackBooks {
@@ -646,6 +680,12 @@ impl World {
                 let bins = removed.as_ref().map(|c| bins_of(c)).unwrap_or_default();
                 let r = self.tier.remove_stream(&self.streams[stream]);
                 if let Some(c) = &removed {
+                    // Its graph memory goes to the stream's next cache.
+                    for owner in self.captured.values_mut() {
+                        if *owner == Owner::Cache(key(c)) {
+                            *owner = Owner::Removed(stream);
+                        }
+                    }
                     // A capturing stream's cached blocks wait in the
                     // deferred-free queue for the capture's end.
                     let now: HashSet<usize> = bins_of(c).into_iter().map(|b| b.0).collect();
@@ -654,7 +694,7 @@ impl World {
                         if !now.contains(&addr) && live.contains(&addr) {
                             count(&COVERAGE.deferred, 1);
                             self.waits.insert(addr, (vec![stream], Vec::new()));
-                            self.deferred.insert(addr, (key(c), BookChange::None));
+                            self.deferred.insert(addr, (key(c), None));
                         }
                     }
                 }
@@ -734,10 +774,11 @@ impl World {
             self.registered[stream] |= cache.is_none();
             let real = self.fake.state().live.get(&addr).map_or(0, |b| b.0);
             let books = self.books.get_mut(&key(c)).unwrap();
-            if capture != 0 {
-                books.captured_live += 1;
-            } else if bytes <= self.setup.config.max_block_bytes {
+            if capture == 0 && bytes <= self.setup.config.max_block_bytes {
                 books.live += real;
+            }
+            if capture != 0 {
+                self.captured.insert(addr, Owner::Cache(key(c)));
             }
         }
         if capture != 0 {
@@ -781,30 +822,9 @@ impl World {
             Via::Stack => self.registered_cache(held.stream),
             _ => held.cache.clone(),
         };
-        // Every free that reaches a cache takes the block off its books
-        // (also when the upstream free then fails): a block of a capture off
-        // the captured ones of the cache that made it, any other off the
-        // live bytes (in the size the upstream allocated).
-        let change = match &reaches {
-            None => BookChange::None,
-            Some(c) if held.capture != 0 => {
-                if Some(key(c)) == held.cache.as_ref().map(key) {
-                    BookChange::Captured
-                } else if KNOWN_RENEWED_GRAPH_MEMORY {
-                    // The new cache takes it for one of its own.
-                    self.graph_blocks.remove(&held.addr);
-                    if self.cacheable(held.bytes) {
-                        BookChange::Live(self.real_size(&held))
-                    } else {
-                        BookChange::None
-                    }
-                } else {
-                    BookChange::None
-                }
-            }
-            Some(_) if self.cacheable(held.bytes) => BookChange::Live(self.real_size(&held)),
-            Some(_) => BookChange::None,
-        };
+        // The size it takes off the live bytes of a cache that does not
+        // remember it as graph memory.
+        let size = self.cacheable(held.bytes).then(|| self.real_size(&held));
         self.freed = Some(held.addr);
         let result = match held.buffer.take() {
             Some(buf) if release => buf.release(),
@@ -837,16 +857,9 @@ impl World {
                     .map(|&s| self.capture[s].1)
                     .collect();
                 self.waits.insert(held.addr, (streams, graphs));
-                self.deferred.insert(held.addr, (key(c), change));
+                self.deferred.insert(held.addr, (key(c), size));
             }
-            (Some(c), false) => {
-                let books = self.books.entry(key(c)).or_default();
-                match change {
-                    BookChange::None => {}
-                    BookChange::Live(size) => books.live = books.live.saturating_sub(size),
-                    BookChange::Captured => books.captured_live = books.captured_live.saturating_sub(1),
-                }
-            }
+            (Some(c), false) => self.reached(key(c), held.addr, size),
             (None, _) => {}
         }
         result
@@ -914,7 +927,7 @@ impl World {
                 }
             }
             if start.elapsed() > Duration::from_secs(1) {
-                panic!("deferred frees {waiting:x?} were not done after their captures ended");
+                panic!("deferred frees {waiting:x?} were not done after their captures ended (pending {}, live {:?}, capture {:?})", crate::graph::pending_graph_frees(), waiting.iter().map(|a| self.fake.state().live.get(a).copied()).collect::<Vec<_>>(), self.capture);
             }
             std::thread::yield_now();
         }
@@ -995,9 +1008,14 @@ impl World {
         for c in &self.caches {
             let st = c.stats();
             let books = &self.books[&key(c)];
+            let captured = self
+                .captured
+                .values()
+                .filter(|o| **o == Owner::Cache(key(c)))
+                .count();
             prop_assert_eq!(
                 (st.live_bytes, st.captured_live),
-                (books.live, books.captured_live),
+                (books.live, captured),
                 "the books of the cache of stream {:#x}",
                 st.stream
             );
@@ -1025,7 +1043,10 @@ impl World {
     }
 
     /// The checks after every step.
-    fn check_books(&self) -> std::result::Result<(), TestCaseError> {
+    fn check_books(
+        &self,
+        bins_before: &HashMap<usize, HashSet<usize>>,
+    ) -> std::result::Result<(), TestCaseError> {
         let fake = self.fake.state();
         prop_assert!(fake.errors.is_empty(), "the fake pool saw: {:?}", fake.errors);
         // No block live twice.
@@ -1051,12 +1072,15 @@ impl World {
                 st.cached_bytes <= st.credit_bytes && st.cached_bytes <= self.setup.config.per_stream_cap
             );
             credit += st.credit_bytes;
-            // (A detached cache keeps only blocks whose free failed, to free
-            // them again later; it never hands them out: see the hits.)
+            // A detached cache takes no block: it keeps only its own whose
+            // return failed, to try them again later (and never hands them
+            // out: see the hits).
             if c.lock().detached {
+                let had = bins_before.get(&key(c));
                 prop_assert!(
-                    bins.iter().all(|b| fake.failed_frees.contains(&b.0)),
-                    "a detached cache keeps blocks whose free did not fail"
+                    bins.iter().all(|b| had.is_some_and(|h| h.contains(&b.0))),
+                    "a detached cache took blocks: {:x?}",
+                    bins
                 );
             }
         }
