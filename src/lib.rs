@@ -23,6 +23,9 @@
 //!   memory), and the stream cache tier ([`CacheTier`], [`StreamCache`])
 //!   serves repeat allocations on a stream without a driver call (see
 //!   [The stream cache tier](#the-stream-cache-tier)).
+//! * Memory history ([`trace`]): record a program's allocations into a
+//!   file ([`adaptors::RecordingAdaptor`]), read it back ([`trace::Trace`]),
+//!   replay it in the benchmark and view it with the `somalloc-trace` tool.
 //! * Stream capture into graphs ([`Stream::begin_capture`], [`Graph`],
 //!   [`GraphExec`]): every allocation path is defined under capture (see
 //!   [Stream capture and graphs](#stream-capture-and-graphs)).
@@ -308,6 +311,7 @@ mod resource;
 mod stream;
 #[cfg(test)]
 mod testing;
+pub mod trace;
 // The test kit of the crate's own tests, examples and benchmarks: hidden,
 // unstable, no semver promise (see its module docs).
 #[cfg(somalloc_kernels)]

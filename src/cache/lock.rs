@@ -162,7 +162,8 @@ fn me_slow() -> (u64, *const Flag) {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
     let spare = super::lock(&SPARE_FLAGS).pop();
-    let flag: &'static Flag = spare.unwrap_or_else(|| Box::leak(Box::new(CachePadded(AtomicBool::new(false)))));
+    let flag: &'static Flag =
+        spare.unwrap_or_else(|| Box::leak(Box::new(CachePadded(AtomicBool::new(false)))));
     ME.set((id, flag));
     (id, flag)
 }

@@ -89,7 +89,10 @@ fn an_unknown_end_keeps_the_capture_counted() {
     s.fail_fake_queries_after(1);
     assert!(s.end_capture().is_err());
     assert!(captures_in_progress(), "the capture is still counted");
-    assert!(s.take_capture_flag(capture_flag::API_CAPTURE), "still marked as captured through the API");
+    assert!(
+        s.take_capture_flag(capture_flag::API_CAPTURE),
+        "still marked as captured through the API"
+    );
     s.set_capture_flag(capture_flag::API_CAPTURE);
     // Now the stream says it is not capturing: the count goes.
     s.fail_fake_queries_after(-1);

@@ -349,6 +349,12 @@ impl MemPool {
     /// Releases unused memory until at most `keep_bytes` stay reserved
     /// (memory backing live allocations is never released).
     pub fn trim_to(&self, keep_bytes: usize) -> Result<()> {
+        crate::trace::note(
+            crate::trace::Action::Trim,
+            self.device().ordinal(),
+            None,
+            keep_bytes,
+        );
         Active::pool_trim_to(self.inner.raw, keep_bytes)
     }
 

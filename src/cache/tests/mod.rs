@@ -492,7 +492,10 @@ fn a_miss_whose_victims_cannot_be_freed_still_allocates() {
     fake.fail_frees(true);
     // A miss of another class: the headroom wants the cached block gone.
     let b = alloc(&cache, 3000);
-    assert!(crate::error::drop_errors().count > errors, "the failed free is counted");
+    assert!(
+        crate::error::drop_errors().count > errors,
+        "the failed free is counted"
+    );
     assert_eq!(cache.cached_bytes(), 1 << 20, "the victim stays cached");
     fake.fail_frees(false);
     free(&cache, b, 3000);

@@ -44,7 +44,10 @@ fn a_stale_owner_never_enters_beside_the_new_owner() {
             inside
         });
         let gate = gate_rx.recv().unwrap();
-        assert!(gate.wait_reached(PATIENCE), "the first thread never reached its check");
+        assert!(
+            gate.wait_reached(PATIENCE),
+            "the first thread never reached its check"
+        );
         // Take the lock until this thread owns it (revoking the stopped
         // owner on the way, which is not inside).
         let mut takes = 0;
@@ -65,7 +68,10 @@ fn a_stale_owner_never_enters_beside_the_new_owner() {
         guard.fetch_sub(1, Ordering::SeqCst);
         drop(guard);
         let inside = stale.join().unwrap();
-        assert!(!entered_beside, "the stale owner entered while the new owner was inside");
+        assert!(
+            !entered_beside,
+            "the stale owner entered while the new owner was inside"
+        );
         assert_eq!(inside, 1, "two threads inside the lock at once");
     });
 }
@@ -123,7 +129,10 @@ fn detaching_races_a_hit(how: LetGo, paused: bool) -> Result<(), String> {
         }
     });
     if let Ok(gate) = gate_rx.recv() {
-        assert!(gate.wait_reached(PATIENCE), "detaching never reached its pause point");
+        assert!(
+            gate.wait_reached(PATIENCE),
+            "detaching never reached its pause point"
+        );
         held.push(DeviceBuffer::<u8>::new_with(4096, &res, &s).unwrap());
         gate.release();
     } else {
@@ -168,7 +177,11 @@ fn dropping_the_tier_races_a_hit() {
 #[test]
 fn detaching_races_hits_unpaused() {
     for i in 0..200 {
-        let how = if i % 2 == 0 { LetGo::RemoveStream } else { LetGo::DropTier };
+        let how = if i % 2 == 0 {
+            LetGo::RemoveStream
+        } else {
+            LetGo::DropTier
+        };
         detaching_races_a_hit(how, false).unwrap();
     }
 }
