@@ -101,6 +101,10 @@ if [ "$only" = all ] || [ "$only" = cuda ]; then
   cell "racecheck-probe" quiet bash ci/build-racecheck-probe.sh "${CARGO_TARGET_DIR:-target}/racecheck-probe"
 fi
 cell bench-plots quiet bash ci/bench-plot-check.sh
+# The trace tool (a workspace member without a backend), and its page in
+# headless Chromium on a synthetic trace of 1,000,000 events.
+cell trace-tool show bash -c "cargo clippy -p somalloc-trace --all-targets && cargo test -p somalloc-trace"
+cell trace-page quiet bash ci/trace-page-check.sh
 cell package quiet bash ci/package-check.sh
 # The hand-written bindings of both backends against the HIP and CUDA headers.
 if [ "$only" = all ]; then
