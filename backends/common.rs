@@ -16,6 +16,7 @@
 
 use std::ffi::{c_char, c_int, CStr};
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use crate::backend::{CaptureInfo, CaptureStatus, GraphMemAttr, PoolAttr, RawCaptureMode};
 use crate::error::{record_drop_error, Error, Result, VendorCode};
@@ -256,6 +257,7 @@ pub(crate) unsafe fn load_runtime<A>(
     load: unsafe fn(libloading::Library, i32) -> std::result::Result<A, String>,
 ) -> Result<A> {
     let mut failures = Vec::new();
+    let mut cause: Option<Arc<dyn std::error::Error + Send + Sync>> = None;
     for name in &searched {
         // SAFETY: loading a runtime runs its initialisers, which have no
         // preconditions on the caller.
@@ -276,10 +278,16 @@ pub(crate) unsafe fn load_runtime<A>(
                         library,
                         searched: searched.clone(),
                         reason: failures.join("; "),
+                        cause: Some(Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(
+                            format!("{name}: {e}"),
+                        ))),
                     }
                 });
             }
-            Err(e) => failures.push(e.to_string()),
+            Err(e) => {
+                failures.push(e.to_string());
+                cause = Some(Arc::new(e));
+            }
         }
     }
     Err(Error::RuntimeNotFound {
@@ -290,6 +298,7 @@ pub(crate) unsafe fn load_runtime<A>(
             failures.join("; ")
         },
         searched,
+        cause,
     })
 }
 
@@ -415,7 +424,7 @@ impl<D: CurrentDevice> Drop for DeviceGuard<D> {
 
 /// How a backend names its codes and its runtime.
 pub(crate) trait Codes {
-    const BACKEND: &'static str;
+    const BACKEND: crate::Vendor;
     /// The runtime's name and version for messages, e.g. "CUDA 12.8".
     fn version_text(version: i32) -> String;
     /// The runtime's name and description of `code` (empty if unavailable).

@@ -5,7 +5,7 @@ use super::*;
 struct FakeCodes;
 
 impl Codes for FakeCodes {
-    const BACKEND: &'static str = "fake";
+    const BACKEND: crate::Vendor = crate::Vendor::Cuda;
     fn version_text(version: i32) -> String {
         format!("Fake {version}")
     }
@@ -23,7 +23,7 @@ fn a_missing_optional_call_is_unsupported_naming_both_runtimes() {
     let missing: Optional<extern "C" fn() -> c_int> = Optional::new(None, "fakeCall\0", "Fake 5", 4);
     match missing.get::<FakeCodes>() {
         Err(Error::Unsupported { backend, what }) => {
-            assert_eq!(backend, "fake");
+            assert_eq!(backend, crate::Vendor::Cuda);
             assert_eq!(what, "fakeCall needs Fake 5 or later; this runtime is Fake 4");
         }
         other => panic!("unexpected {:?}", other.map(|_| ())),
@@ -202,4 +202,48 @@ fn pool_locations_follow_the_cuda_release_table() {
     assert_eq!(location_parts(RawLocation::HostNuma(5)), (3, 5));
     assert_eq!(location_parts(RawLocation::Unspecified), (0, 0));
     assert_eq!((alloc_type(pinned), alloc_type(managed)), (1, 2));
+}
+
+/// The loader's own error is the `source()` of `RuntimeNotFound`, for a
+/// library that is not there and for one that opens but is not a runtime.
+#[test]
+fn a_runtime_that_cannot_be_loaded_keeps_the_cause() {
+    use std::error::Error as _;
+    /// Never called: neither candidate gets that far.
+    unsafe fn load(_: libloading::Library, _: i32) -> std::result::Result<(), String> {
+        Ok(())
+    }
+    let missing = vec!["libsomalloc-no-such-runtime.so".to_string()];
+    // SAFETY: the candidate does not exist, so nothing is called.
+    let err = unsafe { load_runtime("libnothing", missing, "fakeRuntimeGetVersion\0", |_| None, load) };
+    match &err {
+        Err(
+            e @ Error::RuntimeNotFound {
+                cause: Some(cause), ..
+            },
+        ) => {
+            assert!(
+                cause.to_string().contains("libsomalloc-no-such-runtime.so"),
+                "{cause}"
+            );
+            assert!(e.source().is_some());
+        }
+        other => panic!(
+            "expected RuntimeNotFound with a cause, got {:?}",
+            other.as_ref().map(|_| ())
+        ),
+    }
+    // The C library opens, but has no version symbol: the symbol lookup's
+    // error is the cause.
+    let libc = vec!["libc.so.6".to_string()];
+    // SAFETY: the version symbol does not exist in libc, so nothing of it
+    // is called.
+    let err = unsafe { load_runtime("libc", libc, "fakeRuntimeGetVersion\0", |_| None, load) };
+    match err {
+        Err(e @ Error::RuntimeNotFound { .. }) => {
+            let cause = e.source().expect("a cause").to_string();
+            assert!(cause.contains("fakeRuntimeGetVersion"), "{cause}");
+        }
+        other => panic!("expected RuntimeNotFound, got {:?}", other.map(|_| ())),
+    }
 }

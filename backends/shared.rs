@@ -213,7 +213,7 @@ macro_rules! backend_impl {
         struct $codes;
 
         impl crate::common::Codes for $codes {
-            const BACKEND: &'static str = BACKEND;
+            const BACKEND: crate::Vendor = BACKEND;
 
             fn version_text(version: i32) -> String {
                 version_text(version)
@@ -271,8 +271,6 @@ macro_rules! backend_impl {
             type Pool = $pool;
             type Graph = $graph;
             type GraphExec = $exec;
-
-            const NAME: &'static str = BACKEND;
 
             $($specific)*
 

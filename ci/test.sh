@@ -90,7 +90,11 @@ for b in "${backends[@]}"; do
   cell "lib-$b" quiet cargo clippy --features "$b"
   cell "test-$b" show cargo test --features "$b,kernels"
   cell "doc-$b" quiet cargo doc --no-deps --features "$b"
+  # The C ABI (its C program skips without a GPU) and the Python package.
+  cell "capi-$b" show bash -c "cargo clippy -p somalloc-capi -p somalloc-python --features $b --all-targets && cargo test -p somalloc-capi --features $b"
+  cell "wheel-$b" quiet bash ci/wheel-check.sh "$b"
 done
+cell capi-header quiet bash ci/capi-header.sh
 if [ "$only" = all ] || [ "$only" = cuda ]; then
   cell "check-cuda-12080" quiet bash -c 'cargo check --features cuda-12080 && test -z "$(cargo tree -q --features cuda-12080 -e normal -i cudarc 2>/dev/null)"' # deprecated alias of cuda: builds, and pulls in no cudarc (the tests' dev-dependency on cudarc is no normal edge)
   # The cache tier's unit tests (schedules replaying its races included)

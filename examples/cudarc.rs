@@ -104,7 +104,8 @@ fn run(ctx: &std::sync::Arc<CudaContext>) -> Result<(), Box<dyn std::error::Erro
     let stream_a = Stream::from_cudarc(&a)?;
     let stream_b = Stream::from_cudarc(&b)?;
     let pool = MemPool::default_for(&stream_a.device())?;
-    pool.set_release_threshold(u64::MAX)?;
+    // Process-wide: cudarc's own allocations use the default pool too.
+    pool.set_release_threshold(usize::MAX)?;
 
     // Allocate and fill on A; B may use the buffer after `use_on`.
     let host: Vec<f32> = (0..N).map(|i| i as f32).collect();

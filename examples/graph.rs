@@ -61,7 +61,7 @@ fn run() -> somalloc::Result<()> {
         Device::runtime_version()?
     );
     let pool = MemPool::default_for(&dev)?;
-    pool.set_release_threshold(u64::MAX)?;
+    pool.set_release_threshold(usize::MAX)?; // process-wide: the default pool is shared
     let kernels = TestKernels::load(&dev)?;
     let stream = Stream::new(&dev)?;
     let bytes = N * std::mem::size_of::<f32>();

@@ -56,13 +56,14 @@ fn run() -> somalloc::Result<ExitCode> {
     println!(
         "default pool {:p} (current: {}), release threshold {}, reuse policy {:?}",
         pool.as_raw(),
-        if current.same_as(&pool) { "yes" } else { "no" },
+        if current == pool { "yes" } else { "no" },
         pool.release_threshold()?,
         pool.reuse_policy()?
     );
-    // Keep freed memory in the pool between iterations, as the seeds advise.
-    pool.set_release_threshold(u64::MAX)?;
-    println!("  set release threshold to u64::MAX; stats: {}", pool.stats()?);
+    // Keep freed memory in the pool between iterations, as the seeds advise
+    // (process-wide: every user of the default pool in the process keeps it).
+    pool.set_release_threshold(usize::MAX)?;
+    println!("  set release threshold to usize::MAX; stats: {}", pool.stats()?);
 
     let kernels = TestKernels::load(&dev)?;
     let stream = Stream::new(&dev)?;
@@ -72,7 +73,7 @@ fn run() -> somalloc::Result<ExitCode> {
     drop(SyncBuffer::new(&dev, bytes)?);
     drop(DeviceBuffer::<f32>::new(N, &stream)?);
     stream.synchronize()?;
-    pool.reset_high_water()?;
+    pool.reset_peaks()?;
 
     let start = Event::with_timing(&dev)?;
     let stop = Event::with_timing(&dev)?;
@@ -121,11 +122,11 @@ fn run() -> somalloc::Result<ExitCode> {
     println!("  speedup:                    {:8.1}x", sync_ms / async_ms);
     let s = pool.stats()?;
     println!(
-        "default pool after the run: used {} B (high {} B), reserved {:.1} MiB (high {:.1} MiB)",
+        "default pool after the run: used {} B (peak {} B), reserved {:.1} MiB (peak {:.1} MiB)",
         s.used_current,
-        s.used_high,
+        s.used_peak,
         mib(s.reserved_current),
-        mib(s.reserved_high)
+        mib(s.reserved_peak)
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -134,6 +135,6 @@ fn gib(b: u64) -> f64 {
     b as f64 / (1u64 << 30) as f64
 }
 
-fn mib(b: u64) -> f64 {
-    b as f64 / (1u64 << 20) as f64
+fn mib(b: usize) -> f64 {
+    b as f64 / (1usize << 20) as f64
 }

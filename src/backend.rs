@@ -187,9 +187,6 @@ pub(crate) trait Backend: Sized + 'static {
     /// An executable graph (`cudaGraphExec_t` / `hipGraphExec_t`).
     type GraphExec: Copy + Debug + PartialEq + Send + Sync;
 
-    /// `cuda` or `rocm`.
-    const NAME: &'static str;
-
     /// Loads the runtime (once per process). Missing library: `RuntimeNotFound`.
     fn init() -> Result<()>;
     /// The runtime's version, e.g. 13000 for CUDA 13.0.

@@ -26,8 +26,8 @@ pub enum Vendor {
 }
 
 impl Vendor {
-    /// The feature's name: `"cuda"` or `"rocm"` (also what
-    /// [`Error::NoDevice`] and [`Error::Unsupported`] carry as `backend`).
+    /// The feature's name: `"cuda"` or `"rocm"` (also how
+    /// [`Error::NoDevice`] and [`Error::Unsupported`] show their `backend`).
     pub const fn as_str(self) -> &'static str {
         match self {
             Vendor::Cuda => "cuda",
@@ -67,7 +67,7 @@ impl Device {
         let n = Active::device_count()?;
         if n == 0 {
             return Err(Error::NoDevice {
-                backend: Active::NAME,
+                backend: crate::VENDOR,
                 detail: "the runtime reports 0 devices".into(),
             });
         }
@@ -120,6 +120,16 @@ impl Device {
         Active::can_access_peer(self.ordinal, peer.ordinal)
     }
 
+    /// The calling thread's current device (`cudaGetDevice` /
+    /// `hipGetDevice`).
+    pub fn current() -> Result<Device> {
+        Active::init()?;
+        let ordinal = <Active as crate::common::CurrentDevice>::current()?;
+        Ok(Device {
+            ordinal: usize::try_from(ordinal).unwrap_or(0), // ok: the runtime reports a valid ordinal, never negative
+        })
+    }
+
     /// Makes this device current on the calling thread.
     pub fn bind_to_thread(&self) -> Result<()> {
         Active::set_device(self.ordinal)
@@ -154,8 +164,9 @@ mod tests {
 
     #[test]
     fn the_vendor_is_the_backend_built() {
-        assert_eq!(Device::backend().as_str(), Active::NAME);
-        assert_eq!(Device::backend().to_string(), Active::NAME);
+        let name = if cfg!(somalloc_cuda) { "cuda" } else { "rocm" };
+        assert_eq!(Device::backend().as_str(), name);
+        assert_eq!(Device::backend().to_string(), name);
         assert_ne!(Vendor::Cuda, Vendor::Rocm);
     }
 }

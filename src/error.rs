@@ -2,8 +2,9 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use crate::device::Vendor;
 use crate::pool_stats::PoolStats;
 
 /// A result whose error is [`Error`].
@@ -37,14 +38,20 @@ pub enum Error {
         library: &'static str,
         /// The file names that were tried, in order.
         searched: Vec<String>,
-        /// Why the search failed.
+        /// Why the search failed: every library tried, and why each was not
+        /// used.
         reason: String,
+        /// The error of the last library tried, as the loader or the version
+        /// check gave it; also what [`source()`](std::error::Error::source)
+        /// returns.
+        #[source]
+        cause: Option<Arc<dyn std::error::Error + Send + Sync>>,
     },
     /// The runtime loaded but reports no usable device.
     #[error("no GPU device is available ({backend}: {detail})")]
     NoDevice {
-        /// `cuda` or `rocm`: [`Device::backend`](crate::Device::backend)`().as_str()`.
-        backend: &'static str,
+        /// The backend this crate was built for ([`Device::backend`](crate::Device::backend)).
+        backend: Vendor,
         /// What the runtime said.
         detail: String,
     },
@@ -91,8 +98,8 @@ pub enum Error {
     /// The selected vendor or the installed runtime does not have this.
     #[error("unsupported on {backend}: {what}")]
     Unsupported {
-        /// `cuda` or `rocm`: [`Device::backend`](crate::Device::backend)`().as_str()`.
-        backend: &'static str,
+        /// The backend this crate was built for ([`Device::backend`](crate::Device::backend)).
+        backend: Vendor,
         /// What is missing.
         what: String,
     },
@@ -177,6 +184,10 @@ pub enum InvalidReason {
     /// The two sides of a copy (or of a two-buffer operation) have
     /// different lengths.
     LengthMismatch,
+    /// A range outside the buffer or view it was asked of
+    /// ([`DeviceBuffer::slice`](crate::DeviceBuffer::slice),
+    /// [`DeviceView::split_at`](crate::DeviceView::split_at), ...).
+    OutOfBounds,
     /// A free of an address that the resource did not hand out, or with
     /// another size than it was allocated with (a double free, a foreign
     /// pointer): what [`TrackingAdaptor`](crate::adaptors::TrackingAdaptor)
@@ -299,7 +310,7 @@ mod tests {
         use std::ffi::c_void;
         use std::sync::Arc;
 
-        use crate::adaptors::TrackingAdaptor;
+        use crate::adaptors::{Backtraces, TrackingAdaptor};
         use crate::device::Device;
         use crate::resource::MemoryResource;
         use crate::stream::Stream;
@@ -354,7 +365,7 @@ mod tests {
         assert_eq!(reason(cache.allocate(0, &s0)), InvalidReason::ZeroBytes);
         drop((cache, tier));
 
-        let tracking = TrackingAdaptor::new(res, false);
+        let tracking = TrackingAdaptor::new(res, Backtraces::Off);
         let p = tracking.allocate(64, &s0).unwrap();
         // SAFETY: allocated above, freed once; the second free is refused
         // before the fake resource sees it.

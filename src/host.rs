@@ -17,14 +17,14 @@
 //! let dev = Device::get(0)?;
 //! let stream = Stream::new(&dev)?;
 //! let pinned = MemPool::create(&dev, PoolProperties::host_numa(0))?; // CUDA 12.6+
-//! pinned.set_release_threshold(u64::MAX)?;
+//! pinned.set_release_threshold(usize::MAX)?;
 //!
 //! let mut staging = HostBuffer::<f32>::new_in(1 << 20, &pinned, &stream)?;
-//! staging.as_mut_slice()?.fill(1.0); // waits for the allocation, then borrows
+//! staging.wait_slice_mut()?.fill(1.0); // waits for the allocation, then borrows
 //! let mut data = DeviceBuffer::<f32>::new(1 << 20, &stream)?;
 //! staging.copy_to_device(&mut data)?; // stream-ordered, no staging, no wait
 //! staging.copy_from_device(&data)?; // and back
-//! assert_eq!(staging.as_slice()?[0], 1.0); // waits for the copies
+//! assert_eq!(staging.wait_slice()?[0], 1.0); // waits for the copies
 //! # Ok(()) }
 //! ```
 
@@ -32,15 +32,14 @@ use std::ffi::c_void;
 use std::fmt;
 use std::mem::align_of;
 use std::ptr::NonNull;
-use std::sync::Arc;
 
 use bytemuck::Pod;
 
 use crate::backend::Backend;
-use crate::buffer::DeviceBuffer;
-use crate::error::{Error, Result};
+use crate::buffer::{AsDeviceView, AsDeviceViewMut, DeviceBuffer};
+use crate::error::{Error, InvalidReason, Result};
 use crate::pool::{MemPool, Placement};
-use crate::resource::MemoryResource;
+use crate::resource::{MemoryResource, SharedResource};
 use crate::stream::Stream;
 use crate::Active;
 
@@ -116,8 +115,8 @@ pub fn pointer_info(ptr: *const c_void) -> Result<PointerInfo> {
 /// adaptors over such a pool); device memory is refused
 /// (`InvalidArgument`).
 ///
-/// * **The host reads and writes it only through [`HostBuffer::as_slice`]
-///   and [`HostBuffer::as_mut_slice`]**, which first wait for the owning
+/// * **The host reads and writes it only through [`HostBuffer::wait_slice`]
+///   and [`HostBuffer::wait_slice_mut`]**, which first wait for the owning
 ///   stream and every stream given to [`HostBuffer::use_on`] (the
 ///   allocation, and every copy queued on them), then borrow the buffer: no
 ///   copy can be queued while the slice is alive, and none that was queued
@@ -176,7 +175,7 @@ impl<T: Pod> HostBuffer<T> {
     /// let stream = Stream::new(&dev)?;
     /// let pool = MemPool::create(&dev, PoolProperties::host())?; // CUDA 13.0+
     /// let mut buf = HostBuffer::<u32>::new_in(1024, &pool, &stream)?;
-    /// buf.as_mut_slice()?.copy_from_slice(&[7; 1024]);
+    /// buf.wait_slice_mut()?.copy_from_slice(&[7; 1024]);
     /// # Ok(()) }
     /// ```
     pub fn new_in(len: usize, pool: &MemPool, stream: &Stream) -> Result<Self> {
@@ -185,7 +184,8 @@ impl<T: Pod> HostBuffer<T> {
         Self::wrap(DeviceBuffer::alloc_in(len, pool, stream)?)
     }
 
-    /// Allocates `len` elements on `stream` from `resource`, which must
+    /// Allocates `len` elements on `stream` from `resource` (any `&Arc<R>`
+    /// for a resource `R`, or an `&Arc<dyn MemoryResource>`), which must
     /// serve the stream's device and hand out host-accessible memory (its
     /// [`placement`](MemoryResource::placement)): a pool of pinned host
     /// memory, the cache tier over one, an adaptor stack over either.
@@ -204,8 +204,8 @@ impl<T: Pod> HostBuffer<T> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn new_with(len: usize, resource: &Arc<dyn MemoryResource>, stream: &Stream) -> Result<Self> {
-        refuse_device_memory(resource.placement(), "resource")?;
+    pub fn new_with<S: SharedResource>(len: usize, resource: &S, stream: &Stream) -> Result<Self> {
+        refuse_device_memory(resource.resource().placement(), "resource")?;
         refuse_in_capture(stream, "allocating a HostBuffer")?;
         Self::wrap(DeviceBuffer::alloc_with(len, resource, stream)?)
     }
@@ -272,7 +272,7 @@ impl<T: Pod> HostBuffer<T> {
             // that device access; until that is understood, say so here
             // instead of failing at the copy.
             return Err(Error::Unsupported {
-                backend: Active::NAME,
+                backend: crate::VENDOR,
                 what: format!(
                     "using a HostBuffer of device {} on a stream of device {}: use a host pool \
                      created for that device",
@@ -282,7 +282,7 @@ impl<T: Pod> HostBuffer<T> {
             });
         }
         self.buf.use_on(other)?;
-        if !self.buf.stream().same_as(other) && !self.users.iter().any(|u| u.same_as(other)) {
+        if self.buf.stream() != other && !self.users.iter().any(|u| u == other) {
             self.users.push(other.clone());
         }
         Ok(())
@@ -304,7 +304,7 @@ impl<T: Pod> HostBuffer<T> {
     ///
     /// On a capturing stream this is [`Error::Capture`] (waiting would
     /// invalidate the capture).
-    pub fn as_slice(&self) -> Result<&[T]> {
+    pub fn wait_slice(&self) -> Result<&[T]> {
         if self.size_in_bytes() == 0 {
             // A dangling, aligned pointer is a valid empty (or zero-sized)
             // slice.
@@ -322,10 +322,10 @@ impl<T: Pod> HostBuffer<T> {
         Ok(unsafe { std::slice::from_raw_parts(self.buf.as_raw().cast::<T>(), self.len()) })
     }
 
-    /// The contents, for the host to write: as [`HostBuffer::as_slice`],
+    /// The contents, for the host to write: as [`HostBuffer::wait_slice`],
     /// with the buffer borrowed mutably (no copy reads or writes it while
     /// the slice lives).
-    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
+    pub fn wait_slice_mut(&mut self) -> Result<&mut [T]> {
         if self.size_in_bytes() == 0 {
             // A dangling, aligned pointer is a valid empty (or zero-sized)
             // slice.
@@ -335,40 +335,42 @@ impl<T: Pod> HostBuffer<T> {
             });
         }
         self.wait_for_streams()?;
-        // SAFETY: as in `as_slice`; `&mut self` excludes every other access
+        // SAFETY: as in `wait_slice`; `&mut self` excludes every other access
         // through this buffer for the slice's lifetime.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.buf.as_raw().cast::<T>(), self.len()) })
     }
 
     /// Copies the contents into a new `Vec` (waits, as
-    /// [`HostBuffer::as_slice`] does).
+    /// [`HostBuffer::wait_slice`] does).
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        Ok(self.as_slice()?.to_vec())
+        Ok(self.wait_slice()?.to_vec())
     }
 
-    /// Queues a copy of this buffer into `dst` on `dst`'s stream, without
+    /// Queues a copy of this buffer into `dst` (a [`DeviceBuffer`] or a
+    /// [`DeviceViewMut`](crate::DeviceViewMut) of one) on `dst`'s stream, without
     /// waiting and without staging. This buffer must be usable on that
     /// stream (its owning stream, or given to [`HostBuffer::use_on`]); its
     /// free, and the host accessors, wait for the copy.
     ///
     /// On a capturing stream this is [`Error::Capture`] and nothing is
     /// queued.
-    pub fn copy_to_device(&self, dst: &mut DeviceBuffer<T>) -> Result<()> {
+    pub fn copy_to_device<D: AsDeviceViewMut<T> + ?Sized>(&self, dst: &mut D) -> Result<()> {
+        let dst = dst.device_view_mut();
         check_len(self.len(), dst.len())?;
         if !self.is_usable_on(dst.stream()) {
-            return Err(Error::invalid(
-                "the host buffer is not usable on the device buffer's stream; call use_on first",
-            ));
+            return Err(InvalidReason::WrongStream
+                .error("the host buffer is not usable on the device buffer's stream; call use_on first"));
         }
         refuse_in_capture(dst.stream(), "a copy from a HostBuffer")?;
         if self.size_in_bytes() == 0 {
             return Ok(());
         }
-        // SAFETY: both are live allocations of the same size. The device
-        // range is `dst`'s, ordered on its own stream; the host range stays
+        // SAFETY: both ranges are within live allocations and of the same
+        // size. The device range is `dst`'s alone (an exclusive view),
+        // ordered on its own stream; the host range stays
         // allocated until this buffer's free, which waits for `dst`'s stream
         // (it is this buffer's stream or a `use_on` stream), and the host
-        // writes to it only through `as_mut_slice`, which waits for that
+        // writes to it only through `wait_slice_mut`, which waits for that
         // stream first.
         unsafe {
             Active::copy_async(
@@ -380,26 +382,27 @@ impl<T: Pod> HostBuffer<T> {
         }
     }
 
-    /// Queues a copy of `src` into this buffer on this buffer's stream,
+    /// Queues a copy of `src` (a [`DeviceBuffer`] or a view of one) into
+    /// this buffer on this buffer's stream,
     /// without waiting and without staging. `src` must be usable on that
     /// stream (its owning stream, or given to [`DeviceBuffer::use_on`]).
-    /// Read the result with [`HostBuffer::as_slice`], which waits for it.
+    /// Read the result with [`HostBuffer::wait_slice`], which waits for it.
     ///
     /// On a capturing stream this is [`Error::Capture`] and nothing is
     /// queued.
-    pub fn copy_from_device(&mut self, src: &DeviceBuffer<T>) -> Result<()> {
+    pub fn copy_from_device<S: AsDeviceView<T> + ?Sized>(&mut self, src: &S) -> Result<()> {
+        let src = src.device_view();
         check_len(self.len(), src.len())?;
         if !src.is_usable_on(self.buf.stream()) {
-            return Err(Error::invalid(
-                "the device buffer is not usable on the host buffer's stream; call use_on first",
-            ));
+            return Err(InvalidReason::WrongStream
+                .error("the device buffer is not usable on the host buffer's stream; call use_on first"));
         }
         refuse_in_capture(self.buf.stream(), "a copy into a HostBuffer")?;
         if self.size_in_bytes() == 0 {
             return Ok(());
         }
-        // SAFETY: both are live allocations of the same size, `src` ordered
-        // on this stream (checked above; its free waits for this stream if
+        // SAFETY: both ranges are within live allocations and of the same
+        // size, `src` ordered on this stream (checked above; its free waits for this stream if
         // it is not its owner). The host range is this buffer's, which the
         // host touches only through the accessors, which wait for this
         // stream first.
@@ -431,7 +434,7 @@ impl<T: Pod> HostBuffer<T> {
 
 fn check_len(mine: usize, other: usize) -> Result<()> {
     if mine != other {
-        return Err(Error::invalid(format!(
+        return Err(InvalidReason::LengthMismatch.error(format!(
             "length mismatch: host buffer has {mine} elements, the other side {other}"
         )));
     }

@@ -4,13 +4,22 @@
 //! (ROCm/HIP). The vendor is picked when the crate is built, with exactly one
 //! of the features `cuda` or `rocm`; the API is the same on both.
 //!
+//! Linux only (`x86_64-unknown-linux-gnu`). The vendor's runtime library is
+//! loaded at run time, not linked: `libcudart.so.13` or `.so.12` (which the
+//! NVIDIA driver does not ship: it comes with a CUDA toolkit, a distribution
+//! package or the `nvidia-cuda-runtime` wheel; `SOMALLOC_CUDART` names the
+//! file), or `libamdhip64.so.*` from ROCm (`SOMALLOC_AMDHIP`). The README's
+//! Deployment section says what each vendor needs installed.
+//!
 //! * [`Device`], [`Stream`], [`Event`]: the minimum needed to order work.
 //! * [`MemPool`]: the vendor's stream-ordered memory pool (default, current,
 //!   or created), with its release threshold, reuse policy, statistics and
 //!   trimming.
 //! * [`DeviceBuffer`]: a typed allocation whose allocation and free are
 //!   enqueued on a stream; use on another stream goes through
-//!   [`DeviceBuffer::use_on`].
+//!   [`DeviceBuffer::use_on`]. Views ([`DeviceView`], [`DeviceViewMut`],
+//!   from [`DeviceBuffer::slice`]) are typed sub-ranges that go wherever a
+//!   buffer goes (copies, fills, kernel arguments).
 //! * Peer access ([`MemPool::set_access`]) and IPC ([`MemPool::export_fd`],
 //!   [`MemPool::import_fd`], [`DeviceBuffer::export`], [`DeviceBuffer::import`]).
 //! * Pools of pinned host memory and of managed memory ([`PoolProperties`],
@@ -23,6 +32,10 @@
 //!   memory), and the stream cache tier ([`CacheTier`], [`StreamCache`])
 //!   serves repeat allocations on a stream without a driver call (see
 //!   [The stream cache tier](#the-stream-cache-tier)).
+//! * A current resource per device ([`set_current_resource`]): install a
+//!   cache tier or an adaptor stack once, and [`DeviceBuffer::new`]
+//!   allocates from it on that device's streams (a process-wide setting,
+//!   like RMM's `set_current_device_resource`).
 //! * Memory history ([`trace`]): record a program's allocations into a
 //!   file ([`adaptors::RecordingAdaptor`]), read it back ([`trace::Trace`]),
 //!   replay it in the benchmark and view it with the `somalloc-trace` tool.
@@ -42,7 +55,8 @@
 //! let dev = Device::get(0)?;
 //! let stream = Stream::new(&dev)?;
 //! let pool = MemPool::default_for(&dev)?;
-//! pool.set_release_threshold(u64::MAX)?; // keep freed memory for reuse
+//! // Process-wide: the default pool is every library's in the process.
+//! pool.set_release_threshold(usize::MAX)?; // keep freed memory for reuse
 //!
 //! let mut a = DeviceBuffer::<u32>::new(1 << 20, &stream)?; // enqueued, no sync
 //! a.memset(0)?;
@@ -60,7 +74,7 @@
 //! |---|---|
 //! | `cuda` | the NVIDIA backend (CUDA 12 or 13 runtime, loaded at run time) |
 //! | `rocm` | the AMD backend (HIP runtime, loaded at run time) |
-//! | `cudarc` | interop with the application's cudarc (implies `cuda`): `interop::cudarc` |
+//! | `cudarc` | interop with the application's cudarc (implies `cuda`): `interop::cudarc`; buffers and views are cudarc's `DevicePtr`/`DevicePtrMut` (cuBLAS, cuDNN) |
 //! | `hip-sys` | typed handles of the `hip-sys` crate (implies `rocm`): `interop::hip_sys` |
 //! | `kernels` | **unstable, for this crate's own tests, examples and benchmarks only**: builds the test kernels with nvcc or hipcc; never enable it from another crate (Cargo would make every build of the dependency graph need the compiler) |
 //!
@@ -296,11 +310,13 @@
 //! it. So: **capture owned streams only through [`Stream::begin_capture`]**.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(missing_debug_implementations)]
 
 pub mod adaptors;
 mod backend;
 mod buffer;
 mod cache;
+mod current;
 mod device;
 mod error;
 mod graph;
@@ -343,9 +359,10 @@ cfg_if::cfg_if! {
     }
 }
 
-pub use buffer::{DeviceBuffer, ExportedBuffer};
+pub use buffer::{AsDeviceView, AsDeviceViewMut, DeviceBuffer, DeviceView, DeviceViewMut, ExportedBuffer};
 pub use bytemuck::Pod;
 pub use cache::{CacheConfig, CacheStats, CacheTier, Headroom, StreamCache, StreamCacheStats};
+pub use current::{current_resource, reset_current_resource, set_current_resource};
 pub use device::{Device, Vendor};
 pub use error::{drop_errors, DropErrors, Error, InvalidReason, Result, VendorCode};
 pub use graph::{
@@ -356,5 +373,5 @@ pub use pool::{
     AllocationType, ExportHandle, Location, MemPool, PeerAccess, Placement, PoolProperties, ReusePolicy,
 };
 pub use pool_stats::PoolStats;
-pub use resource::MemoryResource;
+pub use resource::{MemoryResource, SharedResource};
 pub use stream::{Event, Stream};

@@ -32,6 +32,7 @@
 //! ```
 
 use std::ffi::c_void;
+use std::sync::Arc;
 
 use crate::backend::{Backend, DevicePtr};
 use crate::device::Device;
@@ -154,6 +155,96 @@ pub unsafe trait MemoryResource: Send + Sync {
     #[inline]
     fn stream_cache(&self, _: crate::cache::Sealed) -> Option<&crate::StreamCache> {
         None
+    }
+
+    /// The stream cache that serves `stream` for this resource, if it has
+    /// per-stream caches (a [`CacheTier`](crate::CacheTier) answers with
+    /// [`CacheTier::for_stream`](crate::CacheTier::for_stream)): a
+    /// [`DeviceBuffer`](crate::DeviceBuffer) then allocates from that cache
+    /// directly. Only somalloc's tier answers; no other implementation can
+    /// override this (its argument cannot be named outside the crate).
+    #[doc(hidden)]
+    #[inline]
+    fn cache_for(
+        &self,
+        _stream: &Stream,
+        _: crate::cache::Sealed,
+    ) -> Option<Result<Arc<crate::StreamCache>>> {
+        None
+    }
+}
+
+/// A shared handle to a memory resource: `Arc<R>` for any resource type `R`
+/// ([`MemPool`], [`CacheTier`](crate::CacheTier),
+/// [`StreamCache`](crate::StreamCache), an adaptor, your own), or
+/// `Arc<dyn MemoryResource>`. What
+/// [`DeviceBuffer::new_with`](crate::DeviceBuffer::new_with) and
+/// [`HostBuffer::new_with`](crate::HostBuffer::new_with) take, so that a
+/// concrete handle needs no conversion:
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use somalloc::{Device, DeviceBuffer, MemPool, MemoryResource, Stream};
+/// # fn main() -> somalloc::Result<()> {
+/// let dev = Device::get(0)?;
+/// let stream = Stream::new(&dev)?;
+/// let pool = Arc::new(MemPool::default_for(&dev)?);
+/// let a = DeviceBuffer::<f32>::new_with(1024, &pool, &stream)?; // Arc<MemPool>
+/// let res: Arc<dyn MemoryResource> = pool;
+/// let b = DeviceBuffer::<f32>::new_with(1024, &res, &stream)?; // Arc<dyn MemoryResource>
+/// # drop((a, b));
+/// # Ok(()) }
+/// ```
+///
+/// Sealed: a buffer allocates through [`resource`](SharedResource::resource)
+/// and frees through the handle [`to_dyn`](SharedResource::to_dyn) gives,
+/// which must be the same object; only the two implementations here
+/// guarantee that.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a shared handle to a memory resource",
+    label = "expected `&Arc<R>` for a resource `R`, or `&Arc<dyn MemoryResource>`",
+    note = "wrap the resource in an `Arc` once and pass a reference to it: `&Arc::new(pool)`"
+)]
+pub trait SharedResource: seal::Sealed {
+    /// The resource's type (`dyn MemoryResource` for a type-erased handle).
+    type Resource: MemoryResource + ?Sized;
+
+    /// The resource itself.
+    fn resource(&self) -> &Self::Resource;
+
+    /// Another handle to the same resource, type-erased.
+    fn to_dyn(&self) -> Arc<dyn MemoryResource>;
+}
+
+mod seal {
+    pub trait Sealed {}
+}
+
+impl<R: MemoryResource + 'static> seal::Sealed for Arc<R> {}
+impl<R: MemoryResource + 'static> SharedResource for Arc<R> {
+    type Resource = R;
+
+    #[inline(always)]
+    fn resource(&self) -> &R {
+        self
+    }
+
+    fn to_dyn(&self) -> Arc<dyn MemoryResource> {
+        Arc::clone(self) as Arc<dyn MemoryResource>
+    }
+}
+
+impl seal::Sealed for Arc<dyn MemoryResource> {}
+impl SharedResource for Arc<dyn MemoryResource> {
+    type Resource = dyn MemoryResource;
+
+    #[inline(always)]
+    fn resource(&self) -> &Self::Resource {
+        &**self
+    }
+
+    fn to_dyn(&self) -> Arc<dyn MemoryResource> {
+        Arc::clone(self)
     }
 }
 

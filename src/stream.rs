@@ -37,6 +37,10 @@ struct StreamInner {
     /// dropped after the last use of `raw`.
     keep_alive: Option<Box<dyn Any + Send + Sync>>,
     capture_flags: AtomicU8,
+    /// The cudarc handle of this stream, made on first request
+    /// (`Stream::cudarc_stream`) for a stream that did not come from cudarc.
+    #[cfg(feature = "cudarc")]
+    pub(crate) cudarc: std::sync::OnceLock<Arc<::cudarc::driver::CudaStream>>,
     /// Unit tests: the capture state a fake stream reports, `(status, id)`.
     #[cfg(test)]
     fake_capture: std::sync::Mutex<(crate::graph::CaptureStatus, u64)>,
@@ -61,6 +65,8 @@ impl StreamInner {
             // A borrowed stream is always asked: it may be captured by
             // whoever lent it.
             capture_flags: AtomicU8::new(if owned { 0 } else { capture_flag::ALWAYS_ASK }),
+            #[cfg(feature = "cudarc")]
+            cudarc: std::sync::OnceLock::new(),
             #[cfg(test)]
             fake_capture: std::sync::Mutex::new((crate::graph::CaptureStatus::None, 0)),
             #[cfg(test)]
@@ -77,6 +83,14 @@ impl Drop for StreamInner {
             crate::graph::abandon_capture(self.raw);
         }
         if self.owned {
+            // A cudarc handle that the program still holds keeps the
+            // stream: it is destroyed once cudarc lets go of it.
+            #[cfg(feature = "cudarc")]
+            if let Some(handle) = self.cudarc.take() {
+                if crate::interop::cudarc::park_if_shared(self.raw, handle) {
+                    return;
+                }
+            }
             record_drop_error(Active::stream_destroy(self.raw));
         }
     }
@@ -128,9 +142,29 @@ pub struct Stream {
     inner: Arc<StreamInner>,
 }
 
+/// Two handles are equal when they name the same stream (the same vendor
+/// handle), whichever way they were made.
+impl PartialEq for Stream {
+    #[inline]
+    fn eq(&self, other: &Stream) -> bool {
+        self.inner.raw == other.inner.raw
+    }
+}
+
+impl Eq for Stream {}
+
+/// Hashes the vendor handle, consistent with `==`.
+impl std::hash::Hash for Stream {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.as_raw() as usize).hash(state);
+    }
+}
+
 impl Stream {
     /// Creates a non-blocking stream on `device`.
     pub fn new(device: &Device) -> Result<Stream> {
+        #[cfg(feature = "cudarc")]
+        crate::interop::cudarc::destroy_released();
         let raw = Active::stream_create(device.ordinal())?;
         Ok(Stream {
             inner: Arc::new(StreamInner::new(raw, *device, true, None)),
@@ -147,7 +181,8 @@ impl Stream {
     /// (`cudaStreamPerThread` / `hipStreamPerThread`, a different stream on
     /// every thread). Create a stream with [`Stream::new`] instead, or, with
     /// the `cudarc` feature, wrap a stream from cudarc's `ctx.new_stream()`
-    /// with `Stream::from_cudarc`.
+    /// with `Stream::from_cudarc`; the default streams themselves are
+    /// [`Stream::legacy_default`] and [`Stream::per_thread_default`].
     ///
     /// ```no_run
     /// # fn main() -> somalloc::Result<()> {
@@ -155,7 +190,7 @@ impl Stream {
     /// let mine = somalloc::Stream::new(&dev)?;
     /// // SAFETY: `mine` outlives `borrowed` and every buffer allocated on it.
     /// let borrowed = unsafe { somalloc::Stream::from_raw(&dev, mine.as_raw()) }?;
-    /// assert!(borrowed.same_as(&mine) && !borrowed.is_owned());
+    /// assert!(borrowed == mine && !borrowed.is_owned());
     /// // SAFETY: refused before the handle is used.
     /// let per_thread = unsafe { somalloc::Stream::from_raw(&dev, 0x2 as *mut std::ffi::c_void) };
     /// assert!(per_thread.is_err());
@@ -169,9 +204,83 @@ impl Stream {
     /// # Safety
     /// `raw` is a live stream of `device` for the vendor this crate was built
     /// for, and it stays alive until the returned `Stream`, all its clones,
-    /// and every buffer allocated on it are dropped.
+    /// and every buffer allocated on it are dropped (with the `cudarc`
+    /// feature: and every cudarc handle of it that somalloc handed out, by
+    /// `Stream::cudarc_stream` or the `stream()` of cudarc's traits on its
+    /// buffers).
     pub unsafe fn from_raw(device: &Device, raw: *mut c_void) -> Result<Stream> {
         Self::borrowed(device, raw, None)
+    }
+
+    /// The legacy default stream of `device` (the null handle; `0x1`,
+    /// `cudaStreamLegacy`, names the same stream). It always exists and is
+    /// never destroyed, and it cannot be captured into a graph, so somalloc
+    /// treats it like a stream it made when it comes to capture checks: a
+    /// cache tier serves it at the owned-stream cost. It is one stream per
+    /// device, shared by every thread, so a [`CacheTier`](crate::CacheTier)
+    /// (which serves one device) may cache blocks for it.
+    ///
+    /// ```no_run
+    /// # fn main() -> somalloc::Result<()> {
+    /// let dev = somalloc::Device::get(0)?;
+    /// dev.bind_to_thread()?;
+    /// // SAFETY: this thread keeps `dev` current while it uses the stream.
+    /// let legacy = unsafe { somalloc::Stream::legacy_default(&dev) };
+    /// assert!(legacy.as_raw().is_null() && !legacy.is_owned());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Safety
+    /// The runtime reads the null handle as the legacy default stream of
+    /// the *current* device: every use of the returned `Stream` (and of
+    /// memory allocated or freed on it, buffers included) happens on a
+    /// thread whose current device is `device`. Used with another device
+    /// current, work would be ordered on that device's stream instead.
+    pub unsafe fn legacy_default(device: &Device) -> Stream {
+        let inner = StreamInner::new(
+            Active::stream_from_raw(std::ptr::null_mut()),
+            *device,
+            false,
+            None,
+        );
+        // Never captured (the runtime refuses to capture it): no question
+        // to ask on capture-sensitive paths.
+        inner.capture_flags.store(0, Ordering::Relaxed);
+        Stream {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The per-thread default stream (`cudaStreamPerThread` /
+    /// `hipStreamPerThread`, handle `0x2`) of `device` for the calling
+    /// thread. The handle names another stream on every thread, so no
+    /// cache tier serves it ([`CacheTier::for_stream`](crate::CacheTier::for_stream)
+    /// refuses it with [`InvalidReason::SpecialStreamHandle`]: a cache key
+    /// must name one stream); a pool serves it as any stream. Its owner (the
+    /// thread) may capture it, so it is asked about capture like a borrowed
+    /// stream.
+    ///
+    /// # Safety
+    /// Every use of the returned `Stream` (and of memory allocated or freed
+    /// on it, buffers included) happens on the calling thread, with `device`
+    /// current: on another thread, or with another device current, the
+    /// handle names another stream and the stream order it stands for is
+    /// lost.
+    pub unsafe fn per_thread_default(device: &Device) -> Stream {
+        Stream {
+            inner: Arc::new(StreamInner::new(
+                Active::stream_from_raw(PER_THREAD as *mut c_void),
+                *device,
+                false,
+                None,
+            )),
+        }
+    }
+
+    /// Whether this is the per-thread default stream (a different stream on
+    /// every thread).
+    pub fn is_per_thread_default(&self) -> bool {
+        self.as_raw() as usize == PER_THREAD
     }
 
     /// A borrowed stream that owns `keep_alive` (dropped with the last
@@ -199,6 +308,12 @@ impl Stream {
                 keep_alive,
             )),
         })
+    }
+
+    /// The slot of the cudarc handle made for this stream.
+    #[cfg(feature = "cudarc")]
+    pub(crate) fn inner_cudarc(&self) -> &std::sync::OnceLock<Arc<::cudarc::driver::CudaStream>> {
+        &self.inner.cudarc
     }
 
     /// What a borrowed stream keeps alive, if it is of type `K`.
@@ -256,6 +371,17 @@ impl Stream {
 
     /// The vendor handle (`cudaStream_t` / `hipStream_t`), still owned by
     /// this `Stream`.
+    ///
+    /// Work may be enqueued through it, but **do not capture an owned
+    /// stream through the raw handle** (`cudaStreamBeginCapture` by hand or
+    /// by another library): somalloc does not ask the runtime about captures
+    /// on an owned stream it did not see begin, so its caches would hand
+    /// memory into the graph (see [Stream capture](Stream#stream-capture)).
+    /// Capture with [`Stream::begin_capture`]; to give the stream to
+    /// another library that may capture it, lend a handle somalloc knows
+    /// about (with the `cudarc` feature, `Stream::cudarc_stream`, after
+    /// which somalloc asks), or create the stream in that library and
+    /// borrow it ([`Stream::from_raw`]).
     pub fn as_raw(&self) -> *mut c_void {
         Active::stream_as_raw(self.inner.raw)
     }
@@ -268,11 +394,6 @@ impl Stream {
     /// Whether this stream was made by somalloc (and will be destroyed by it).
     pub fn is_owned(&self) -> bool {
         self.inner.owned
-    }
-
-    /// Whether two handles name the same stream.
-    pub fn same_as(&self, other: &Stream) -> bool {
-        self.inner.raw == other.inner.raw
     }
 
     pub(crate) fn raw(&self) -> RawStream {
@@ -378,13 +499,16 @@ impl Stream {
     }
 }
 
+/// The handle of the per-thread default stream, on both vendors.
+pub(crate) const PER_THREAD: usize = 0x2;
+
 /// Why `raw` cannot stand for one stream, if it cannot: the handles both
 /// vendors reserve for the legacy and per-thread default streams.
 pub(crate) fn special_handle(raw: *mut c_void) -> Option<&'static str> {
     match raw as usize {
         0 => Some("a null stream handle (the legacy default stream)"),
         0x1 => Some("the handle 0x1 (cudaStreamLegacy, the legacy default stream)"),
-        0x2 => Some(
+        PER_THREAD => Some(
             "the handle 0x2 (cudaStreamPerThread / hipStreamPerThread, which names another stream \
              on every thread)",
         ),
@@ -399,6 +523,24 @@ pub struct Event {
     device: Device,
     /// The capture the event was last recorded in (0: none).
     capture_id: AtomicU64,
+}
+
+/// Two events are equal when they are the same event (the same vendor
+/// handle). Each `Event` owns its handle, so only an event compares equal
+/// to itself.
+impl PartialEq for Event {
+    fn eq(&self, other: &Event) -> bool {
+        self.raw == other.raw
+    }
+}
+
+impl Eq for Event {}
+
+/// Hashes the vendor handle, consistent with `==`.
+impl std::hash::Hash for Event {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.as_raw() as usize).hash(state);
+    }
 }
 
 impl Event {

@@ -19,7 +19,7 @@ pub(crate) struct FakeState {
     /// addr -> (bytes, stream) of every block handed out and not freed.
     pub live: HashMap<usize, (usize, usize)>,
     pub used: usize,
-    pub used_high: usize,
+    pub used_peak: usize,
     pub allocs: u64,
     pub frees: u64,
     /// Every contract violation seen (double free, wrong size or stream).
@@ -39,8 +39,17 @@ pub(crate) struct FakeResource {
 
 impl FakeResource {
     pub fn new(limit: Option<usize>) -> Arc<FakeResource> {
+        Self::with(0, limit)
+    }
+
+    /// An unlimited fake resource of [`Device::fake`]`(device)`.
+    pub fn on(device: usize) -> Arc<FakeResource> {
+        Self::with(device, None)
+    }
+
+    fn with(device: usize, limit: Option<usize>) -> Arc<FakeResource> {
         Arc::new(FakeResource {
-            device: Device::fake(0),
+            device: Device::fake(device),
             limit,
             fail_frees: AtomicBool::new(false),
             state: Mutex::new(FakeState {
@@ -52,6 +61,11 @@ impl FakeResource {
 
     pub fn state(&self) -> MutexGuard<'_, FakeState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Blocks handed out and not freed.
+    pub fn live(&self) -> usize {
+        self.state().live.len()
     }
 
     /// (allocations, frees) so far.
@@ -98,7 +112,7 @@ unsafe impl MemoryResource for FakeResource {
         let key = stream.as_raw() as usize;
         s.live.insert(addr, (bytes, key));
         s.used += bytes;
-        s.used_high = s.used_high.max(s.used);
+        s.used_peak = s.used_peak.max(s.used);
         s.allocs += 1;
         if let Some(log) = &mut s.log {
             log.push((true, addr, bytes, key));

@@ -1,5 +1,7 @@
-//! cudarc interop on a GPU: streams from cudarc, somalloc buffers as
-//! arguments of cudarc kernel launches, copies with `CudaSlice`. The kernels
+//! cudarc interop on a GPU: streams from cudarc, somalloc buffers and
+//! views as arguments of cudarc kernel launches, copies with `CudaSlice`,
+//! and a cuBLAS GEMM on somalloc buffers through cudarc's pointer traits
+//! (skipped, with one SKIP line, where cudarc cannot load libcublas). The kernels
 //! are somalloc's test kernels (feature `kernels`), loaded through cudarc's
 //! own module loading from the image build.rs embeds. Without a GPU every
 //! test prints one SKIP line.
@@ -8,10 +10,12 @@ use std::io::Write;
 use std::panic::catch_unwind;
 use std::sync::Arc;
 
+use cudarc::cublas::sys::cublasOperation_t;
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use somalloc::interop::cudarc::Launch;
-use somalloc::testkit::pattern_byte;
+use somalloc::testkit::{pattern_byte, TestKernels};
 use somalloc::{Device, DeviceBuffer, Error, Event, InvalidReason, MemPool, PoolProperties, Stream};
 
 /// The test kernels, as build.rs compiled them for this crate.
@@ -58,7 +62,7 @@ fn setup(test: &str) -> Option<Env> {
         .expect("load the test kernels through cudarc");
     let get = |name: &str| module.load_function(name).expect(name);
     let pool = MemPool::create(&dev, PoolProperties::default()).expect("create pool");
-    pool.set_release_threshold(u64::MAX).expect("threshold");
+    pool.set_release_threshold(usize::MAX).expect("threshold");
     Some(Env {
         fill: get("somalloc_fill"),
         verify: get("somalloc_verify"),
@@ -111,7 +115,7 @@ impl Env {
         Ok(stream.clone_dtoh(&count).expect("read counter")[0])
     }
 
-    fn used(&self) -> u64 {
+    fn used(&self) -> usize {
         self.pool.stats().expect("stats").used_current
     }
 }
@@ -312,7 +316,7 @@ fn copies_between_cudarc_slices_and_buffers() {
         // Write on the buffer's stream, copy into a slice of x, read on x.
         let own = Stream::from_cudarc(&a).unwrap();
         let n = N as i32;
-        if own.same_as(stream) {
+        if own == *stream {
             let mut launch = Launch::new(&a, &env.process).unwrap();
             launch.arg(&mut buf).arg(&n);
             // SAFETY: (float*, int), one thread per element.
@@ -324,11 +328,7 @@ fn copies_between_cudarc_slices_and_buffers() {
         buf.copy_to_cudarc(&mut out).unwrap();
         let back = x.clone_dtoh(&out).unwrap();
         for (i, v) in back.iter().enumerate() {
-            let want = if own.same_as(stream) {
-                (i as f32).sqrt()
-            } else {
-                3.0
-            };
+            let want = if own == *stream { (i as f32).sqrt() } else { 3.0 };
             assert_eq!(*v, want, "element {i}");
         }
 
@@ -347,4 +347,210 @@ fn copies_between_cudarc_slices_and_buffers() {
         stream.synchronize().unwrap();
     }
     x.synchronize().unwrap();
+}
+
+/// cuBLAS through cudarc, or `None` (after one SKIP line) where cudarc
+/// cannot load libcublas (its loader panics).
+fn blas(test: &str, stream: &Arc<CudaStream>) -> Option<CudaBlas> {
+    match catch_unwind(|| CudaBlas::new(Arc::clone(stream))) {
+        Ok(Ok(blas)) => Some(blas),
+        Ok(Err(e)) => panic!("{test}: cuBLAS handle: {e}"),
+        Err(_) => {
+            say(&format!(
+                "SKIP {test}: no cuBLAS library (libcublas) for cudarc to load"
+            ));
+            None
+        }
+    }
+}
+
+/// Column-major `m × k` times `k × n` on the host, exact for the small
+/// integers used here.
+fn gemm_on_host(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
+    let mut c = vec![0.0f32; m * n];
+    for j in 0..n {
+        for i in 0..m {
+            c[i + j * m] = (0..k).map(|l| a[i + l * m] * b[l + j * k]).sum();
+        }
+    }
+    c
+}
+
+fn gemm_config(m: usize, n: usize, k: usize) -> GemmConfig<f32> {
+    GemmConfig {
+        transa: cublasOperation_t::CUBLAS_OP_N,
+        transb: cublasOperation_t::CUBLAS_OP_N,
+        m: m as i32,
+        n: n as i32,
+        k: k as i32,
+        alpha: 1.0,
+        lda: m as i32,
+        ldb: k as i32,
+        beta: 0.0,
+        ldc: m as i32,
+    }
+}
+
+/// A cuBLAS GEMM reads and writes somalloc buffers and views through
+/// cudarc's pointer traits: on the buffers' own stream; on a cudarc stream
+/// they were never given to (ordered after their allocation and filling,
+/// and freed after the GEMM); on cudarc's default stream; and into a range
+/// of a larger buffer, leaving the rest alone.
+#[test]
+fn cublas_gemm_on_somalloc_buffers_and_views() {
+    const TEST: &str = "cudarc::cublas_gemm_on_somalloc_buffers_and_views";
+    let Some(env) = setup(TEST) else {
+        return;
+    };
+    let (m, n, k) = (96usize, 64usize, 48usize);
+    let host_a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+    let host_b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 - 2.0).collect();
+    let want = gemm_on_host(&host_a, &host_b, m, n, k);
+    let used_at_start = env.used();
+
+    // 1. On the buffers' own stream, made by somalloc.
+    let s = Stream::new(&env.dev).unwrap();
+    let Some(own) = blas(TEST, s.cudarc_stream().unwrap()) else {
+        return;
+    };
+    let a = DeviceBuffer::from_slice(&host_a, &s).unwrap();
+    let b = DeviceBuffer::from_slice(&host_b, &s).unwrap();
+    let mut c = DeviceBuffer::<f32>::new_in(m * n, &env.pool, &s).unwrap();
+    // SAFETY: column-major matrices of exactly these sizes.
+    unsafe { own.gemm(gemm_config(m, n, k), &a, &b, &mut c) }.unwrap();
+    assert_eq!(c.to_vec().unwrap(), want, "GEMM on the buffers' stream");
+
+    // 2. On a cudarc stream the buffers were never given to, while their
+    // stream is still busy: the GEMM must wait for the allocation and the
+    // copies, and the frees right after it must wait for the GEMM.
+    let kernels = TestKernels::load(&env.dev).unwrap();
+    let foreign = env.stream();
+    let Some(theirs) = blas(TEST, &foreign) else {
+        return;
+    };
+    kernels.spin(40_000_000, &s).unwrap(); // s runs late
+    let mut a = DeviceBuffer::<f32>::new_in(m * k, &env.pool, &s).unwrap();
+    let mut b = DeviceBuffer::<f32>::new_in(k * n, &env.pool, &s).unwrap();
+    let mut c = DeviceBuffer::<f32>::new_in(m * n, &env.pool, &s).unwrap();
+    // SAFETY: the host vectors live until after `s` is synchronised below.
+    unsafe {
+        a.copy_from_host_async(&host_a).unwrap();
+        b.copy_from_host_async(&host_b).unwrap();
+    }
+    c.memset(0xFF).unwrap();
+    // SAFETY: as above.
+    unsafe { theirs.gemm(gemm_config(m, n, k), &a, &b, &mut c) }.unwrap();
+    drop((a, b)); // enqueued on s; the GEMM on `foreign` is done by now
+    assert_eq!(
+        c.to_vec().unwrap(),
+        want,
+        "GEMM on a stream the buffers were not given to"
+    );
+    env.ctx
+        .check_err()
+        .expect("no error recorded on cudarc's context");
+
+    // 3. On cudarc's default stream (a handle that names no one stream).
+    let default = env.ctx.default_stream();
+    let Some(legacy) = blas(TEST, &default) else {
+        return;
+    };
+    let a = DeviceBuffer::from_slice(&host_a, &s).unwrap();
+    let b = DeviceBuffer::from_slice(&host_b, &s).unwrap();
+    c.memset(0).unwrap();
+    // SAFETY: as above.
+    unsafe { legacy.gemm(gemm_config(m, n, k), &a, &b, &mut c) }.unwrap();
+    assert_eq!(c.to_vec().unwrap(), want, "GEMM on cudarc's default stream");
+
+    // 4. Views: the operands and the product are ranges of larger buffers.
+    let pad = 1000;
+    let mut big_a = DeviceBuffer::<f32>::zeroed(pad + m * k, &s).unwrap();
+    big_a.slice_mut(pad..).unwrap().copy_from_host(&host_a).unwrap();
+    let mut big_c = DeviceBuffer::from_slice(&vec![-7.0f32; 2 * pad + m * n], &s).unwrap();
+    {
+        let a_view = big_a.slice(pad..).unwrap();
+        let b_view = b.slice(..).unwrap();
+        let mut c_view = big_c.slice_mut(pad..pad + m * n).unwrap();
+        // SAFETY: as above; each view has exactly its matrix's size.
+        unsafe { own.gemm(gemm_config(m, n, k), &a_view, &b_view, &mut c_view) }.unwrap();
+    }
+    let all = big_c.to_vec().unwrap();
+    assert_eq!(&all[pad..pad + m * n], &want[..], "GEMM into a view");
+    assert!(
+        all[..pad].iter().chain(&all[pad + m * n..]).all(|&x| x == -7.0),
+        "outside the view"
+    );
+
+    drop((own, theirs, legacy, a, b, c, big_a, big_c));
+    s.synchronize().unwrap();
+    foreign.synchronize().unwrap();
+    assert_eq!(env.used(), used_at_start, "every buffer went back to the pool");
+    assert_eq!(somalloc::drop_errors().last.map(|e| e.to_string()), None);
+}
+
+/// The cudarc handle of a stream somalloc made keeps working after the
+/// last somalloc handle and buffer of the stream are gone.
+#[test]
+fn the_cudarc_handle_of_an_owned_stream_outlives_it() {
+    let Some(env) = setup("cudarc::the_cudarc_handle_of_an_owned_stream_outlives_it") else {
+        return;
+    };
+    let s = Stream::new(&env.dev).unwrap();
+    assert!(s.is_owned());
+    let handle = Arc::clone(s.cudarc_stream().unwrap());
+    assert_eq!(handle.cu_stream().cast(), s.as_raw());
+    assert!(Arc::ptr_eq(&handle, s.cudarc_stream().unwrap()), "made once");
+    let mut buf = DeviceBuffer::<u8>::new_in(1 << 20, &env.pool, &s).unwrap();
+    env.fill(&handle, &mut buf, 5).unwrap();
+    assert_eq!(env.mismatches(&handle, &buf, 5).unwrap(), 0);
+    drop((s, buf));
+    // Only cudarc holds the stream now; it still runs work.
+    let zeros = handle.alloc_zeros::<u32>(1024).unwrap();
+    assert_eq!(handle.clone_dtoh(&zeros).unwrap(), vec![0u32; 1024]);
+    drop(zeros);
+    handle.synchronize().unwrap();
+    drop(handle);
+    // The next stream somalloc makes destroys the released one.
+    let next = Stream::new(&env.dev).unwrap();
+    next.synchronize().unwrap();
+    assert_eq!(somalloc::drop_errors().last.map(|e| e.to_string()), None);
+}
+
+/// Views as arguments of cudarc launches: the kernel sees the range.
+#[test]
+fn launch_takes_views() {
+    let Some(env) = setup("cudarc::launch_takes_views") else {
+        return;
+    };
+    const N: usize = 4096;
+    let a = env.stream();
+    let stream = Stream::from_cudarc(&a).unwrap();
+    let mut buf = DeviceBuffer::from_slice(&vec![-1.0f32; N], &stream).unwrap();
+    {
+        let mut view = buf.slice_mut(1000..1500).unwrap();
+        let n = view.len() as i32;
+        let mut launch = Launch::new(&a, &env.process).unwrap();
+        launch.arg(&mut view).arg(&n);
+        // SAFETY: (float*, int), one thread per element of the view.
+        unsafe { launch.launch(LaunchConfig::for_num_elems(n as u32)) }.unwrap();
+    }
+    let host = buf.to_vec().unwrap();
+    for (i, v) in host.iter().enumerate() {
+        let want = if (1000..1500).contains(&i) {
+            ((i - 1000) as f32).sqrt()
+        } else {
+            -1.0
+        };
+        assert_eq!(*v, want, "element {i}");
+    }
+    // A view of a buffer not given to the launch stream is refused.
+    let c = env.stream();
+    let view = buf.slice(..10).unwrap();
+    let mut launch = Launch::new(&c, &env.verify).unwrap();
+    let (n, seed) = (10u64, 0u32);
+    let mut count = c.alloc_zeros::<u64>(1).unwrap();
+    launch.arg(&view).arg(&n).arg(&seed).arg(&mut count);
+    // SAFETY: refused before anything is enqueued.
+    let refused = unsafe { launch.launch(grid(n)) }.unwrap_err();
+    assert_eq!(refused.invalid_reason(), Some(InvalidReason::WrongStream));
 }

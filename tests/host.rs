@@ -105,7 +105,7 @@ fn host_pool_or(dev: &Device, none: impl FnOnce(Error)) -> Option<MemPool> {
         },
         Err(e) => panic!("host pool: {e}"),
     };
-    pool.set_release_threshold(u64::MAX).expect("threshold");
+    pool.set_release_threshold(usize::MAX).expect("threshold");
     Some(pool)
 }
 
@@ -193,7 +193,7 @@ fn every_pool_kind_the_runtime_has() {
         let data = pattern(n, 5);
         if placement.is_host_accessible() {
             let mut h = HostBuffer::<u8>::new_in(n, &pool, &g.stream).unwrap();
-            h.as_mut_slice().unwrap().copy_from_slice(&data);
+            h.wait_slice_mut().unwrap().copy_from_slice(&data);
             let mut dev_side = DeviceBuffer::<u8>::new(n, &g.stream).unwrap();
             h.copy_to_device(&mut dev_side).unwrap();
             if dev_side.to_vec().unwrap() != data {
@@ -280,7 +280,7 @@ fn pointer_attributes_tell_pinned_from_pageable() {
         return;
     };
     let h = HostBuffer::<u8>::new_in(4096, &pool, &g.stream).unwrap();
-    let _ = h.as_slice().unwrap(); // the allocation has happened
+    let _ = h.wait_slice().unwrap(); // the allocation has happened
     let info = h.pointer_info().unwrap().expect("a 4 KiB buffer has memory");
     say(&format!("{test}: host pool memory: {info:?}"));
     assert_eq!(pool.access(&g.dev).unwrap(), PeerAccess::ReadWrite);
@@ -304,7 +304,7 @@ fn a_copy_from_pool_memory_overlaps_a_running_kernel() {
     let copier = Stream::new(&g.dev).unwrap();
     let mut h = HostBuffer::<u8>::new_in(N, &pool, &copier).unwrap();
     let data = pattern(N, 11);
-    h.as_mut_slice().unwrap().copy_from_slice(&data);
+    h.wait_slice_mut().unwrap().copy_from_slice(&data);
     let mut d = DeviceBuffer::<u8>::new(N, &copier).unwrap();
     let mut back = HostBuffer::<u8>::new_in(N, &pool, &copier).unwrap();
     copier.synchronize().unwrap();
@@ -333,7 +333,7 @@ fn a_copy_from_pool_memory_overlaps_a_running_kernel() {
         "the copies ended after the kernel ({copies_done} ms >= {kernel_done} ms): they did not overlap"
     );
     assert!(
-        back.as_slice().unwrap() == data.as_slice(),
+        back.wait_slice().unwrap() == data.as_slice(),
         "the round trip changed the data"
     );
 }
@@ -351,13 +351,13 @@ fn the_accessor_waits_for_every_stream() {
     // A copy into the buffer queued behind a long kernel: reading must wait
     // for it, and see its bytes.
     let mut h = HostBuffer::<u8>::new_in(N, &pool, &g.stream).unwrap();
-    h.as_mut_slice().unwrap().fill(0);
+    h.wait_slice_mut().unwrap().fill(0);
     let mut d = DeviceBuffer::<u8>::new(N, &g.stream).unwrap();
     g.k.spin(spin_cycles(200), &g.stream).unwrap();
     g.k.fill(&mut d, 21, &g.stream).unwrap();
     h.copy_from_device(&d).unwrap();
     assert!(
-        h.as_slice().unwrap() == pattern(N, 21).as_slice(),
+        h.wait_slice().unwrap() == pattern(N, 21).as_slice(),
         "read before the copy was done"
     );
 
@@ -369,12 +369,12 @@ fn the_accessor_waits_for_every_stream() {
     h.use_on(&other).unwrap();
     g.k.spin(spin_cycles(200), &other).unwrap();
     h.copy_to_device(&mut d2).unwrap();
-    h.as_mut_slice().unwrap().fill(0xEE);
+    h.wait_slice_mut().unwrap().fill(0xEE);
     assert!(
         d2.to_vec().unwrap() == pattern(N, 21),
         "written while a copy still read it"
     );
-    assert!(h.as_slice().unwrap().iter().all(|&b| b == 0xEE));
+    assert!(h.wait_slice().unwrap().iter().all(|&b| b == 0xEE));
 
     // Without use_on, the other stream may not use the buffer.
     let third = Stream::new(&g.dev).unwrap();
@@ -409,7 +409,7 @@ fn async_copies_both_ways_keep_the_contents() {
         let seed = 100 + i as u32;
         let mut h = HostBuffer::<u8>::new_in(n, &pool, &g.stream).unwrap();
         assert_eq!(h.len(), n);
-        h.as_mut_slice().unwrap().copy_from_slice(&pattern(n, seed));
+        h.wait_slice_mut().unwrap().copy_from_slice(&pattern(n, seed));
         let mut d = DeviceBuffer::<u8>::new(n, &g.stream).unwrap();
         h.copy_to_device(&mut d).unwrap(); // host -> device, queued
         assert_eq!(
@@ -420,7 +420,7 @@ fn async_copies_both_ways_keep_the_contents() {
         g.k.fill(&mut d, seed + 50, &g.stream).unwrap();
         h.copy_from_device(&d).unwrap(); // device -> host, queued
         assert!(
-            h.as_slice().unwrap() == pattern(n, seed + 50).as_slice(),
+            h.wait_slice().unwrap() == pattern(n, seed + 50).as_slice(),
             "{n} bytes to the host"
         );
         if n == 0 {
@@ -430,7 +430,7 @@ fn async_copies_both_ways_keep_the_contents() {
     }
     // Typed elements.
     let mut h = HostBuffer::<f32>::new_in(1000, &pool, &g.stream).unwrap();
-    for (i, x) in h.as_mut_slice().unwrap().iter_mut().enumerate() {
+    for (i, x) in h.wait_slice_mut().unwrap().iter_mut().enumerate() {
         *x = i as f32 * 0.5;
     }
     let mut d = DeviceBuffer::<f32>::new(1000, &g.stream).unwrap();
@@ -476,7 +476,7 @@ fn cache_tier_and_adaptors_over_a_host_pool() {
     );
     let stats = tier.stats().total;
     assert!(stats.hits >= 1, "{stats:?}");
-    again.as_mut_slice().unwrap().copy_from_slice(&pattern(MIB, 7));
+    again.wait_slice_mut().unwrap().copy_from_slice(&pattern(MIB, 7));
     let mut d = DeviceBuffer::<u8>::new(MIB, &g.stream).unwrap();
     again.copy_to_device(&mut d).unwrap();
     assert_eq!(g.k.verify(&d, 7, &g.stream).unwrap(), 0);
@@ -498,7 +498,7 @@ fn cache_tier_and_adaptors_over_a_host_pool() {
     let res: Arc<dyn MemoryResource> = counted.clone();
     assert!(res.placement().is_pinned_host());
     let mut a = HostBuffer::<u32>::new_with(MIB / 4, &res, &g.stream).unwrap();
-    a.as_mut_slice().unwrap().fill(0xABCD_1234);
+    a.wait_slice_mut().unwrap().fill(0xABCD_1234);
     assert!(a.to_vec().unwrap().iter().all(|&x| x == 0xABCD_1234));
     // Over the 4 MiB limit: refused by the adaptor, as for device memory.
     assert!(HostBuffer::<u8>::new_with(4 * MIB, &res, &g.stream).is_err());
@@ -530,7 +530,7 @@ fn default_and_current_pools_by_location() {
     // The device's own placement is the classic per-device pool on every
     // runtime.
     let dflt = MemPool::default_at(&g.dev, Placement::device(g.dev.ordinal())).unwrap();
-    assert!(dflt.same_as(&MemPool::default_for(&g.dev).unwrap()));
+    assert_eq!(dflt, MemPool::default_for(&g.dev).unwrap());
     let v = Device::runtime_version().unwrap();
     // cudaMemGetDefaultMemPool and its kin: CUDA 13.0; on HIP only the
     // per-device calls exist.
@@ -548,7 +548,7 @@ fn default_and_current_pools_by_location() {
     assert_eq!(default_host.placement(), host);
     assert!(!default_host.is_owned());
     let mut h = HostBuffer::<u8>::new_in(MIB, &default_host, &g.stream).unwrap();
-    h.as_mut_slice().unwrap().copy_from_slice(&pattern(MIB, 3));
+    h.wait_slice_mut().unwrap().copy_from_slice(&pattern(MIB, 3));
     let mut d = DeviceBuffer::<u8>::new(MIB, &g.stream).unwrap();
     h.copy_to_device(&mut d).unwrap();
     assert_eq!(g.k.verify(&d, 3, &g.stream).unwrap(), 0);
@@ -559,20 +559,21 @@ fn default_and_current_pools_by_location() {
     drop((h, d));
     // The current host pool: the default one, until a created one is set.
     let current = MemPool::current_at(&g.dev, host).unwrap();
-    assert!(current.same_as(&default_host));
+    assert_eq!(current, default_host);
     let mine = MemPool::create(&g.dev, PoolProperties::host()).unwrap();
     MemPool::set_current(&mine).unwrap();
     let now = MemPool::current_at(&g.dev, host).unwrap();
     assert!(
-        now.same_as(&mine) && now.is_owned(),
+        now == mine && now.is_owned(),
         "the current host pool is the created one"
     );
     // The device's current pool did not change.
-    assert!(MemPool::current(&g.dev)
-        .unwrap()
-        .same_as(&MemPool::default_for(&g.dev).unwrap()));
+    assert_eq!(
+        MemPool::current(&g.dev).unwrap(),
+        MemPool::default_for(&g.dev).unwrap()
+    );
     MemPool::set_current(&default_host).unwrap();
-    assert!(MemPool::current_at(&g.dev, host).unwrap().same_as(&default_host));
+    assert_eq!(MemPool::current_at(&g.dev, host).unwrap(), default_host);
     g.stream.synchronize().unwrap();
 }
 
@@ -630,7 +631,7 @@ fn host_work_is_refused_under_capture() {
         return;
     };
     let mut h = HostBuffer::<u8>::new_in(MIB, &pool, &g.stream).unwrap();
-    h.as_mut_slice().unwrap().fill(9);
+    h.wait_slice_mut().unwrap().fill(9);
     let mut d = DeviceBuffer::<u8>::new(MIB, &g.stream).unwrap();
     g.stream.synchronize().unwrap();
     g.stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
@@ -640,14 +641,14 @@ fn host_work_is_refused_under_capture() {
     ));
     assert!(matches!(h.copy_to_device(&mut d), Err(Error::Capture { .. })));
     assert!(matches!(h.copy_from_device(&d), Err(Error::Capture { .. })));
-    assert!(matches!(h.as_slice(), Err(Error::Capture { .. })));
-    assert!(matches!(h.as_mut_slice(), Err(Error::Capture { .. })));
+    assert!(matches!(h.wait_slice(), Err(Error::Capture { .. })));
+    assert!(matches!(h.wait_slice_mut(), Err(Error::Capture { .. })));
     // Nothing was recorded and the capture is intact.
     let graph = g.stream.end_capture().expect("the capture was not invalidated");
     drop(graph);
     h.copy_to_device(&mut d).unwrap();
     assert!(d.to_vec().unwrap().iter().all(|&b| b == 9));
-    assert!(h.as_slice().unwrap().iter().all(|&b| b == 9));
+    assert!(h.wait_slice().unwrap().iter().all(|&b| b == 9));
 }
 
 #[test]
@@ -666,14 +667,14 @@ fn peer_access_to_a_host_pool() {
     let d1 = Device::get(1).unwrap();
     let s1 = Stream::new(&d1).unwrap();
     let mut h = HostBuffer::<u8>::new_in(MIB, &pool, &g.stream).unwrap();
-    h.as_mut_slice().unwrap().copy_from_slice(&pattern(MIB, 44));
+    h.wait_slice_mut().unwrap().copy_from_slice(&pattern(MIB, 44));
     assert_eq!(pool.access(&d1).unwrap(), PeerAccess::None);
     pool.set_access(&d1, PeerAccess::ReadWrite).unwrap();
     assert_eq!(pool.access(&d1).unwrap(), PeerAccess::ReadWrite);
     // Using the buffer on the other device's stream is refused, clearly,
     // before anything is queued.
     assert!(matches!(h.use_on(&s1), Err(Error::Unsupported { .. })));
-    assert!(h.as_slice().unwrap() == pattern(MIB, 44));
+    assert!(h.wait_slice().unwrap() == pattern(MIB, 44));
     drop(h);
     g.stream.synchronize().unwrap();
 }

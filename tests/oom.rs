@@ -45,7 +45,7 @@ fn pool(
     test: &str,
     dev: &Device,
     max_size: Option<usize>,
-    release_threshold: Option<u64>,
+    release_threshold: Option<usize>,
 ) -> Option<MemPool> {
     let created = MemPool::create(
         dev,
@@ -118,7 +118,7 @@ fn capped_pool_until_out_of_memory() {
             stats: Some(s),
         } => {
             assert_eq!(*requested, 16 * MIB);
-            assert!(s.reserved_current <= cap as u64, "reserved beyond the cap: {s}");
+            assert!(s.reserved_current <= cap, "reserved beyond the cap: {s}");
         }
         other => panic!("expected OutOfMemory with stats, got {other}"),
     }
@@ -247,7 +247,7 @@ fn retry_recovers_by_flushing_the_cache_tier() {
 }
 
 /// One pool keeps the whole device reserved after its buffers are freed
-/// (release threshold `u64::MAX`); another pool asks for 4 GiB through a
+/// (release threshold `usize::MAX`); another pool asks for 4 GiB through a
 /// retry adaptor that trims the first pool. The request is granted and the
 /// memory is usable, by one of two paths, and the test checks the one taken:
 /// either the runtime refuses, the trim releases the first pool and the
@@ -260,7 +260,7 @@ fn retry_with_trim_when_another_pool_holds_the_device() {
     let test = "oom::retry_with_trim_when_another_pool_holds_the_device";
     let Some(gpu) = setup(test) else { return };
     let Gpu { dev, k, stream, .. } = &gpu;
-    let hog = pool(test, dev, None, Some(u64::MAX)).unwrap();
+    let hog = pool(test, dev, None, Some(usize::MAX)).unwrap();
     let (held, e) = fill_up(4096, || DeviceBuffer::new_in(1 << 30, &hog, stream));
     assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
     let gib = held.len();
@@ -269,7 +269,7 @@ fn retry_with_trim_when_another_pool_holds_the_device() {
     let s = hog.stats().unwrap();
     assert_eq!(s.used_current, 0, "{s}");
     let reserved = s.reserved_current;
-    assert!(reserved >= (gib as u64) << 30, "the pool kept its memory: {s}");
+    assert!(reserved >= gib << 30, "the pool kept its memory: {s}");
 
     let other = pool(test, dev, None, None).unwrap();
     let want = 4usize << 30;
@@ -280,7 +280,7 @@ fn retry_with_trim_when_another_pool_holds_the_device() {
     let path = if retry.stats().out_of_memory == 0 {
         assert_eq!(counts(retry.stats()), (0, 0, 0));
         assert!(
-            kept + want as u64 <= reserved,
+            kept + want <= reserved,
             "4 GiB granted on a full device, but the other pool still holds {kept} of {reserved} bytes"
         );
         "granted at once: the runtime took the unused memory of the other pool itself"

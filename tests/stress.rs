@@ -63,7 +63,7 @@ fn threads_streams_random_sizes_cross_stream_use() {
     };
     let k = Arc::new(TestKernels::load(&dev).unwrap());
     let pool = MemPool::create(&dev, PoolProperties::default()).unwrap();
-    pool.set_release_threshold(u64::MAX).unwrap();
+    pool.set_release_threshold(usize::MAX).unwrap();
     let used_at_start = pool.stats().unwrap().used_current;
     let (threads, ops_per_thread, time_limit) = bounds();
     let seeds = Arc::new(AtomicU32::new(1));

@@ -71,7 +71,7 @@ use crate::backend::{CaptureInfo, DevicePtr, RawAlloc, RawLocation, RawPointerIn
 use crate::error::{Error, Result};
 use crate::host::MemoryType;
 
-const BACKEND: &str = "cuda";
+const BACKEND: crate::Vendor = crate::Vendor::Cuda;
 const LIBRARY: &str = "libcudart";
 /// `$SOMALLOC_CUDART` alone when set, else these, newest first.
 const LIBRARY_ENV: &str = "SOMALLOC_CUDART";

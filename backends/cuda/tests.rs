@@ -9,7 +9,7 @@ fn init_and_device_count_fail_cleanly_without_gpu() {
     match Cuda::init() {
         Ok(()) => match Cuda::device_count() {
             Ok(_) => {}
-            Err(Error::NoDevice { backend, .. }) => assert_eq!(backend, "cuda"),
+            Err(Error::NoDevice { backend, .. }) => assert_eq!(backend, crate::Vendor::Cuda),
             Err(e) => panic!("device_count: unexpected error {e}"),
         },
         Err(Error::RuntimeNotFound {
@@ -53,15 +53,24 @@ fn only_cuda_12_and_13_runtimes_are_used() {
 fn error_codes_map_to_errors() {
     assert!(matches!(
         common::vendor::<CudaCodes>("cudaGetDeviceCount", 100),
-        Error::NoDevice { backend: "cuda", .. }
+        Error::NoDevice {
+            backend: crate::Vendor::Cuda,
+            ..
+        }
     ));
     assert!(matches!(
         common::vendor::<CudaCodes>("cudaGetDeviceCount", 35),
-        Error::NoDevice { backend: "cuda", .. }
+        Error::NoDevice {
+            backend: crate::Vendor::Cuda,
+            ..
+        }
     ));
     assert!(matches!(
         common::vendor::<CudaCodes>("cudaMemPoolCreate", 801),
-        Error::Unsupported { backend: "cuda", .. }
+        Error::Unsupported {
+            backend: crate::Vendor::Cuda,
+            ..
+        }
     ));
     // The capture errors are ordinary vendor errors with their code.
     for code in [
@@ -96,6 +105,9 @@ fn bad_input_is_refused_before_the_runtime() {
     };
     assert!(matches!(
         Cuda::pool_create(&props),
-        Err(Error::Unsupported { backend: "cuda", .. })
+        Err(Error::Unsupported {
+            backend: crate::Vendor::Cuda,
+            ..
+        })
     ));
 }

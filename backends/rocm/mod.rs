@@ -91,7 +91,7 @@ use crate::backend::{CaptureInfo, DevicePtr, RawAlloc, RawLocation, RawPointerIn
 use crate::error::{Error, InvalidReason, Result};
 use crate::host::MemoryType;
 
-const BACKEND: &str = "rocm";
+const BACKEND: crate::Vendor = crate::Vendor::Rocm;
 const LIBRARY: &str = "libamdhip64";
 /// `$SOMALLOC_AMDHIP` alone when set, else the runtimes of ROCm 7, 6 and 5.
 const LIBRARY_ENV: &str = "SOMALLOC_AMDHIP";

@@ -7,7 +7,7 @@ fn init_and_device_count_fail_cleanly_without_gpu() {
     match Rocm::init() {
         Ok(()) => match Rocm::device_count() {
             Ok(_) => {}
-            Err(Error::NoDevice { backend, .. }) => assert_eq!(backend, "rocm"),
+            Err(Error::NoDevice { backend, .. }) => assert_eq!(backend, crate::Vendor::Rocm),
             Err(e) => panic!("device_count: unexpected error {e}"),
         },
         Err(Error::RuntimeNotFound {
@@ -24,15 +24,24 @@ fn init_and_device_count_fail_cleanly_without_gpu() {
 fn error_codes_map_like_cuda() {
     assert!(matches!(
         common::vendor::<RocmCodes>("hipGetDeviceCount", 100),
-        Error::NoDevice { backend: "rocm", .. }
+        Error::NoDevice {
+            backend: crate::Vendor::Rocm,
+            ..
+        }
     ));
     assert!(matches!(
         common::vendor::<RocmCodes>("hipGetDeviceCount", 35),
-        Error::NoDevice { backend: "rocm", .. }
+        Error::NoDevice {
+            backend: crate::Vendor::Rocm,
+            ..
+        }
     ));
     assert!(matches!(
         common::vendor::<RocmCodes>("hipMemPoolCreate", 801),
-        Error::Unsupported { backend: "rocm", .. }
+        Error::Unsupported {
+            backend: crate::Vendor::Rocm,
+            ..
+        }
     ));
     match common::vendor::<RocmCodes>("hipStreamSynchronize", 1) {
         Error::Vendor { call, code, .. } => {
@@ -81,7 +90,10 @@ fn hip_gaps_are_errors_not_no_ops() {
     };
     assert!(matches!(
         Rocm::pool_create(&props),
-        Err(Error::Unsupported { backend: "rocm", .. })
+        Err(Error::Unsupported {
+            backend: crate::Vendor::Rocm,
+            ..
+        })
     ));
     let null_stream = Rocm::stream_from_raw(std::ptr::null_mut());
     assert!(matches!(
@@ -122,7 +134,7 @@ fn graph_calls_an_old_runtime_lacks_are_unsupported_with_both_versions() {
     let text = version_text(version);
     let expect = |r: Result<()>, call: &str, since: &str| match r {
         Err(Error::Unsupported {
-            backend: "rocm",
+            backend: crate::Vendor::Rocm,
             what,
         }) => {
             assert_eq!(
@@ -194,7 +206,10 @@ fn max_size_on_an_old_runtime_is_unsupported() {
     };
     assert!(matches!(
         Rocm::pool_create(&props),
-        Err(Error::Unsupported { backend: "rocm", .. })
+        Err(Error::Unsupported {
+            backend: crate::Vendor::Rocm,
+            ..
+        })
     ));
 }
 
@@ -216,7 +231,7 @@ fn rocm_pools_take_device_locations_only() {
         ] {
             match refuse_pool_placement(version, &props(loc, alloc)) {
                 Err(Error::Unsupported {
-                    backend: "rocm",
+                    backend: crate::Vendor::Rocm,
                     what,
                 }) => {
                     assert!(what.contains(&version_text(version)), "{what}")
@@ -272,11 +287,14 @@ fn host_pools_on_an_old_runtime_are_unsupported() {
     // 5.2.3 library, no GPU needed).
     assert!(matches!(
         Rocm::pool_create(&props),
-        Err(Error::Unsupported { backend: "rocm", what }) if what.contains("this runtime is HIP")
+        Err(Error::Unsupported { backend: crate::Vendor::Rocm, what }) if what.contains("this runtime is HIP")
     ));
     // The lookups by location exist only for device pools.
     assert!(matches!(
         Rocm::default_pool_at(props.location, props.alloc),
-        Err(Error::Unsupported { backend: "rocm", .. })
+        Err(Error::Unsupported {
+            backend: crate::Vendor::Rocm,
+            ..
+        })
     ));
 }

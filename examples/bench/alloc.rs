@@ -463,7 +463,7 @@ mod cudarc_alloc {
         match made {
             Ok(pair) => Ok(Arc::clone(&pair[usize::from(!tracked)])),
             Err(why) => Err(Error::Unsupported {
-                backend: "cuda",
+                backend: somalloc::Vendor::Cuda,
                 what: format!("cudarc peer: {why}"),
             }),
         }
@@ -537,7 +537,7 @@ mod cudarc_alloc {
     impl CudarcAlloc {
         pub fn new(_: &Stream, _: bool) -> somalloc::Result<CudarcAlloc> {
             Err(Error::Unsupported {
-                backend: "rocm",
+                backend: somalloc::Vendor::Rocm,
                 what: "the cudarc peer (cuda backend only)".into(),
             })
         }

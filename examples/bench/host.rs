@@ -83,7 +83,7 @@ fn host_pool(ctx: &Ctx) -> somalloc::Result<Option<MemPool>> {
         },
         Err(e) => return Err(e),
     };
-    pool.set_release_threshold(u64::MAX)?;
+    pool.set_release_threshold(usize::MAX)?;
     Ok(Some(pool))
 }
 
@@ -324,7 +324,7 @@ pub fn h2d(ctx: &Ctx, rows: &mut Vec<Row>) -> somalloc::Result<()> {
     let mut from_pool = match &pool {
         Some(p) => {
             let mut h = HostBuffer::<u8>::new_in(N, p, stream)?;
-            h.as_mut_slice()?.fill(0x5A);
+            h.wait_slice_mut()?.fill(0x5A);
             Some(h)
         }
         None => None,

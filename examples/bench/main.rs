@@ -107,7 +107,7 @@ pub fn run(args: &Args) -> somalloc::Result<ExitCode> {
 
     let pool = MemPool::default_for(&dev)?;
     let saved_threshold = pool.release_threshold()?;
-    pool.set_release_threshold(u64::MAX)?;
+    pool.set_release_threshold(usize::MAX)?;
     let stream = Stream::new(&dev)?;
     let kernels = TestKernels::load(&dev)?;
 

@@ -601,7 +601,7 @@ fn timeline_chart(path: &Path, res: &Results) -> Out<()> {
             tl.every_ops,
         );
         match tl.peaks {
-            // The pool's own high-water marks, over the whole run.
+            // The pool's own peaks, over the whole run.
             Some(p) => {
                 caption += &format!(
                     "peak reserved {} = {:.2} × peak used, {:.2} × peak live {}",

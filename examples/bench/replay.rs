@@ -538,7 +538,7 @@ fn replay_on(ctx: &Ctx, plan: &Plan, kind: Kind) -> somalloc::Result<Sample> {
     let bind = move || dev.bind_to_thread();
     let run = |measure: &dyn Fn() -> somalloc::Result<Replayed>| -> somalloc::Result<Replayed> {
         ctx.pool.trim_to(0)?;
-        ctx.pool.reset_high_water()?;
+        ctx.pool.reset_peaks()?;
         measure()
     };
     let (done, tier_extra) = match kind {
@@ -577,7 +577,7 @@ fn replay_on(ctx: &Ctx, plan: &Plan, kind: Kind) -> somalloc::Result<Sample> {
         }
     };
     let stats = ctx.pool.stats()?;
-    let reserved = stats.reserved_high as f64;
+    let reserved = stats.reserved_peak as f64;
     let mut s = Sample::timed(done.elapsed, plan.ops.max(1));
     s.extra.push(("peak_reserved_bytes", reserved));
     s.extra.push(("live_peak_bytes", plan.live_peak as f64));

@@ -124,13 +124,13 @@ pub struct Timeline {
 }
 
 /// Peaks of a [`Timeline`]'s run, which started from a trimmed pool with its
-/// high-water marks reset.
+/// peaks reset.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Peaks {
-    /// The pool's `used_high` after the run: bytes handed out by the pool,
+    /// The pool's `used_peak` after the run: bytes handed out by the pool,
     /// blocks sitting in a cache tier included (the pool sees them as used).
     pub pool_used: u64,
-    /// The pool's `reserved_high` after the run.
+    /// The pool's `reserved_peak` after the run.
     pub pool_reserved: u64,
     /// The most bytes the workload itself held live at once (the requested
     /// sizes, counted after every operation).
@@ -275,7 +275,7 @@ pub fn compute_checks(rows: &[Row], checked: &[&str]) -> Vec<Check> {
 ///   the run) at least 95 %;
 ///
 /// and, from every churn timeline with peaks (each started from a trimmed
-/// pool with its high-water marks reset):
+/// pool with its peaks reset):
 ///
 /// * a tier's pool reserved peak at most the raw calls' pool reserved peak
 ///   in the same run;

@@ -281,7 +281,7 @@ pub struct ChurnRun {
 }
 
 /// Runs the churn sequence. With `sample_every`, it starts from a trimmed
-/// pool with its high-water marks reset, records (time, used, reserved,
+/// pool with its peaks reset, records (time, used, reserved,
 /// and the tier's cached bytes) every that many operations, and reports
 /// the peaks (the timeline; the time then includes the sampling).
 pub fn churn<A: StreamAlloc>(
@@ -295,7 +295,7 @@ pub fn churn<A: StreamAlloc>(
     if sample_every.is_some() {
         a.stream().synchronize()?;
         pool.trim_to(0)?;
-        pool.reset_high_water()?;
+        pool.reset_peaks()?;
     } else {
         warm(a, 4 * MIB, 16)?;
     }
@@ -305,8 +305,8 @@ pub fn churn<A: StreamAlloc>(
         points.push(TimelinePoint {
             t_ns: t0.elapsed().as_nanos() as u64,
             ops: i,
-            used: s.used_current,
-            reserved: s.reserved_current,
+            used: s.used_current as u64,
+            reserved: s.reserved_current as u64,
             cached: a.cache_stats().map(|c| c.cached_bytes as u64),
         });
         Ok(())
@@ -336,8 +336,8 @@ pub fn churn<A: StreamAlloc>(
         sample(ops.len() as u64, &mut points)?;
         let s = pool.stats()?;
         peaks = Some(Peaks {
-            pool_used: s.used_high,
-            pool_reserved: s.reserved_high,
+            pool_used: s.used_peak as u64,
+            pool_reserved: s.reserved_peak as u64,
             live: churn_live_peak(ops),
             cached: points.iter().filter_map(|p| p.cached).max(),
             cache_cap: a.cache_cap().map(|c| c as u64),
@@ -423,7 +423,8 @@ pub fn threshold<A: StreamAlloc>(ctx: &Ctx, a: &A, th: u64) -> somalloc::Result<
     } else {
         ctx.plan.threshold_iters_release
     };
-    ctx.pool.set_release_threshold(th)?;
+    ctx.pool
+        .set_release_threshold(usize::try_from(th).unwrap_or(usize::MAX))?;
     a.stream().synchronize()?;
     ctx.pool.trim_to(0)?;
     for _ in 0..2 {
@@ -616,7 +617,7 @@ pub fn run_workload(
                 let Who::Alloc(k) = w else { unreachable!() };
                 let r = with_alloc!(k, c.pool, c.stream, |a| threshold(c, &a, th));
                 // Back to the bench's setting even when it failed.
-                c.pool.set_release_threshold(u64::MAX)?;
+                c.pool.set_release_threshold(usize::MAX)?;
                 r
             })?);
         }

@@ -33,7 +33,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use somalloc::adaptors::{LimitingAdaptor, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor};
+//! use somalloc::adaptors::{Backtraces, LimitingAdaptor, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor};
 //! use somalloc::{CacheConfig, CacheTier, Device, DeviceBuffer, MemPool, MemoryResource, Stream};
 //!
 //! # fn main() -> somalloc::Result<()> {
@@ -43,7 +43,7 @@
 //! let limited = Arc::new(LimitingAdaptor::new(Arc::new(pool.clone()), 8 << 30));
 //! let tier = Arc::new(CacheTier::new(limited, CacheConfig::default())?);
 //! let retry = Arc::new(RetryAdaptor::new(tier.clone()).flush_on_oom(&tier).trim_on_oom(&pool));
-//! let tracked = Arc::new(TrackingAdaptor::new(retry, false));
+//! let tracked = Arc::new(TrackingAdaptor::new(retry, Backtraces::Off));
 //! let stats = Arc::new(StatisticsAdaptor::new(tracked.clone()));
 //! let res: Arc<dyn MemoryResource> = stats.clone();
 //!
@@ -64,7 +64,7 @@ pub use limit::LimitingAdaptor;
 pub use record::RecordingAdaptor;
 pub use retry::{RetryAdaptor, RetryStats};
 pub use stats::{ResourceStats, StatisticsAdaptor};
-pub use tracking::{Outstanding, TrackingAdaptor};
+pub use tracking::{Backtraces, Outstanding, TrackingAdaptor};
 
 #[cfg(test)]
 mod tests;

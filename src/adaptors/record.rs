@@ -1,6 +1,5 @@
 //! Recording every allocation into a trace file.
 
-use std::backtrace::Backtrace;
 use std::ffi::c_void;
 use std::fmt;
 use std::path::Path;
@@ -10,7 +9,7 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::resource::MemoryResource;
 use crate::stream::Stream;
-use crate::trace::recorder::{RawEvent, Shared};
+use crate::trace::recorder::{record_into, Shared};
 use crate::trace::{Action, RecordOptions, Recorder};
 
 /// Records every allocation, free and refused allocation made through it
@@ -100,21 +99,17 @@ impl RecordingAdaptor {
 
     #[inline]
     fn record(&self, t_ns: u64, action: Action, stream: &Stream, bytes: usize, addr: usize) {
-        let backtrace = match action {
-            Action::Allocate | Action::FailedAllocate if self.backtraces => {
-                Some(Box::new(Backtrace::force_capture()))
-            }
-            _ => None,
-        };
-        self.shared.push(RawEvent {
+        let handle = Some(stream.as_raw() as u64);
+        record_into(
+            &self.shared,
+            self.backtraces,
             t_ns,
             action,
-            device: self.device,
-            stream: Some(stream.as_raw() as u64),
-            bytes: bytes as u64,
-            addr: addr as u64,
-            backtrace,
-        });
+            self.device,
+            handle,
+            bytes,
+            addr,
+        );
     }
 }
 

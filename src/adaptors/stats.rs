@@ -30,7 +30,7 @@ pub struct ResourceStats {
     /// Highest `bytes_current` since creation or [`StatisticsAdaptor::reset_peaks`].
     pub bytes_peak: usize,
     /// Bytes of all successful allocations so far.
-    pub bytes_total: u64,
+    pub bytes_total: usize,
     /// Allocations not yet freed.
     pub outstanding: usize,
     /// Highest `outstanding` since creation or the last reset.
@@ -112,7 +112,7 @@ pub struct StatisticsAdaptor {
     failed: AtomicU64,
     bytes_current: AtomicUsize,
     bytes_peak: AtomicUsize,
-    bytes_total: AtomicU64,
+    bytes_total: AtomicUsize,
     outstanding: AtomicUsize,
     outstanding_peak: AtomicUsize,
     histogram: [AtomicU64; BUCKETS],
@@ -136,7 +136,7 @@ impl StatisticsAdaptor {
             failed: AtomicU64::new(0),
             bytes_current: AtomicUsize::new(0),
             bytes_peak: AtomicUsize::new(0),
-            bytes_total: AtomicU64::new(0),
+            bytes_total: AtomicUsize::new(0),
             outstanding: AtomicUsize::new(0),
             outstanding_peak: AtomicUsize::new(0),
             histogram: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -182,7 +182,7 @@ unsafe impl MemoryResource for StatisticsAdaptor {
         match self.inner.allocate(bytes, stream) {
             Ok(ptr) => {
                 self.allocations.fetch_add(1, r);
-                self.bytes_total.fetch_add(bytes as u64, r);
+                self.bytes_total.fetch_add(bytes, r);
                 let now = self.bytes_current.fetch_add(bytes, r).saturating_add(bytes);
                 self.bytes_peak.fetch_max(now, r);
                 let count = self.outstanding.fetch_add(1, r).saturating_add(1);

@@ -119,7 +119,7 @@ fn limiting_holds_under_threads() {
 #[test]
 fn tracking_reports_outstanding_and_refuses_bad_frees() {
     let fake = FakeResource::new(None);
-    let tracking = Arc::new(TrackingAdaptor::new(fake.clone(), true));
+    let tracking = Arc::new(TrackingAdaptor::new(fake.clone(), Backtraces::Capture));
     let res = dyn_res(&tracking);
     let stream = s();
     assert!(tracking.leak_report().contains("no outstanding"));
@@ -184,7 +184,7 @@ fn tracking_reports_outstanding_and_refuses_bad_frees() {
 #[test]
 fn tracking_without_backtraces_and_through_buffers() {
     let fake = FakeResource::new(None);
-    let tracking = Arc::new(TrackingAdaptor::new(fake.clone(), false));
+    let tracking = Arc::new(TrackingAdaptor::new(fake.clone(), Backtraces::Off));
     let res = dyn_res(&tracking);
     let stream = s();
     let buf = DeviceBuffer::<u32>::new_with(25, &res, &stream).unwrap();
@@ -301,7 +301,7 @@ fn adaptors_compose_over_the_cache_tier() {
     let tier = Arc::new(CacheTier::new(fake.clone(), CacheConfig::default()).unwrap());
     let stream = s();
     let cache: Arc<dyn MemoryResource> = tier.for_stream(&stream).unwrap();
-    let tracking = Arc::new(TrackingAdaptor::new(cache, false));
+    let tracking = Arc::new(TrackingAdaptor::new(cache, Backtraces::Off));
     let limited = Arc::new(LimitingAdaptor::new(tracking.clone(), 1 << 20));
     let stats = Arc::new(StatisticsAdaptor::new(limited.clone()));
     let res = dyn_res(&stats);

@@ -32,6 +32,22 @@ pub struct Outstanding {
     pub stream: usize,
 }
 
+/// Whether a [`TrackingAdaptor`] keeps the backtrace of each allocation.
+///
+/// ```
+/// use somalloc::adaptors::Backtraces;
+/// assert_eq!(Backtraces::default(), Backtraces::Off);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Backtraces {
+    /// Records hold the address, size and stream only (cheap).
+    #[default]
+    Off,
+    /// Each record also keeps the allocation's backtrace, printed by the
+    /// leak report (slow: for debugging).
+    Capture,
+}
+
 /// Keeps a record of every allocation made through it until it is freed,
 /// optionally with the backtrace of the allocation, and reports what is
 /// outstanding: on demand ([`TrackingAdaptor::leak_report`]) and, if
@@ -43,14 +59,14 @@ pub struct Outstanding {
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use somalloc::adaptors::TrackingAdaptor;
-/// use somalloc::{Device, DeviceBuffer, MemPool, MemoryResource, Stream};
+/// use somalloc::adaptors::{Backtraces, TrackingAdaptor};
+/// use somalloc::{Device, DeviceBuffer, MemPool, Stream};
 /// # fn main() -> somalloc::Result<()> {
 /// let dev = Device::get(0)?;
 /// let stream = Stream::new(&dev)?;
-/// let tracking = Arc::new(TrackingAdaptor::new(Arc::new(MemPool::default_for(&dev)?), true));
-/// let res: Arc<dyn MemoryResource> = tracking.clone();
-/// let buf = DeviceBuffer::<u8>::new_with(4096, &res, &stream)?;
+/// let pool = Arc::new(MemPool::default_for(&dev)?);
+/// let tracking = Arc::new(TrackingAdaptor::new(pool, Backtraces::Capture));
+/// let buf = DeviceBuffer::<u8>::new_with(4096, &tracking, &stream)?;
 /// assert_eq!(tracking.outstanding_bytes(), 4096);
 /// eprint!("{}", tracking.leak_report()); // the allocation, with its backtrace
 /// drop(buf);
@@ -59,7 +75,7 @@ pub struct Outstanding {
 /// ```
 pub struct TrackingAdaptor {
     inner: Arc<dyn MemoryResource>,
-    backtraces: bool,
+    backtraces: Backtraces,
     records: Mutex<HashMap<usize, Record>>,
 }
 
@@ -73,12 +89,12 @@ impl fmt::Debug for TrackingAdaptor {
 }
 
 impl TrackingAdaptor {
-    /// Tracks what goes through to `inner`; with `capture_backtraces`, each
-    /// record keeps the allocation's backtrace (slow: for debugging).
-    pub fn new(inner: Arc<dyn MemoryResource>, capture_backtraces: bool) -> TrackingAdaptor {
+    /// Tracks what goes through to `inner`; with [`Backtraces::Capture`],
+    /// each record keeps the allocation's backtrace (slow: for debugging).
+    pub fn new(inner: Arc<dyn MemoryResource>, backtraces: Backtraces) -> TrackingAdaptor {
         TrackingAdaptor {
             inner,
-            backtraces: capture_backtraces,
+            backtraces,
             records: Mutex::new(HashMap::new()),
         }
     }
@@ -146,7 +162,7 @@ impl TrackingAdaptor {
 unsafe impl MemoryResource for TrackingAdaptor {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
         let ptr = self.inner.allocate(bytes, stream)?;
-        let backtrace = self.backtraces.then(Backtrace::force_capture);
+        let backtrace = (self.backtraces == Backtraces::Capture).then(Backtrace::force_capture);
         self.records().insert(
             ptr as usize,
             Record {

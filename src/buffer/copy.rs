@@ -1,55 +1,35 @@
-//! Copies between host and device, between buffers, and fills.
+//! Copies between host and device, between buffers, and fills: those of
+//! the buffer's whole view (see `view.rs`).
 
 use bytemuck::Pod;
 
+use super::view::AsDeviceView;
 use super::DeviceBuffer;
-use crate::backend::Backend;
-use crate::error::{Error, InvalidReason, Result};
-use crate::Active;
+use crate::error::Result;
 
 impl<T: Pod> DeviceBuffer<T> {
     /// Copies `src` into the buffer and waits for the copy to finish.
     ///
-    /// On a capturing stream this is [`Error::Capture`] and nothing is
-    /// enqueued (the graph would read `src` at every launch, long after this
-    /// borrow ends).
+    /// On a capturing stream this is [`Error::Capture`](crate::Error::Capture)
+    /// and nothing is enqueued (the graph would read `src` at every launch,
+    /// long after this borrow ends). A range of the buffer:
+    /// [`DeviceViewMut::copy_from_host`](crate::DeviceViewMut::copy_from_host).
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
-        self.check_len(src.len())?;
-        self.refuse_host_copy_in_capture()?;
-        // SAFETY: `src` is borrowed until the stream is synchronised below.
-        unsafe { self.copy_from_host_async(src)? };
-        self.stream.synchronize()
+        self.view_mut().copy_from_host(src)
     }
 
     /// Copies the buffer into `dst` and waits for the copy to finish.
     ///
-    /// On a capturing stream this is [`Error::Capture`] and nothing is
-    /// enqueued (the graph would write `dst` at every launch).
+    /// On a capturing stream this is [`Error::Capture`](crate::Error::Capture)
+    /// and nothing is enqueued (the graph would write `dst` at every launch).
+    /// A range of the buffer: [`DeviceView::copy_to_host`](crate::DeviceView::copy_to_host).
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
-        self.check_len(dst.len())?;
-        self.refuse_host_copy_in_capture()?;
-        // SAFETY: `dst` is borrowed until the stream is synchronised below.
-        unsafe { self.copy_to_host_async(dst)? };
-        self.stream.synchronize()
-    }
-
-    /// A synchronous host copy cannot be recorded into a graph.
-    fn refuse_host_copy_in_capture(&self) -> Result<()> {
-        match self.stream.capturing()? {
-            Some(c) => Err(Error::capture(format!(
-                "a synchronous copy between host and device on a stream in capture {}; \
-                 end the capture first",
-                c.id
-            ))),
-            None => Ok(()),
-        }
+        self.view().copy_to_host(dst)
     }
 
     /// Copies the buffer into a new `Vec` (waits for the copy).
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        let mut v = vec![T::zeroed(); self.len];
-        self.copy_to_host(&mut v)?;
-        Ok(v)
+        self.view().to_vec()
     }
 
     /// Enqueues a copy of `src` into the buffer on the owning stream.
@@ -61,20 +41,8 @@ impl<T: Pod> DeviceBuffer<T> {
     /// launch: `src` must then stay alive and unchanged for as long as the
     /// graph (or an executable graph made from it) may be launched.
     pub unsafe fn copy_from_host_async(&mut self, src: &[T]) -> Result<()> {
-        self.check_len(src.len())?;
-        if self.size_in_bytes() == 0 {
-            return Ok(());
-        }
-        // SAFETY: the device range is this live allocation; the host range
-        // is `src`, whose lifetime the caller guarantees.
-        unsafe {
-            Active::copy_async(
-                self.ptr.as_mut_ptr(),
-                src.as_ptr().cast(),
-                self.size_in_bytes(),
-                self.stream.raw(),
-            )
-        }
+        // SAFETY: the caller's contract, for the whole buffer.
+        unsafe { self.view_mut().copy_from_host_async(src) }
     }
 
     /// Enqueues a copy of the buffer into `dst` on the owning stream.
@@ -86,62 +54,32 @@ impl<T: Pod> DeviceBuffer<T> {
     /// must then stay alive, and unaccessed while a launch runs, for as long
     /// as the graph may be launched.
     pub unsafe fn copy_to_host_async(&self, dst: &mut [T]) -> Result<()> {
-        self.check_len(dst.len())?;
-        if self.size_in_bytes() == 0 {
-            return Ok(());
-        }
-        // SAFETY: as above, for the opposite direction.
-        unsafe {
-            Active::copy_async(
-                dst.as_mut_ptr().cast(),
-                self.ptr.as_mut_ptr(),
-                self.size_in_bytes(),
-                self.stream.raw(),
-            )
-        }
+        // SAFETY: the caller's contract, for the whole buffer.
+        unsafe { self.view().copy_to_host_async(dst) }
     }
 
-    /// Enqueues a device-to-device copy of `src` into this buffer on this
-    /// buffer's stream. `src` must be usable on that stream (its owner, or
-    /// given to `src.use_on`).
-    pub fn copy_from_device(&mut self, src: &DeviceBuffer<T>) -> Result<()> {
-        self.check_len(src.len())?;
-        if !src.is_usable_on(&self.stream) {
-            return Err(InvalidReason::WrongStream
-                .error("source buffer is not usable on the destination's stream; call use_on first"));
-        }
-        if self.size_in_bytes() == 0 {
-            return Ok(());
-        }
-        // SAFETY: both are live allocations of the same size, and `src` is
-        // ordered on this stream (checked above); its free waits for this
-        // stream if it is not the owner.
-        unsafe {
-            Active::copy_async(
-                self.ptr.as_mut_ptr(),
-                src.ptr.as_mut_ptr(),
-                self.size_in_bytes(),
-                self.stream.raw(),
-            )
-        }
+    /// Enqueues a device-to-device copy of `src` (a buffer or a view of one,
+    /// of the same length) into this buffer on this buffer's stream. `src`
+    /// must be usable on that stream (its owner, or given to `src.use_on`).
+    ///
+    /// ```no_run
+    /// use somalloc::{Device, DeviceBuffer, Stream};
+    /// # fn main() -> somalloc::Result<()> {
+    /// let stream = Stream::new(&Device::get(0)?)?;
+    /// let big = DeviceBuffer::from_slice(&[1u16, 2, 3, 4], &stream)?;
+    /// let mut small = DeviceBuffer::<u16>::zeroed(2, &stream)?;
+    /// small.copy_from_device(&big.slice(1..3)?)?; // a range of `big`
+    /// small.slice_mut(..1)?.copy_from_device(&big.slice(3..)?)?; // into a range
+    /// assert_eq!(small.to_vec()?, [4, 3]);
+    /// # Ok(()) }
+    /// ```
+    pub fn copy_from_device<S: AsDeviceView<T> + ?Sized>(&mut self, src: &S) -> Result<()> {
+        self.view_mut().copy_from_device(src)
     }
 
-    /// Enqueues a fill of every byte with `value` on the owning stream.
+    /// Enqueues a fill of every byte with `value` on the owning stream. A
+    /// range of the buffer: [`DeviceViewMut::memset`](crate::DeviceViewMut::memset).
     pub fn memset(&mut self, value: u8) -> Result<()> {
-        if self.size_in_bytes() == 0 {
-            return Ok(());
-        }
-        // SAFETY: the range is exactly this live allocation.
-        unsafe { Active::memset_async(self.ptr, value, self.size_in_bytes(), self.stream.raw()) }
-    }
-
-    fn check_len(&self, other: usize) -> Result<()> {
-        if other != self.len {
-            return Err(InvalidReason::LengthMismatch.error(format!(
-                "length mismatch: buffer has {} elements, the other side {other}",
-                self.len
-            )));
-        }
-        Ok(())
+        self.view_mut().memset(value)
     }
 }

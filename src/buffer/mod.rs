@@ -3,7 +3,9 @@
 //! `mod.rs`: the type, its constructors, and use on other streams;
 //! `origin.rs`: where a buffer's memory came from (and so where its free
 //! goes); `free.rs`: the free, under capture too, and `Drop`; `copy.rs`:
-//! copies and fills; `ipc.rs`: export to and import from other processes.
+//! copies and fills of a whole buffer; `view.rs`: views (sub-ranges) and
+//! their copies and fills; `ipc.rs`: export to and import from other
+//! processes.
 
 use std::ffi::c_void;
 use std::fmt;
@@ -16,10 +18,11 @@ use bytemuck::Pod;
 
 use crate::backend::{Backend, DevicePtr};
 use crate::cache::{Sealed, StreamCache};
+use crate::current;
 use crate::error::{Error, InvalidReason, Result};
 use crate::graph::{self, Capturing};
 use crate::pool::{with_stats, MemPool, Placement};
-use crate::resource::MemoryResource;
+use crate::resource::{MemoryResource, SharedResource};
 use crate::stream::{Event, Stream};
 use crate::Active;
 
@@ -27,9 +30,11 @@ mod copy;
 mod free;
 mod ipc;
 mod origin;
+mod view;
 
 pub use ipc::ExportedBuffer;
 use origin::{CachePtr, Origin, Users};
+pub use view::{AsDeviceView, AsDeviceViewMut, DeviceView, DeviceViewMut};
 
 /// `len` elements of `T` in bytes, or `InvalidArgument` on overflow.
 pub(crate) fn bytes_for<T>(len: usize) -> Result<usize> {
@@ -97,9 +102,43 @@ impl<T: Pod> fmt::Debug for DeviceBuffer<T> {
 }
 
 impl<T: Pod> DeviceBuffer<T> {
-    /// Allocates `len` elements on `stream` from the current pool of the
-    /// stream's device. The contents are uninitialised device memory.
+    /// Allocates `len` elements on `stream` from the current resource of the
+    /// stream's device ([`set_current_resource`](crate::set_current_resource):
+    /// a cache tier, an adaptor stack, a pool), or, where none is set (the
+    /// default), from the vendor's current pool of that device
+    /// ([`MemPool::current`]). The contents are uninitialised device memory.
+    ///
+    /// ```no_run
+    /// use somalloc::{Device, DeviceBuffer, Stream};
+    /// # fn main() -> somalloc::Result<()> {
+    /// let dev = Device::get(0)?;
+    /// let stream = Stream::new(&dev)?;
+    /// let buf = DeviceBuffer::<f32>::new(1 << 20, &stream)?; // enqueued, no sync
+    /// assert_eq!(buf.len(), 1 << 20);
+    /// # Ok(()) }
+    /// ```
+    #[inline]
     pub fn new(len: usize, stream: &Stream) -> Result<Self> {
+        // One relaxed load while no current resource is set anywhere.
+        if current::any_set() {
+            return Self::new_current(len, stream);
+        }
+        Self::new_vendor(len, stream)
+    }
+
+    /// `new` with a current resource set on some device.
+    #[cold]
+    #[inline(never)]
+    fn new_current(len: usize, stream: &Stream) -> Result<Self> {
+        match current::get(&stream.device()) {
+            Some(resource) => Self::new_with(len, &resource, stream),
+            None => Self::new_vendor(len, stream),
+        }
+    }
+
+    /// `new` from the vendor's current pool.
+    #[inline]
+    fn new_vendor(len: usize, stream: &Stream) -> Result<Self> {
         let bytes = bytes_for::<T>(len)?;
         if bytes == 0 {
             return Ok(Self::empty(len, stream, Origin::CURRENT_POOL));
@@ -143,7 +182,9 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Allocates `len` elements on `stream` from `resource` (a
     /// [`MemoryResource`]: a pool, the cache tier, an adaptor stack), which
-    /// must hand out memory of the stream's device. Dropping the buffer gives
+    /// must hand out memory of the stream's device. `resource` is any
+    /// `&Arc<R>` for a resource `R`, or an `&Arc<dyn MemoryResource>` (see
+    /// [`SharedResource`]). Dropping the buffer gives
     /// the memory back through the resource's `deallocate`, on `stream`,
     /// after every stream given to [`DeviceBuffer::use_on`] (as for any
     /// buffer). A buffer of 0 bytes does not call the resource. Such a buffer
@@ -153,60 +194,86 @@ impl<T: Pod> DeviceBuffer<T> {
     /// a [`StreamCache`], which keeps itself and its stream alive until the
     /// buffer's memory is back (even after the tier and every handle to the
     /// cache are gone), so that the buffer holds no reference count at all
-    /// (see [the hot path](crate#the-hot-path)).
+    /// (see [the hot path](crate#the-hot-path)). A
+    /// [`CacheTier`](crate::CacheTier) given here serves the allocation from
+    /// `stream`'s cache in the same way (after finding it under the tier's
+    /// lock).
     ///
     /// ```no_run
     /// use std::sync::Arc;
-    /// use somalloc::{CacheConfig, CacheTier, Device, DeviceBuffer, MemPool, MemoryResource, Stream};
+    /// use somalloc::{CacheConfig, CacheTier, Device, DeviceBuffer, MemPool, Stream};
     /// # fn main() -> somalloc::Result<()> {
     /// let dev = Device::get(0)?;
     /// let stream = Stream::new(&dev)?;
-    /// let tier = CacheTier::new(Arc::new(MemPool::default_for(&dev)?), CacheConfig::default())?;
-    /// let res: Arc<dyn MemoryResource> = tier.for_stream(&stream)?;
-    /// let buf = DeviceBuffer::<f32>::new_with(1 << 20, &res, &stream)?;
-    /// # drop(buf);
+    /// let pool = Arc::new(MemPool::default_for(&dev)?);
+    /// let a = DeviceBuffer::<f32>::new_with(1 << 20, &pool, &stream)?;
+    /// let tier = CacheTier::new(pool, CacheConfig::default())?;
+    /// let cache = tier.for_stream(&stream)?;
+    /// let b = DeviceBuffer::<f32>::new_with(1 << 20, &cache, &stream)?;
+    /// # drop((a, b));
     /// # Ok(()) }
     /// ```
     #[inline(always)]
-    pub fn new_with(len: usize, resource: &Arc<dyn MemoryResource>, stream: &Stream) -> Result<Self> {
-        match resource.stream_cache(Sealed(())) {
+    pub fn new_with<S: SharedResource>(len: usize, resource: &S, stream: &Stream) -> Result<Self> {
+        let r = resource.resource();
+        match r.stream_cache(Sealed(())) {
             Some(cache) => {
                 if cache.serves_pinned_host() {
                     refuse_host_memory(cache.placement(), "resource")?;
                 }
-                Self::new_cached(len, cache, resource, stream)
+                Self::alloc_cached(len, cache, resource, stream)
             }
             None => {
-                refuse_host_memory(resource.placement(), "resource")?;
-                Self::new_with_any(len, resource, stream)
+                refuse_host_memory(r.placement(), "resource")?;
+                Self::alloc_other(len, resource, stream)
             }
         }
     }
 
+    /// Allocates `len` elements from `cache` on its own stream: what
+    /// [`new_with`](DeviceBuffer::new_with) does with the cache and
+    /// [`cache.stream()`](StreamCache::stream), without naming the stream
+    /// again.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use somalloc::{CacheConfig, CacheTier, Device, DeviceBuffer, MemPool, Stream};
+    /// # fn main() -> somalloc::Result<()> {
+    /// let dev = Device::get(0)?;
+    /// let tier = CacheTier::new(Arc::new(MemPool::default_for(&dev)?), CacheConfig::default())?;
+    /// let cache = tier.for_stream(&Stream::new(&dev)?)?;
+    /// for _ in 0..1000 {
+    ///     let buf = DeviceBuffer::<f32>::new_cached(1 << 20, &cache)?; // a hit after the first
+    ///     assert!(buf.stream() == cache.stream());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[inline(always)]
+    pub fn new_cached(len: usize, cache: &Arc<StreamCache>) -> Result<Self> {
+        Self::new_with(len, cache, cache.stream())
+    }
+
     /// `new_with` for any placement (`HostBuffer` holds its memory in one).
-    pub(crate) fn alloc_with(
-        len: usize,
-        resource: &Arc<dyn MemoryResource>,
-        stream: &Stream,
-    ) -> Result<Self> {
-        match resource.stream_cache(Sealed(())) {
-            Some(cache) => Self::new_cached(len, cache, resource, stream),
-            None => Self::new_with_any(len, resource, stream),
+    pub(crate) fn alloc_with<S: SharedResource>(len: usize, resource: &S, stream: &Stream) -> Result<Self> {
+        match resource.resource().stream_cache(Sealed(())) {
+            Some(cache) => Self::alloc_cached(len, cache, resource, stream),
+            None => Self::alloc_other(len, resource, stream),
         }
     }
 
     /// `new_with` on a stream cache: no reference count is taken while the
-    /// cache pins the block.
+    /// cache pins the block. `resource` is the cache's handle (for a buffer
+    /// of 0 bytes and a detached cache, which hold it counted).
     #[inline(always)]
-    fn new_cached(
+    fn alloc_cached<S: SharedResource + ?Sized>(
         len: usize,
         cache: &StreamCache,
-        resource: &Arc<dyn MemoryResource>,
+        resource: &S,
         stream: &Stream,
     ) -> Result<Self> {
         let bytes = bytes_for::<T>(len)?;
         if bytes == 0 {
-            return Self::new_with_any(len, resource, stream);
+            return Self::alloc_any(len, &resource.to_dyn(), stream);
         }
         graph::reclaim_if_ready();
         let capture = stream.capturing()?;
@@ -224,7 +291,7 @@ impl<T: Pod> DeviceBuffer<T> {
             (copy, origin)
         } else {
             // A detached cache: an ordinary resource buffer.
-            (stream.clone(), Origin::resource(resource))
+            (stream.clone(), Origin::resource(&resource.to_dyn()))
         };
         Ok(DeviceBuffer {
             ptr: DevicePtr(ptr as usize),
@@ -238,7 +305,19 @@ impl<T: Pod> DeviceBuffer<T> {
         })
     }
 
-    fn new_with_any(len: usize, resource: &Arc<dyn MemoryResource>, stream: &Stream) -> Result<Self> {
+    /// `new_with` on a resource that is not a stream cache: a tier's cache
+    /// for the stream, or the resource itself.
+    fn alloc_other<S: SharedResource + ?Sized>(len: usize, resource: &S, stream: &Stream) -> Result<Self> {
+        match resource.resource().cache_for(stream, Sealed(())) {
+            Some(cache) => {
+                let cache = cache?;
+                Self::alloc_cached(len, &cache, &cache, stream)
+            }
+            None => Self::alloc_any(len, &resource.to_dyn(), stream),
+        }
+    }
+
+    fn alloc_any(len: usize, resource: &Arc<dyn MemoryResource>, stream: &Stream) -> Result<Self> {
         if resource.device() != stream.device() {
             return Err(InvalidReason::WrongDevice.error(format!(
                 "resource of device {} used with a stream of device {}",
@@ -342,10 +421,22 @@ impl<T: Pod> DeviceBuffer<T> {
     /// For a stream of another device this also asks the pool, each time,
     /// whether that device still has access.
     pub fn is_usable_on(&self, stream: &Stream) -> bool {
-        if self.stream.same_as(stream) {
+        if *self.stream == *stream {
             return true;
         }
-        self.users.iter().any(|u| u.same_as(stream)) && self.check_device_access(stream).is_ok()
+        self.users.iter().any(|u| u == stream) && self.check_device_access(stream).is_ok()
+    }
+
+    /// `is_usable_on` for a stream known by its vendor handle only.
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    pub(crate) fn is_usable_on_raw(&self, raw: *mut c_void) -> bool {
+        if self.stream.as_raw() == raw {
+            return true;
+        }
+        self.users
+            .iter()
+            .find(|u| u.as_raw() == raw)
+            .is_some_and(|u| self.check_device_access(u).is_ok())
     }
 
     /// Cross-device use needs a pool that grants the other device access.
@@ -360,8 +451,9 @@ impl<T: Pod> DeviceBuffer<T> {
             (None, Some(raw)) => raw,
             _ if origin.resource.is_some() || origin.cache.is_some() => {
                 return Err(InvalidReason::NoPeerAccess.error(format!(
-                    "a buffer from a memory resource (new_with) of device {} cannot be used on \
-                     device {}: allocate it with new_in from a pool that grants access",
+                    "a buffer from a memory resource (new_with, or new with a current resource set) \
+                     of device {} cannot be used on device {}: allocate it with new_in from a pool \
+                     that grants access",
                     mine.ordinal(),
                     theirs.ordinal()
                 )))
@@ -405,7 +497,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// or two captures, are [`Error::Capture`] (the runtime would silently
     /// pull `other` into the capture, or invalidate it).
     pub fn use_on(&mut self, other: &Stream) -> Result<()> {
-        if self.stream.same_as(other) {
+        if *self.stream == *other {
             return Ok(());
         }
         self.check_device_access(other)?;
@@ -423,7 +515,7 @@ impl<T: Pod> DeviceBuffer<T> {
             }
         }
         order_after(other, &self.stream)?;
-        if !self.users.iter().any(|u| u.same_as(other)) {
+        if !self.users.iter().any(|u| u == other) {
             self.users.push(other.clone());
         }
         Ok(())
@@ -452,7 +544,7 @@ impl<T: Pod> DeviceBuffer<T> {
 }
 
 /// `waiter` waits for everything queued so far on `target`.
-pub(super) fn order_after(waiter: &Stream, target: &Stream) -> Result<()> {
+pub(crate) fn order_after(waiter: &Stream, target: &Stream) -> Result<()> {
     let event = Event::new(&target.device())?;
     event.record(target)?;
     waiter.wait_event(&event)

@@ -257,7 +257,7 @@ impl State {
             cached_blocks: self.blocks,
             credit_bytes: self.credit,
             live_bytes: self.live,
-            live_high: self.live_high,
+            live_peak: self.live_high,
             hits: self.hits,
             reused_larger: self.reused_larger,
             misses: self.misses,

@@ -19,7 +19,7 @@ pub struct StreamCacheStats {
     /// freed.
     pub live_bytes: usize,
     /// Highest `live_bytes` so far.
-    pub live_high: usize,
+    pub live_peak: usize,
     /// Allocations served from the cache (no upstream call).
     pub hits: u64,
     /// Of those, the ones served by a larger cached block because the
@@ -50,7 +50,7 @@ impl StreamCacheStats {
         self.cached_blocks += other.cached_blocks;
         self.credit_bytes += other.credit_bytes;
         self.live_bytes += other.live_bytes;
-        self.live_high += other.live_high;
+        self.live_peak += other.live_peak;
         self.hits += other.hits;
         self.reused_larger += other.reused_larger;
         self.misses += other.misses;
@@ -66,7 +66,7 @@ impl StreamCacheStats {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CacheStats {
-    /// The sums over the streams below (`stream` is 0; `live_high` is the
+    /// The sums over the streams below (`stream` is 0; `live_peak` is the
     /// sum of the streams' peaks).
     pub total: StreamCacheStats,
     /// Bytes of the total cap leased to streams now (at least

@@ -114,8 +114,17 @@ impl CacheTier {
 
     /// The cache of `stream`, made on first use. Keep the handle and use it
     /// for every allocation on that stream: that is the uncontended path.
-    /// The stream must belong to the upstream's device.
+    /// The stream must belong to the upstream's device. The per-thread
+    /// default stream ([`Stream::per_thread_default`]) is refused with
+    /// [`InvalidReason::SpecialStreamHandle`]: its handle names another
+    /// stream on every thread, so it cannot key a cache.
     pub fn for_stream(&self, stream: &Stream) -> Result<Arc<StreamCache>> {
+        if stream.is_per_thread_default() {
+            return Err(InvalidReason::SpecialStreamHandle.error(
+                "the per-thread default stream has no cache: its handle names another stream on \
+                 every thread; allocate on it from the upstream resource",
+            ));
+        }
         if stream.device() != self.shared.device {
             return Err(InvalidReason::WrongDevice.error(format!(
                 "a cache tier of device {} used with a stream of device {}",
@@ -275,6 +284,10 @@ unsafe impl MemoryResource for CacheTier {
 
     fn placement(&self) -> crate::Placement {
         self.shared.upstream.placement()
+    }
+
+    fn cache_for(&self, stream: &Stream, _: super::Sealed) -> Option<Result<Arc<StreamCache>>> {
+        Some(self.for_stream(stream))
     }
 }
 

@@ -125,7 +125,7 @@ impl GraphExec {
             for orphan in &mut state.orphans {
                 orphan.1 = true;
             }
-            let same = state.last_launch.as_ref().is_some_and(|s| s.same_as(stream));
+            let same = state.last_launch.as_ref().is_some_and(|s| s == stream);
             if !same {
                 state.last_launch = Some(stream.clone());
             }

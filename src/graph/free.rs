@@ -104,7 +104,7 @@ unsafe fn free_graph_output(ptr: DevicePtr, stream: &Stream, alloc: GraphAlloc) 
     // `stream` so far: later launches on that stream (which allocate the
     // address again) are then ordered after the free.
     let freed = match last {
-        Some(last) if !last.same_as(stream) => order_after(&last, stream).and_then(|()| {
+        Some(last) if last != *stream => order_after(&last, stream).and_then(|()| {
             // SAFETY: the latest launch allocated it and nothing freed it
             // since; every use is ordered before this point of `stream` (the
             // caller's guarantees), and `last` now waits for that point.

@@ -14,21 +14,21 @@ use super::*;
 #[non_exhaustive]
 pub struct GraphMemStats {
     /// Bytes in use by graph allocations now.
-    pub used_current: u64,
+    pub used_current: usize,
     /// Highest `used_current` since the last reset.
-    pub used_high: u64,
+    pub used_peak: usize,
     /// Bytes reserved for graph allocations now.
-    pub reserved_current: u64,
+    pub reserved_current: usize,
     /// Highest `reserved_current` since the last reset.
-    pub reserved_high: u64,
+    pub reserved_peak: usize,
 }
 
 impl fmt::Display for GraphMemStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "graph memory: used {} (high {}), reserved {} (high {})",
-            self.used_current, self.used_high, self.reserved_current, self.reserved_high
+            "graph memory: used {} (peak {}), reserved {} (peak {})",
+            self.used_current, self.used_peak, self.reserved_current, self.reserved_peak
         )
     }
 }
@@ -43,12 +43,12 @@ impl Device {
     /// # Ok(()) }
     /// ```
     pub fn graph_mem_stats(&self) -> Result<GraphMemStats> {
-        let get = |a| Active::graph_mem_get(self.ordinal(), a);
+        let get = |a| Active::graph_mem_get(self.ordinal(), a).map(crate::pool_stats::bytes);
         Ok(GraphMemStats {
             used_current: get(GraphMemAttr::UsedMemCurrent)?,
-            used_high: get(GraphMemAttr::UsedMemHigh)?,
+            used_peak: get(GraphMemAttr::UsedMemHigh)?,
             reserved_current: get(GraphMemAttr::ReservedMemCurrent)?,
-            reserved_high: get(GraphMemAttr::ReservedMemHigh)?,
+            reserved_peak: get(GraphMemAttr::ReservedMemHigh)?,
         })
     }
 

@@ -11,7 +11,38 @@
 //!   [`PushKernelArg`] trait), with everything cudarc's own builder takes
 //!   (scalars, `CudaSlice`, views) passed through unchanged.
 //! * [`DeviceBuffer::copy_from_cudarc`] and [`DeviceBuffer::copy_to_cudarc`]
-//!   copy between a buffer and a `CudaSlice` (or view), stream-ordered.
+//!   copy between a buffer and a `CudaSlice` (or view), stream-ordered; so
+//!   do views of buffers ([`DeviceViewMut::copy_from_cudarc`],
+//!   [`DeviceView::copy_to_cudarc`]).
+//! * Buffers and views are cudarc device memory: they implement cudarc's
+//!   [`DevicePtr`] and [`DevicePtrMut`] (and [`DeviceSlice`]), so they go
+//!   straight into cuBLAS, cuDNN and cudarc's copies (see [Buffers in
+//!   cudarc's calls](#buffers-in-cudarcs-calls)).
+//! * [`Stream::cudarc_stream`] gives cudarc's handle of any somalloc stream
+//!   (for `CudaBlas::new` and the like), without `unsafe`.
+//!
+//! ```no_run
+//! use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
+//! use cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N;
+//! use somalloc::{Device, DeviceBuffer, Stream};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let stream = Stream::new(&Device::get(0)?)?;
+//! let (m, n, k) = (64, 32, 16);
+//! let a = DeviceBuffer::from_slice(&vec![1.0f32; m * k], &stream)?;
+//! let b = DeviceBuffer::from_slice(&vec![2.0f32; k * n], &stream)?;
+//! let mut c = DeviceBuffer::<f32>::zeroed(m * n, &stream)?;
+//! let blas = CudaBlas::new(stream.cudarc_stream()?.clone())?; // on the buffers' stream
+//! let cfg = GemmConfig {
+//!     transa: CUBLAS_OP_N, transb: CUBLAS_OP_N,
+//!     m: m as i32, n: n as i32, k: k as i32,
+//!     alpha: 1.0, lda: m as i32, ldb: k as i32, beta: 0.0, ldc: m as i32,
+//! };
+//! // SAFETY: column-major m×k, k×n and m×n matrices of those sizes.
+//! unsafe { blas.gemm(cfg, &a, &b, &mut c) }?;
+//! assert!(c.to_vec()?.iter().all(|&x| x == 2.0 * k as f32));
+//! # Ok(()) }
+//! ```
 //!
 //! # Why a builder of its own
 //!
@@ -30,6 +61,48 @@
 //! uses it; the order between two kernels on different streams that share a
 //! buffer is the program's (events, as in cudarc). cudarc's own read/write
 //! event tracking covers `CudaSlice` arguments as usual.
+//!
+//! # Buffers in cudarc's calls
+//!
+//! cudarc's [`DevicePtr::device_ptr`] and [`DevicePtrMut::device_ptr_mut`]
+//! hand out a buffer's address for work that cudarc then enqueues on a
+//! stream it names. They cannot fail, so they cannot refuse a stream the
+//! buffer was not given to; what they do instead:
+//!
+//! * On the buffer's own stream, or one given to [`DeviceBuffer::use_on`]
+//!   (compared by handle, whichever way cudarc got it): the address, and
+//!   nothing else. That is the fast way: make the cuBLAS handle on
+//!   `buf.stream().cudarc_stream()?`, or give the buffer to cudarc's stream
+//!   first (`buf.use_on(&Stream::from_cudarc(&their_stream)?)`).
+//! * On any other stream of the buffer's device (record-stream semantics):
+//!   that stream first waits (through an event) for everything queued on
+//!   the buffer's stream so far, the allocation included; and the guard
+//!   the call returns, which cudarc drops right after enqueuing the work,
+//!   waits on the host until that stream has run it. The buffer's free,
+//!   which cannot come before the guard is gone (the guard borrows the
+//!   buffer), is then after the use. The wait on the host is what keeps
+//!   the free in order: the trait gives the method only `&CudaStream`, not
+//!   a handle it could keep and have the free wait for later, as
+//!   [`DeviceBuffer::use_on`] does.
+//! * Refused, where neither is safe: a stream of another device or of a
+//!   non-primary context, or either stream in a stream capture (the wait
+//!   would pull one stream into the other's capture, or a graph would use
+//!   the memory after its free). The address is then null (0) and the
+//!   refusal is recorded on cudarc's context as an error
+//!   (`CUDA_ERROR_INVALID_VALUE`, or `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`
+//!   for a capture), which cudarc's next checked call returns
+//!   (`CudaContext::check_err`).
+//!
+//! Waiting on the host for every use on a foreign stream is slow but never
+//! wrong; refusing every such use would make a cuBLAS handle on its own
+//! stream unusable with somalloc memory, which is the common case in
+//! cudarc programs.
+//!
+//! [`DeviceSlice::stream`] (which cudarc asks for in a few calls, such as
+//! copies between devices) is the buffer's stream as cudarc's handle,
+//! made on first use ([`Stream::cudarc_stream`]); where cudarc cannot open
+//! the device that method panics, since it cannot return the error: call
+//! `buf.stream().cudarc_stream()?` first to get it as a value.
 //!
 //! # Building
 //!
@@ -71,19 +144,20 @@
 //! ```
 
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use ::cudarc::driver::sys::{CUevent_flags, CUstream};
+use ::cudarc::driver::sys::CUresult;
+use ::cudarc::driver::sys::{CUdeviceptr, CUevent_flags, CUstream};
 use ::cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaStream, DevicePtr, DevicePtrMut, DriverError, LaunchArgs,
-    LaunchConfig, PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, DriverError,
+    LaunchArgs, LaunchConfig, PushKernelArg, SyncOnDrop,
 };
 use bytemuck::Pod;
 
 use crate::backend::Backend;
-use crate::buffer::DeviceBuffer;
+use crate::buffer::{order_after, DeviceBuffer, DeviceView, DeviceViewMut};
 use crate::device::Device;
-use crate::error::{Error, InvalidReason, Result, VendorCode};
+use crate::error::{record_drop_error, Error, InvalidReason, Result, VendorCode};
 use crate::stream::{special_handle, Stream};
 use crate::Active;
 
@@ -150,10 +224,126 @@ impl Stream {
         Stream::borrowed(&device, raw, Some(Box::new(Arc::clone(stream))))
     }
 
-    /// The cudarc stream this `Stream` was made from with
-    /// [`Stream::from_cudarc`], if it was.
-    pub fn cudarc_stream(&self) -> Option<&Arc<CudaStream>> {
-        self.keep_alive::<Arc<CudaStream>>()
+    /// The cudarc handle of this stream, for cudarc's own calls on it
+    /// (`CudaBlas::new`, cuDNN, cudarc's copies, launches, events): the one
+    /// it was made from with [`Stream::from_cudarc`], or, for a stream made
+    /// otherwise, a handle made on the first call, in the primary context of
+    /// the stream's device (the one `CudaContext::new` opens), which cudarc
+    /// never destroys.
+    ///
+    /// The handle may be cloned and kept: it keeps the stream usable for as
+    /// long as it lives.
+    ///
+    /// * For a stream made by [`Stream::new`], somalloc destroys the stream
+    ///   only once every clone of the handle is gone too (at the next
+    ///   `Stream::new` after that, or when the process ends).
+    /// * For a stream wrapped with [`Stream::from_raw`], its lender keeps it
+    ///   alive for as long (the contract of `from_raw`).
+    ///
+    /// cudarc can capture the stream into a graph through this handle,
+    /// without somalloc knowing; so from the first call on, somalloc asks
+    /// the runtime whether the stream is capturing on every
+    /// capture-sensitive call, as for a borrowed stream (see
+    /// [Stream capture](Stream#stream-capture)): allocations on it through
+    /// the cache tier cost more.
+    ///
+    /// An error when cudarc cannot open the device: [`Error::Vendor`] with
+    /// cudarc's code, or [`Error::RuntimeNotFound`] when cudarc's loader
+    /// cannot load the driver library (cudarc panics there; the panic is
+    /// caught).
+    ///
+    /// ```no_run
+    /// use cudarc::cublas::CudaBlas;
+    /// use somalloc::{Device, Stream};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let stream = Stream::new(&Device::get(0)?)?;
+    /// let blas = CudaBlas::new(stream.cudarc_stream()?.clone())?; // cuBLAS on somalloc's stream
+    /// # drop(blas);
+    /// # Ok(()) }
+    /// ```
+    pub fn cudarc_stream(&self) -> Result<&Arc<CudaStream>> {
+        if let Some(from_cudarc) = self.keep_alive::<Arc<CudaStream>>() {
+            return Ok(from_cudarc);
+        }
+        if let Some(made) = self.inner_cudarc().get() {
+            return Ok(made);
+        }
+        let ordinal = self.device().ordinal();
+        let ctx = match std::panic::catch_unwind(|| CudaContext::new(ordinal)) {
+            Ok(Ok(ctx)) => ctx,
+            Ok(Err(e)) => return Err(driver_error("cuDevicePrimaryCtxRetain", e)),
+            Err(_) => {
+                return Err(Error::RuntimeNotFound {
+                    library: "libcuda",
+                    searched: vec!["(cudarc's own search)".into()],
+                    reason: "cudarc could not load the CUDA driver library".into(),
+                    cause: None,
+                })
+            }
+        };
+        // cudarc may capture the stream from now on.
+        self.set_capture_flag(crate::stream::capture_flag::ALWAYS_ASK);
+        // SAFETY: the handle is a live stream of the device whose primary
+        // context `ctx` is (somalloc's streams are made by the runtime, in
+        // the primary context; a borrowed stream's lender promised a stream
+        // of this device). It stays alive while the handle does: an owned
+        // stream is destroyed only once the handle is no longer shared
+        // (`park_if_shared`), and a borrowed stream's lender keeps it alive
+        // as long (the contract of `Stream::from_raw`).
+        let handle = unsafe { ctx.wrap_borrowed_stream(self.as_raw() as CUstream) };
+        Ok(self.inner_cudarc().get_or_init(|| handle))
+    }
+}
+
+/// Streams made by `Stream::new` whose last somalloc handle is gone while
+/// the program still holds their cudarc handle: destroyed once it does not.
+///
+/// The argument: a stream is destroyed only after `Arc::try_unwrap` of its
+/// cudarc handle succeeded, which happens only when this list holds the one
+/// strong reference; from then on no clone exists and none can be made (a
+/// `Weak` no longer upgrades), so nothing can use the stream afterwards.
+static RELEASED: Mutex<Vec<(RawStream, Arc<CudaStream>)>> = Mutex::new(Vec::new());
+
+type RawStream = <Active as Backend>::Stream;
+
+fn released() -> MutexGuard<'static, Vec<(RawStream, Arc<CudaStream>)>> {
+    // No code panics while holding the lock; the list stays consistent.
+    RELEASED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// For an owned stream whose last somalloc handle is gone: `true` when the
+/// program still holds its cudarc `handle` (the stream is then kept, and
+/// destroyed by a later `destroy_released`), `false` when the stream may be
+/// destroyed now.
+pub(crate) fn park_if_shared(raw: RawStream, handle: Arc<CudaStream>) -> bool {
+    match Arc::try_unwrap(handle) {
+        // The wrapper never destroys the stream; the caller does.
+        Ok(_unique) => false,
+        Err(shared) => {
+            released().push((raw, shared));
+            true
+        }
+    }
+}
+
+/// Destroys the kept streams whose cudarc handles the program has let go.
+pub(crate) fn destroy_released() {
+    let free = {
+        let mut kept = released();
+        if kept.is_empty() {
+            return;
+        }
+        let mut free = Vec::new();
+        for (raw, handle) in std::mem::take(&mut *kept) {
+            match Arc::try_unwrap(handle) {
+                Ok(_unique) => free.push(raw),
+                Err(shared) => kept.push((raw, shared)),
+            }
+        }
+        free
+    };
+    for raw in free {
+        record_drop_error(Active::stream_destroy(raw));
     }
 }
 
@@ -161,7 +351,7 @@ impl Stream {
 /// or a borrowed wrapper (which never destroys it) when `ctx` is the primary
 /// context of the stream's device.
 fn cudarc_view(stream: &Stream, ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream>> {
-    if let Some(cs) = stream.cudarc_stream() {
+    if let Some(cs) = stream.keep_alive::<Arc<CudaStream>>() {
         if cs.context() == ctx {
             return Ok(Arc::clone(cs));
         }
@@ -189,7 +379,24 @@ fn cudarc_view(stream: &Stream, ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream
 
 impl<T: Pod> DeviceBuffer<T> {
     /// Enqueues a copy of `src` (a cudarc `CudaSlice` or `CudaView` of the
-    /// same length) into this buffer, on this buffer's stream, and returns.
+    /// same length) into this buffer; see
+    /// [`DeviceViewMut::copy_from_cudarc`] (a range of the buffer:
+    /// `buf.slice_mut(range)?.copy_from_cudarc(src)`).
+    pub fn copy_from_cudarc<S: DevicePtr<T>>(&mut self, src: &S) -> Result<()> {
+        self.view_mut().copy_from_cudarc(src)
+    }
+
+    /// Enqueues a copy of this buffer into `dst` (a cudarc `CudaSlice` or
+    /// `CudaViewMut` of the same length); see [`DeviceView::copy_to_cudarc`]
+    /// (a range of the buffer: `buf.slice(range)?.copy_to_cudarc(dst)`).
+    pub fn copy_to_cudarc<D: DevicePtrMut<T>>(&self, dst: &mut D) -> Result<()> {
+        self.view().copy_to_cudarc(dst)
+    }
+}
+
+impl<T: Pod> DeviceViewMut<'_, T> {
+    /// Enqueues a copy of `src` (a cudarc `CudaSlice` or `CudaView` of the
+    /// same length) into this view, on its buffer's stream, and returns.
     ///
     /// Ordering, whatever cudarc's event tracking is set to: the copy runs
     /// after all work queued so far on `src`'s own stream (its allocation
@@ -200,7 +407,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// An error that cudarc had recorded on the context for later (its
     /// `CudaContext::check_err`) is returned here, as by any cudarc call.
     pub fn copy_from_cudarc<S: DevicePtr<T>>(&mut self, src: &S) -> Result<()> {
-        self.check_cudarc_len(src.len())?;
+        check_cudarc_len(self.len(), src.len())?;
         let bytes = self.size_in_bytes();
         if bytes == 0 {
             return Ok(());
@@ -221,8 +428,8 @@ impl<T: Pod> DeviceBuffer<T> {
             // length, checked), ordered before this point of this buffer's
             // stream (the joins and waits above), and kept alive by the
             // borrow of `src` until its own stream has waited for the copy
-            // (below); the destination is this live allocation, on its own
-            // stream.
+            // (below); the destination is this view's range of a live
+            // allocation, on its buffer's stream.
             unsafe { Active::copy_async(self.as_raw(), ptr as *const c_void, bytes, self.stream().raw()) }?;
         }
         if !same {
@@ -232,9 +439,11 @@ impl<T: Pod> DeviceBuffer<T> {
         }
         ctx.check_err().map_err(|e| driver_error("cuEventRecord", e))
     }
+}
 
-    /// Enqueues a copy of this buffer into `dst` (a cudarc `CudaSlice` or
-    /// `CudaViewMut` of the same length), on this buffer's stream, and
+impl<T: Pod> DeviceView<'_, T> {
+    /// Enqueues a copy of this view into `dst` (a cudarc `CudaSlice` or
+    /// `CudaViewMut` of the same length), on its buffer's stream, and
     /// returns.
     ///
     /// Ordering, whatever cudarc's event tracking is set to: the copy runs
@@ -242,9 +451,9 @@ impl<T: Pod> DeviceBuffer<T> {
     /// included) and after the reads and writes cudarc's events track;
     /// `dst`'s stream waits for the copy (so its later work sees the new
     /// contents), and cudarc's write event, where it tracks one, is recorded
-    /// after it. Errors as for [`DeviceBuffer::copy_from_cudarc`].
+    /// after it. Errors as for [`DeviceViewMut::copy_from_cudarc`].
     pub fn copy_to_cudarc<D: DevicePtrMut<T>>(&self, dst: &mut D) -> Result<()> {
-        self.check_cudarc_len(dst.len())?;
+        check_cudarc_len(self.len(), dst.len())?;
         let bytes = self.size_in_bytes();
         if bytes == 0 {
             return Ok(());
@@ -273,26 +482,27 @@ impl<T: Pod> DeviceBuffer<T> {
         }
         ctx.check_err().map_err(|e| driver_error("cuEventRecord", e))
     }
+}
 
-    fn check_cudarc_len(&self, theirs: usize) -> Result<()> {
-        if theirs != self.len() {
-            return Err(InvalidReason::LengthMismatch.error(format!(
-                "length mismatch: buffer has {} elements, the cudarc memory {theirs}",
-                self.len()
-            )));
-        }
-        Ok(())
+fn check_cudarc_len(mine: usize, theirs: usize) -> Result<()> {
+    if theirs != mine {
+        return Err(InvalidReason::LengthMismatch.error(format!(
+            "length mismatch: the buffer or view has {mine} elements, the cudarc memory {theirs}"
+        )));
     }
+    Ok(())
 }
 
 /// cudarc's kernel launch builder, for launches whose arguments include
 /// somalloc buffers.
 ///
 /// It takes every argument cudarc's `LaunchArgs` takes (through cudarc's
-/// [`PushKernelArg`]: `.arg(&x)`), plus `&DeviceBuffer<T>` and
-/// `&mut DeviceBuffer<T>`, passed to the kernel as the device address (a
-/// `T*` parameter). A buffer that is not usable on the launch stream (its
-/// own stream, or one given to [`DeviceBuffer::use_on`]) makes
+/// [`PushKernelArg`]: `.arg(&x)`), plus `&DeviceBuffer<T>`,
+/// `&mut DeviceBuffer<T>` and views of buffers (`&DeviceView<T>`,
+/// `&DeviceViewMut<T>`, `&mut DeviceViewMut<T>`), passed to the kernel as
+/// the device address of the first element (a `T*` parameter). A buffer
+/// (or view) that is not usable on the launch stream (its own stream, or
+/// one given to [`DeviceBuffer::use_on`]) makes
 /// [`Launch::launch`] return [`Error::InvalidArgument`] without launching.
 /// The buffers stay borrowed until the `Launch` is dropped, so none can be
 /// freed between `arg` and `launch`.
@@ -365,7 +575,7 @@ impl<'a> Launch<'a> {
         self
     }
 
-    fn push_buffer<T: Pod>(&mut self, buf: &DeviceBuffer<T>) -> &mut Self {
+    fn push_buffer<T: Pod>(&mut self, buf: DeviceView<'_, T>) -> &mut Self {
         let position = self.pushed;
         self.pushed += 1;
         if self.refused.is_none() && !buf.is_usable_on(&self.stream) {
@@ -440,7 +650,7 @@ where
 unsafe impl<'a, 'b: 'a, T: Pod> PushKernelArg<&'b DeviceBuffer<T>> for Launch<'a> {
     #[inline(always)]
     fn arg(&mut self, buf: &'b DeviceBuffer<T>) -> &mut Self {
-        self.push_buffer(buf)
+        self.push_buffer(buf.view())
     }
 }
 
@@ -448,6 +658,193 @@ unsafe impl<'a, 'b: 'a, T: Pod> PushKernelArg<&'b DeviceBuffer<T>> for Launch<'a
 unsafe impl<'a, 'b: 'a, T: Pod> PushKernelArg<&'b mut DeviceBuffer<T>> for Launch<'a> {
     #[inline(always)]
     fn arg(&mut self, buf: &'b mut DeviceBuffer<T>) -> &mut Self {
-        self.push_buffer(buf)
+        self.push_buffer(buf.view())
+    }
+}
+
+// SAFETY: as for `&DeviceBuffer<T>`: the address of the view's first
+// element; the view borrows its buffer for `'b`, and the view itself is
+// borrowed for `'b: 'a`.
+unsafe impl<'a, 'b: 'a, T: Pod> PushKernelArg<&'b DeviceView<'_, T>> for Launch<'a> {
+    #[inline(always)]
+    fn arg(&mut self, view: &'b DeviceView<'_, T>) -> &mut Self {
+        self.push_buffer(*view)
+    }
+}
+
+// SAFETY: as for `&DeviceView<T>`.
+unsafe impl<'a, 'b: 'a, T: Pod> PushKernelArg<&'b DeviceViewMut<'_, T>> for Launch<'a> {
+    #[inline(always)]
+    fn arg(&mut self, view: &'b DeviceViewMut<'_, T>) -> &mut Self {
+        self.push_buffer(view.as_view())
+    }
+}
+
+// SAFETY: as for `&DeviceView<T>`; the exclusive borrow lets the kernel
+// write the view's range.
+unsafe impl<'a, 'b: 'a, T: Pod> PushKernelArg<&'b mut DeviceViewMut<'_, T>> for Launch<'a> {
+    #[inline(always)]
+    fn arg(&mut self, view: &'b mut DeviceViewMut<'_, T>) -> &mut Self {
+        self.push_buffer(view.as_view())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// cudarc's pointer traits for buffers and views.
+
+/// `stream`'s cudarc handle, for `DeviceSlice::stream`, which cannot fail.
+fn handle_of(stream: &Stream) -> &Arc<CudaStream> {
+    match stream.cudarc_stream() {
+        Ok(handle) => handle,
+        // The trait cannot return the error; `Stream::cudarc_stream` does.
+        Err(e) => panic!("somalloc: no cudarc handle for the buffer's stream: {e}"),
+    }
+}
+
+/// The device address of `view` for work that cudarc enqueues on `theirs`,
+/// ordered as cudarc's traits ask (see "Buffers in cudarc's calls" in the
+/// module docs): nothing to do on the buffer's stream or one given to
+/// `use_on`; on any other stream, that stream first waits for the buffer's
+/// stream, and the returned guard waits on the host for that stream's use
+/// when it is dropped; where neither is possible, a null address and an
+/// error recorded on cudarc's context.
+fn address_for<'a, T: Pod>(view: DeviceView<'a, T>, theirs: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+    let address = view.as_raw() as CUdeviceptr;
+    if view.size_in_bytes() == 0 || view.owner().is_usable_on_raw(theirs.cu_stream() as *mut c_void) {
+        return (address, SyncOnDrop::Record(None));
+    }
+    match order_foreign(&view, theirs) {
+        Ok(()) => (address, SyncOnDrop::sync_stream(theirs)),
+        Err(e) => {
+            let code = match e {
+                Error::Capture { .. } => CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                _ => CUresult::CUDA_ERROR_INVALID_VALUE,
+            };
+            theirs.context().record_err::<()>(Err(DriverError(code)));
+            (0, SyncOnDrop::Record(None))
+        }
+    }
+}
+
+/// Orders `theirs`, a stream the buffer was not given to, after everything
+/// queued so far on the buffer's stream (its allocation included). Refused:
+/// a stream of another device or context, and either stream capturing
+/// (the wait would pull the other stream into the capture, or join a graph
+/// that replays after the free).
+fn order_foreign<T: Pod>(view: &DeviceView<'_, T>, theirs: &CudaStream) -> Result<()> {
+    let owner = view.stream();
+    let ctx = theirs.context();
+    if !ctx.is_primary() || ctx.ordinal() != owner.device().ordinal() {
+        return Err(InvalidReason::WrongDevice.error(format!(
+            "a buffer of device {} used on a cudarc stream of {} context of device {}",
+            owner.device().ordinal(),
+            if ctx.is_primary() {
+                "the primary"
+            } else {
+                "a non-primary"
+            },
+            ctx.ordinal()
+        )));
+    }
+    if let Some(c) = owner.capturing()? {
+        return Err(Error::capture(format!(
+            "the buffer's stream is in capture {}: give the buffer to the cudarc stream with use_on \
+             within the capture",
+            c.id
+        )));
+    }
+    let raw = theirs.cu_stream() as *mut c_void;
+    if special_handle(raw).is_some() {
+        // The legacy or per-thread default stream: not one stream to wait
+        // with, so the host waits for the allocation.
+        return owner.synchronize();
+    }
+    let foreign = Stream::borrowed(&owner.device(), raw, None)?;
+    if let Some(c) = foreign.capturing()? {
+        return Err(Error::capture(format!(
+            "the cudarc stream is in capture {}: give the buffer to it with use_on",
+            c.id
+        )));
+    }
+    order_after(&foreign, owner)
+}
+
+impl<T: Pod> DeviceSlice<T> for DeviceBuffer<T> {
+    fn len(&self) -> usize {
+        DeviceBuffer::len(self)
+    }
+
+    /// The buffer's stream as cudarc's handle ([`Stream::cudarc_stream`]).
+    ///
+    /// # Panics
+    /// When cudarc cannot open the device (the trait has no way to return
+    /// the error): call `buf.stream().cudarc_stream()?` first to get it as
+    /// an error; once that succeeded, this cannot fail.
+    fn stream(&self) -> &Arc<CudaStream> {
+        handle_of(DeviceBuffer::stream(self))
+    }
+}
+
+/// A read of the buffer by cudarc work on `stream` (cuBLAS, cuDNN,
+/// cudarc's copies); see "Buffers in cudarc's calls" in the module docs.
+impl<T: Pod> DevicePtr<T> for DeviceBuffer<T> {
+    fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        address_for(self.view(), stream)
+    }
+}
+
+/// A write of the buffer by cudarc work on `stream`; as for [`DevicePtr`].
+impl<T: Pod> DevicePtrMut<T> for DeviceBuffer<T> {
+    fn device_ptr_mut<'a>(&'a mut self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        address_for(self.view(), stream)
+    }
+}
+
+impl<T: Pod> DeviceSlice<T> for DeviceView<'_, T> {
+    fn len(&self) -> usize {
+        DeviceView::len(self)
+    }
+
+    /// As for `DeviceBuffer`: the buffer's stream as cudarc's handle.
+    ///
+    /// # Panics
+    /// As for `DeviceBuffer`'s.
+    fn stream(&self) -> &Arc<CudaStream> {
+        handle_of(DeviceView::stream(self))
+    }
+}
+
+/// A read of the view by cudarc work; as for `DeviceBuffer`.
+impl<T: Pod> DevicePtr<T> for DeviceView<'_, T> {
+    fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        address_for(*self, stream)
+    }
+}
+
+impl<T: Pod> DeviceSlice<T> for DeviceViewMut<'_, T> {
+    fn len(&self) -> usize {
+        DeviceViewMut::len(self)
+    }
+
+    /// As for `DeviceBuffer`: the buffer's stream as cudarc's handle.
+    ///
+    /// # Panics
+    /// As for `DeviceBuffer`'s.
+    fn stream(&self) -> &Arc<CudaStream> {
+        handle_of(DeviceViewMut::stream(self))
+    }
+}
+
+/// A read of the view by cudarc work; as for `DeviceBuffer`.
+impl<T: Pod> DevicePtr<T> for DeviceViewMut<'_, T> {
+    fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        address_for(self.as_view(), stream)
+    }
+}
+
+/// A write of the view by cudarc work; as for `DeviceBuffer`.
+impl<T: Pod> DevicePtrMut<T> for DeviceViewMut<'_, T> {
+    fn device_ptr_mut<'a>(&'a mut self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        address_for(self.as_view(), stream)
     }
 }

@@ -28,7 +28,7 @@
 //! // SAFETY: `raw` is a live stream of `dev`; `stream` (which owns it)
 //! // outlives `borrowed` and the buffer below.
 //! let borrowed = unsafe { Stream::from_hip_sys(&dev, raw) }?;
-//! assert!(borrowed.same_as(&stream));
+//! assert!(borrowed == stream);
 //! let buf = DeviceBuffer::<u32>::zeroed(256, &borrowed)?;
 //! drop(buf);
 //! borrowed.synchronize()?;

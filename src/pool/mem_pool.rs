@@ -45,13 +45,31 @@ impl Drop for PoolInner {
 /// # fn main() -> somalloc::Result<()> {
 /// let dev = Device::get(0)?;
 /// let pool = MemPool::create(&dev, PoolProperties::device().max_size(1 << 30))?;
-/// pool.set_release_threshold(u64::MAX)?; // keep freed memory for reuse
+/// pool.set_release_threshold(usize::MAX)?; // keep freed memory for reuse
 /// println!("{}", pool.stats()?);
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
 pub struct MemPool {
     pub(super) inner: Arc<PoolInner>,
+}
+
+/// Two handles are equal when they name the same pool (the same vendor
+/// handle), whichever way they were obtained (created, default, current,
+/// imported).
+impl PartialEq for MemPool {
+    fn eq(&self, other: &MemPool) -> bool {
+        self.inner.raw == other.inner.raw
+    }
+}
+
+impl Eq for MemPool {}
+
+/// Hashes the vendor handle, consistent with `==`.
+impl std::hash::Hash for MemPool {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.as_raw() as usize).hash(state);
+    }
 }
 
 impl MemPool {
@@ -137,7 +155,7 @@ impl MemPool {
     /// let pool = MemPool::create(&dev, PoolProperties::default())?;
     /// MemPool::set_current(&pool)?;
     /// let current = MemPool::current(&dev)?;
-    /// assert!(current.is_owned() && current.same_as(&pool));
+    /// assert!(current.is_owned() && current == pool);
     /// drop(pool);
     /// println!("{}", current.stats()?); // `current` keeps the pool alive
     /// MemPool::set_current(&MemPool::default_for(&dev)?)?;
@@ -156,10 +174,14 @@ impl MemPool {
     }
 
     /// Makes `pool` the one allocations without an explicit pool use on its
-    /// device (for a pool of another placement: the current pool of that
-    /// location and allocation type, `cudaMemSetMemPool`, CUDA 13.0+). When
-    /// a created pool that is current is destroyed, the runtime makes the
-    /// default pool current again.
+    /// device: **process-wide**, for every `cudaMallocAsync` /
+    /// `hipMallocAsync` in the process, whichever library makes it (and for
+    /// [`DeviceBuffer::new`](crate::DeviceBuffer::new) while no
+    /// [current resource](crate::set_current_resource) is set). For a pool
+    /// of another placement: the current pool of that location and
+    /// allocation type (`cudaMemSetMemPool`, CUDA 13.0+). When a created
+    /// pool that is current is destroyed, the runtime makes the default
+    /// pool current again.
     pub fn set_current(pool: &MemPool) -> Result<()> {
         let p = pool.inner.placement;
         if p == Placement::device(pool.inner.device.ordinal()) {
@@ -271,7 +293,7 @@ impl MemPool {
         Self::check_placement_for(device, placement)?;
         if placement.location.is_host() && props.export != ExportHandle::None {
             return Err(Error::Unsupported {
-                backend: Active::NAME,
+                backend: crate::VENDOR,
                 what: "exporting a pool of host memory (IPC of host pools is not supported)".into(),
             });
         }
@@ -306,20 +328,19 @@ impl MemPool {
         self.inner.owned
     }
 
-    /// Whether two handles name the same pool.
-    pub fn same_as(&self, other: &MemPool) -> bool {
-        self.inner.raw == other.inner.raw
-    }
-
     /// Bytes of unused memory the pool keeps when a stream, event or device
     /// is synchronised; above it, memory goes back to the device.
-    pub fn release_threshold(&self) -> Result<u64> {
-        Active::pool_get(self.inner.raw, PoolAttr::ReleaseThreshold)
+    pub fn release_threshold(&self) -> Result<usize> {
+        Active::pool_get(self.inner.raw, PoolAttr::ReleaseThreshold).map(crate::pool_stats::bytes)
     }
 
-    /// Sets the release threshold; `u64::MAX` keeps everything.
-    pub fn set_release_threshold(&self, bytes: u64) -> Result<()> {
-        Active::pool_set(self.inner.raw, PoolAttr::ReleaseThreshold, bytes)
+    /// Sets the release threshold; `usize::MAX` keeps everything.
+    ///
+    /// Process-wide for a shared pool: on the device's default pool (or
+    /// one that is current) it changes what every library allocating from
+    /// it in the process gets (cudarc, PyTorch, `cudaMallocAsync` callers).
+    pub fn set_release_threshold(&self, bytes: usize) -> Result<()> {
+        Active::pool_set(self.inner.raw, PoolAttr::ReleaseThreshold, bytes as u64)
     }
 
     /// The three reuse-policy flags.
@@ -332,7 +353,8 @@ impl MemPool {
         })
     }
 
-    /// Sets the three reuse-policy flags.
+    /// Sets the three reuse-policy flags (process-wide for a shared pool, as
+    /// [`MemPool::set_release_threshold`]).
     pub fn set_reuse_policy(&self, policy: ReusePolicy) -> Result<()> {
         let set = |a, on: bool| Active::pool_set(self.inner.raw, a, u64::from(on));
         set(
@@ -347,7 +369,8 @@ impl MemPool {
     }
 
     /// Releases unused memory until at most `keep_bytes` stay reserved
-    /// (memory backing live allocations is never released).
+    /// (memory backing live allocations is never released). On a shared
+    /// pool this releases what other libraries freed, too.
     pub fn trim_to(&self, keep_bytes: usize) -> Result<()> {
         crate::trace::note(
             crate::trace::Action::Trim,
@@ -358,19 +381,19 @@ impl MemPool {
         Active::pool_trim_to(self.inner.raw, keep_bytes)
     }
 
-    /// Reserved and used bytes, current and high-water.
+    /// Reserved and used bytes, current and peak.
     pub fn stats(&self) -> Result<PoolStats> {
-        let get = |a| Active::pool_get(self.inner.raw, a);
+        let get = |a| Active::pool_get(self.inner.raw, a).map(crate::pool_stats::bytes);
         Ok(PoolStats {
             reserved_current: get(PoolAttr::ReservedMemCurrent)?,
-            reserved_high: get(PoolAttr::ReservedMemHigh)?,
+            reserved_peak: get(PoolAttr::ReservedMemHigh)?,
             used_current: get(PoolAttr::UsedMemCurrent)?,
-            used_high: get(PoolAttr::UsedMemHigh)?,
+            used_peak: get(PoolAttr::UsedMemHigh)?,
         })
     }
 
-    /// Resets both high-water marks to the current values.
-    pub fn reset_high_water(&self) -> Result<()> {
+    /// Resets both peaks (`reserved_peak`, `used_peak`) to the current values.
+    pub fn reset_peaks(&self) -> Result<()> {
         // Both runtimes accept only 0 here, meaning "reset to current".
         Active::pool_set(self.inner.raw, PoolAttr::ReservedMemHigh, 0)?;
         Active::pool_set(self.inner.raw, PoolAttr::UsedMemHigh, 0)

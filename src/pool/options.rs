@@ -20,12 +20,12 @@ use super::*;
 /// conformance suite checks the "all off" guarantee on each.
 ///
 /// Start from [`ReusePolicy::ALL`] or [`ReusePolicy::NONE`] and change
-/// single flags with the `with_*` methods (flags may be added, so the
-/// struct cannot be written out in full):
+/// single flags with the builder methods, named after the fields (flags
+/// may be added, so the struct cannot be written out in full):
 ///
 /// ```
 /// use somalloc::ReusePolicy;
-/// let p = ReusePolicy::NONE.with_follow_event_dependencies(true);
+/// let p = ReusePolicy::NONE.follow_event_dependencies(true);
 /// assert!(p.follow_event_dependencies && !p.allow_opportunistic);
 /// assert_eq!(ReusePolicy::default(), ReusePolicy::ALL);
 /// ```
@@ -54,20 +54,20 @@ impl ReusePolicy {
         allow_internal_dependencies: false,
     };
 
-    /// This policy with `follow_event_dependencies` set to `on`.
-    pub const fn with_follow_event_dependencies(mut self, on: bool) -> ReusePolicy {
+    /// Sets [`follow_event_dependencies`](ReusePolicy::follow_event_dependencies).
+    pub const fn follow_event_dependencies(mut self, on: bool) -> ReusePolicy {
         self.follow_event_dependencies = on;
         self
     }
 
-    /// This policy with `allow_opportunistic` set to `on`.
-    pub const fn with_allow_opportunistic(mut self, on: bool) -> ReusePolicy {
+    /// Sets [`allow_opportunistic`](ReusePolicy::allow_opportunistic).
+    pub const fn allow_opportunistic(mut self, on: bool) -> ReusePolicy {
         self.allow_opportunistic = on;
         self
     }
 
-    /// This policy with `allow_internal_dependencies` set to `on`.
-    pub const fn with_allow_internal_dependencies(mut self, on: bool) -> ReusePolicy {
+    /// Sets [`allow_internal_dependencies`](ReusePolicy::allow_internal_dependencies).
+    pub const fn allow_internal_dependencies(mut self, on: bool) -> ReusePolicy {
         self.allow_internal_dependencies = on;
         self
     }
@@ -106,7 +106,7 @@ impl PeerAccess {
             1 => Ok(PeerAccess::Read),
             3 => Ok(PeerAccess::ReadWrite),
             other => Err(Error::Unsupported {
-                backend: Active::NAME,
+                backend: crate::VENDOR,
                 what: format!("access flags {other:#x} reported by the runtime"),
             }),
         }

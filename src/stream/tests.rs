@@ -38,9 +38,15 @@ fn ordinary_handles_are_borrowed_by_identity() {
     // SAFETY: as above.
     let c = unsafe { Stream::from_raw(&dev, 0x3 as *mut c_void) }.unwrap();
     assert!(!a.is_owned());
-    assert!(a.same_as(&b));
-    assert!(!a.same_as(&c));
+    assert_eq!(a, b);
+    assert_ne!(a, c);
     assert_eq!(a.as_raw() as usize, 0x1000);
+    // Equal handles hash alike: a set keeps one of them. (The hash reads
+    // only the handle, which never changes.)
+    #[allow(clippy::mutable_key_type)]
+    let set: std::collections::HashSet<Stream> = [a.clone(), b, c, a.clone()].into_iter().collect();
+    assert_eq!(set.len(), 2);
+    assert!(set.contains(&a));
 }
 
 #[test]

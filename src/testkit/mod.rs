@@ -23,7 +23,7 @@ use std::ffi::{c_void, CStr};
 use bytemuck::Pod;
 
 use crate::backend::{Backend, DevicePtr, TestSupport};
-use crate::buffer::DeviceBuffer;
+use crate::buffer::{DeviceBuffer, DeviceView, DeviceViewMut};
 use crate::device::Device;
 use crate::error::{record_drop_error, Error, InvalidReason, Result};
 use crate::pool::MemPool;
@@ -52,7 +52,8 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// Device memory the test kernels can work on: a [`DeviceBuffer`], a
+/// Device memory the test kernels can work on: a [`DeviceBuffer`] or a view
+/// of one ([`DeviceView`], [`DeviceViewMut`]), a
 /// [`SyncBuffer`], or a raw allocation named by a [`RawRange`].
 pub trait KernelTarget: sealed::Sealed {
     /// Device address and size in bytes.
@@ -63,6 +64,26 @@ pub trait KernelTarget: sealed::Sealed {
 
 impl<T: Pod> sealed::Sealed for DeviceBuffer<T> {}
 impl<T: Pod> KernelTarget for DeviceBuffer<T> {
+    fn range(&self) -> (*mut c_void, usize) {
+        (self.as_raw(), self.size_in_bytes())
+    }
+    fn usable_on(&self, stream: &Stream) -> bool {
+        self.is_usable_on(stream)
+    }
+}
+
+impl<T: Pod> sealed::Sealed for DeviceView<'_, T> {}
+impl<T: Pod> KernelTarget for DeviceView<'_, T> {
+    fn range(&self) -> (*mut c_void, usize) {
+        (self.as_raw(), self.size_in_bytes())
+    }
+    fn usable_on(&self, stream: &Stream) -> bool {
+        self.is_usable_on(stream)
+    }
+}
+
+impl<T: Pod> sealed::Sealed for DeviceViewMut<'_, T> {}
+impl<T: Pod> KernelTarget for DeviceViewMut<'_, T> {
     fn range(&self) -> (*mut c_void, usize) {
         (self.as_raw(), self.size_in_bytes())
     }
@@ -171,7 +192,7 @@ impl KernelTarget for RawRange {
         (self.ptr, self.bytes)
     }
     fn usable_on(&self, stream: &Stream) -> bool {
-        stream.same_as(&self.stream)
+        *stream == self.stream
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 
-use crate::backend::{Backend, TestSupport};
+use crate::backend::TestSupport;
 use crate::error::{record_drop_error, Error, Result};
 use crate::Active;
 
@@ -22,8 +22,8 @@ pub enum PinnedHostCall {
 impl PinnedHostCall {
     /// The call's name on this backend.
     pub fn name(self) -> &'static str {
-        match (Active::NAME, self) {
-            ("rocm", _) => "hipHostMalloc",
+        match (crate::VENDOR, self) {
+            (crate::Vendor::Rocm, _) => "hipHostMalloc",
             (_, PinnedHostCall::MallocHost) => "cudaMallocHost",
             _ => "cudaHostAlloc",
         }

@@ -283,6 +283,35 @@ fn push_into(l: &mut Local, event: RawEvent) {
     }
 }
 
+/// Hands an event to `shared`, with a backtrace for an allocation when
+/// `backtraces` is on.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record_into(
+    shared: &Arc<Shared>,
+    backtraces: bool,
+    t_ns: u64,
+    action: Action,
+    device: u32,
+    stream: Option<u64>,
+    bytes: usize,
+    addr: usize,
+) {
+    let backtrace = match action {
+        Action::Allocate | Action::FailedAllocate if backtraces => Some(Box::new(Backtrace::force_capture())),
+        _ => None,
+    };
+    shared.push(RawEvent {
+        t_ns,
+        action,
+        device,
+        stream,
+        bytes: bytes as u64,
+        addr: addr as u64,
+        backtrace,
+    });
+}
+
 /// Sends a marker (flush, trim, capture) to every live recorder. One
 /// relaxed load when no recorder is alive.
 #[inline]
@@ -443,6 +472,56 @@ impl Recorder {
     /// Whether allocations get a backtrace ([`RecordOptions::backtraces`]).
     pub fn backtraces(&self) -> bool {
         self.backtraces
+    }
+
+    /// Nanoseconds since the recording started: the time of
+    /// [`record`](Recorder::record)'s events.
+    pub fn now_ns(&self) -> u64 {
+        self.shared.now_ns()
+    }
+
+    /// Records one event of code that allocates without a
+    /// [`RecordingAdaptor`](crate::adaptors::RecordingAdaptor) (the C ABI,
+    /// say), at `t_ns` from [`now_ns`](Recorder::now_ns): take an
+    /// allocation's time after the allocator answered and a free's before
+    /// the memory is given back, so that the trace keeps a block's frees
+    /// before its next allocation. `stream` is the vendor handle
+    /// (`cudaStream_t` / `hipStream_t`) as a number. An allocation (or a
+    /// failed one) gets a backtrace when the recorder takes them. Never
+    /// waits for the file.
+    ///
+    /// ```
+    /// use somalloc::trace::{Action, RecordOptions, Recorder};
+    /// # fn main() -> somalloc::Result<()> {
+    /// # let path = std::env::temp_dir().join("somalloc-doc-record.trace");
+    /// let recorder = Recorder::to_file(&path, RecordOptions::default().markers(false))?;
+    /// let t = recorder.now_ns();
+    /// recorder.record(t, Action::Allocate, 0, Some(0x5000), 4096, 0x7f00_0000_0000);
+    /// let t = recorder.now_ns();
+    /// recorder.record(t, Action::Free, 0, Some(0x5000), 4096, 0x7f00_0000_0000);
+    /// assert_eq!(recorder.finish()?.events, 2);
+    /// # std::fs::remove_file(&path).ok();
+    /// # Ok(()) }
+    /// ```
+    pub fn record(
+        &self,
+        t_ns: u64,
+        action: Action,
+        device: usize,
+        stream: Option<u64>,
+        bytes: usize,
+        addr: usize,
+    ) {
+        record_into(
+            &self.shared,
+            self.backtraces,
+            t_ns,
+            action,
+            device as u32,
+            stream,
+            bytes,
+            addr,
+        );
     }
 
     /// Writes a `key = value` pair into the file's meta records (say, the
@@ -776,7 +855,9 @@ pub(crate) fn clean_backtrace(text: &str) -> String {
     }
     let internal = |f: &Vec<&str>| {
         let head = f.first().copied().unwrap_or("");
-        head.contains("std::backtrace") || head.contains("somalloc::adaptors::record::")
+        head.contains("std::backtrace")
+            || head.contains("somalloc::adaptors::record::")
+            || head.contains("somalloc::trace::recorder::")
     };
     // Only the leading frames are the recorder's own (a program's own
     // frames further down may well be in somalloc).

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use somalloc::adaptors::{LimitingAdaptor, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor};
+use somalloc::adaptors::{Backtraces, LimitingAdaptor, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor};
 use somalloc::testkit::pattern_byte;
 use somalloc::{
     CacheConfig, CacheTier, DeviceBuffer, Error, InvalidReason, MemoryResource, PoolProperties, Stream,
@@ -80,10 +80,7 @@ fn sizes_through_the_cache() {
                     .all(|(j, &b)| b == pattern_byte(j as u64, seed)));
             }
             let used = ctx.pool.stats().unwrap().used_current;
-            assert!(
-                used >= tier.block_size(bytes) as u64,
-                "used {used} < block of {bytes}"
-            );
+            assert!(used >= tier.block_size(bytes), "used {used} < block of {bytes}");
         }
     }
     let st = cache.stats();
@@ -281,7 +278,7 @@ fn caps_are_honoured() {
     }
     let used = ctx.pool.stats().unwrap().used_current - start;
     assert_eq!(
-        used, st.total.cached_bytes as u64,
+        used, st.total.cached_bytes,
         "the pool holds exactly the cached blocks"
     );
     tier.flush().unwrap();
@@ -395,7 +392,7 @@ fn an_adaptor_stack_over_the_tier() {
             .trim_on_oom(&ctx.pool),
     );
     let limited = Arc::new(LimitingAdaptor::new(retry, 256 * MIB));
-    let tracking = Arc::new(TrackingAdaptor::new(limited.clone(), false));
+    let tracking = Arc::new(TrackingAdaptor::new(limited.clone(), Backtraces::Off));
     let stats = Arc::new(StatisticsAdaptor::new(tracking.clone()));
     let r: Arc<dyn MemoryResource> = stats.clone();
     for i in 0..50u32 {

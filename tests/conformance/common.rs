@@ -7,13 +7,13 @@ use somalloc::testkit::TestKernels;
 use somalloc::{Device, DeviceBuffer, Error, MemPool, PoolProperties, Stream, Vendor};
 
 /// Everything a GPU test needs: a device, the test kernels, a pool of its own
-/// (release threshold u64::MAX) and a stream.
+/// (release threshold usize::MAX) and a stream.
 pub struct Ctx {
     pub dev: Device,
     pub k: TestKernels,
     pub pool: MemPool,
     pub stream: Stream,
-    used_at_start: u64,
+    used_at_start: usize,
 }
 
 /// Prints one line that bypasses the test harness's output capture, so skips
@@ -54,7 +54,7 @@ pub fn setup_with(test: &str, props: PoolProperties) -> Option<Ctx> {
         }
         Err(e) => panic!("{test}: create pool: {e}"),
     };
-    pool.set_release_threshold(u64::MAX).expect("set threshold");
+    pool.set_release_threshold(usize::MAX).expect("set threshold");
     let stream = Stream::new(&dev).expect("create stream");
     let used_at_start = pool.stats().expect("stats").used_current;
     Some(Ctx {

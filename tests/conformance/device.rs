@@ -49,7 +49,7 @@ fn borrowed_streams_are_not_destroyed() {
     // SAFETY: `owned` outlives `borrowed`.
     let borrowed = unsafe { Stream::from_raw(&dev, owned.as_raw()) }.unwrap();
     assert!(!borrowed.is_owned());
-    assert!(borrowed.same_as(&owned));
+    assert_eq!(borrowed, owned);
     borrowed.synchronize().unwrap();
     drop(borrowed);
     // Still alive: a destroyed stream would fail here.
@@ -66,7 +66,7 @@ fn borrowed_streams_are_not_destroyed() {
 }
 
 /// The legacy and per-thread handles are not one stream: streams are told
-/// apart by their handle (`same_as`, `use_on`, the cache tier), so these are
+/// apart by their handle (`==`, `use_on`, the cache tier), so these are
 /// refused, with a message naming what to use instead.
 #[test]
 fn legacy_and_per_thread_handles_are_refused() {
@@ -111,13 +111,13 @@ fn current_handle_of_a_created_pool_owns_it() {
         current.is_owned(),
         "somalloc created this pool: the handle must own it"
     );
-    assert!(current.same_as(&created));
+    assert_eq!(current, created);
     // The creator's handle goes; `current` keeps the pool alive (a borrowed
     // handle would now name a destroyed pool).
     drop(created);
-    assert!(!current.same_as(&default));
-    current.set_release_threshold(u64::MAX).unwrap();
-    assert_eq!(current.release_threshold().unwrap(), u64::MAX);
+    assert_ne!(current, default);
+    current.set_release_threshold(usize::MAX).unwrap();
+    assert_eq!(current.release_threshold().unwrap(), usize::MAX);
     let stream = Stream::new(&dev).unwrap();
     let before = current.stats().unwrap().used_current;
     let buf = DeviceBuffer::<u8>::new(1 << 20, &stream).unwrap(); // from the current pool
@@ -125,13 +125,13 @@ fn current_handle_of_a_created_pool_owns_it() {
     drop(buf);
     stream.synchronize().unwrap();
     assert_eq!(current.stats().unwrap().used_current, before);
-    assert!(MemPool::current(&dev).unwrap().same_as(&current));
+    assert_eq!(MemPool::current(&dev).unwrap(), current);
 
     // Back to the default pool; the last handle destroys the created one.
     MemPool::set_current(&default).unwrap();
     drop(current);
     let after = MemPool::current(&dev).unwrap();
-    assert!(after.same_as(&default) && !after.is_owned());
+    assert!(after == default && !after.is_owned());
     assert_eq!(somalloc::drop_errors().last.map(|e| e.to_string()), None);
 }
 

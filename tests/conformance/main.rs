@@ -16,3 +16,4 @@ mod pool;
 mod sizes;
 mod stream_order;
 mod threads;
+mod views;

@@ -29,7 +29,7 @@ fn peer_access_write_on_one_verify_on_zero() {
     let Some((d0, d1)) = two_devices(test) else { return };
     let (k0, k1) = (TestKernels::load(&d0).unwrap(), TestKernels::load(&d1).unwrap());
     let pool = MemPool::create(&d0, PoolProperties::default()).unwrap();
-    pool.set_release_threshold(u64::MAX).unwrap();
+    pool.set_release_threshold(usize::MAX).unwrap();
     let (s0, s1) = (Stream::new(&d0).unwrap(), Stream::new(&d1).unwrap());
     assert_eq!(pool.access(&d0).unwrap(), PeerAccess::ReadWrite);
     assert_eq!(
@@ -120,7 +120,7 @@ fn per_device_default_pools_from_any_thread() {
     let Some((d0, d1)) = two_devices(test) else { return };
     let p0 = MemPool::default_for(&d0).unwrap();
     let p1 = MemPool::default_for(&d1).unwrap();
-    assert!(!p0.same_as(&p1));
+    assert_ne!(p0, p1);
     assert_eq!(p1.device(), d1);
     std::thread::spawn(move || {
         d0.bind_to_thread().unwrap(); // the "wrong" device is current here

@@ -20,17 +20,14 @@ fn release_threshold_and_trim() {
         s.reserved_current, 0,
         "threshold 0 keeps memory after a sync: {s}"
     );
-    assert!(s.reserved_high >= bytes as u64, "{s}");
+    assert!(s.reserved_peak >= bytes, "{s}");
 
-    ctx.pool.set_release_threshold(u64::MAX).unwrap();
-    assert_eq!(ctx.pool.release_threshold().unwrap(), u64::MAX);
+    ctx.pool.set_release_threshold(usize::MAX).unwrap();
+    assert_eq!(ctx.pool.release_threshold().unwrap(), usize::MAX);
     drop(DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &ctx.stream).unwrap());
     ctx.stream.synchronize().unwrap();
     let s = ctx.pool.stats().unwrap();
-    assert!(
-        s.reserved_current >= bytes as u64,
-        "threshold MAX released memory: {s}"
-    );
+    assert!(s.reserved_current >= bytes, "threshold MAX released memory: {s}");
 
     ctx.pool.trim_to(0).unwrap();
     let s = ctx.pool.stats().unwrap();
@@ -50,9 +47,9 @@ fn reuse_policy_round_trips() {
     );
     for bits in 0..8u8 {
         let p = ReusePolicy::NONE
-            .with_follow_event_dependencies(bits & 1 != 0)
-            .with_allow_opportunistic(bits & 2 != 0)
-            .with_allow_internal_dependencies(bits & 4 != 0);
+            .follow_event_dependencies(bits & 1 != 0)
+            .allow_opportunistic(bits & 2 != 0)
+            .allow_internal_dependencies(bits & 4 != 0);
         ctx.pool.set_reuse_policy(p).unwrap();
         assert_eq!(ctx.pool.reuse_policy().unwrap(), p);
     }
@@ -87,7 +84,7 @@ fn reuse_flags_off_keep_streams_apart() {
     // With following event dependencies on, B may take A's block once it
     // waits on an event recorded after the free; content stays right.
     ctx.pool
-        .set_reuse_policy(ReusePolicy::NONE.with_follow_event_dependencies(true))
+        .set_reuse_policy(ReusePolicy::NONE.follow_event_dependencies(true))
         .unwrap();
     let mut x = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, a).unwrap();
     ctx.k.spin(spin_cycles(20), a).unwrap();
@@ -112,20 +109,17 @@ fn stats_follow_allocations() {
     let start = ctx.pool.stats().unwrap();
     let buf = DeviceBuffer::<u8>::new_in(bytes, &ctx.pool, &ctx.stream).unwrap();
     let during = ctx.pool.stats().unwrap();
-    assert!(
-        during.used_current >= start.used_current + bytes as u64,
-        "{during}"
-    );
+    assert!(during.used_current >= start.used_current + bytes, "{during}");
     assert!(during.reserved_current >= during.used_current, "{during}");
     drop(buf);
     ctx.stream.synchronize().unwrap();
     let after = ctx.pool.stats().unwrap();
     assert_eq!(after.used_current, start.used_current, "{after}");
-    assert!(after.used_high >= bytes as u64, "{after}");
-    ctx.pool.reset_high_water().unwrap();
+    assert!(after.used_peak >= bytes, "{after}");
+    ctx.pool.reset_peaks().unwrap();
     let reset = ctx.pool.stats().unwrap();
-    assert_eq!(reset.used_high, reset.used_current, "{reset}");
-    assert_eq!(reset.reserved_high, reset.reserved_current, "{reset}");
+    assert_eq!(reset.used_peak, reset.used_current, "{reset}");
+    assert_eq!(reset.reserved_peak, reset.reserved_current, "{reset}");
     ctx.finish(&[]);
 }
 
@@ -170,18 +164,18 @@ fn chosen_and_current_pools() {
 
     // Allocation from a chosen pool lands in that pool.
     let buf = DeviceBuffer::<u8>::new_in(4 * MIB, &ctx.pool, &ctx.stream).unwrap();
-    assert!(ctx.pool.stats().unwrap().used_current >= (4 * MIB) as u64);
+    assert!(ctx.pool.stats().unwrap().used_current >= 4 * MIB);
     drop(buf);
 
     // Set / get current: `DeviceBuffer::new` then uses it.
     MemPool::set_current(&ctx.pool).unwrap();
-    assert!(MemPool::current(&ctx.dev).unwrap().same_as(&ctx.pool));
+    assert_eq!(MemPool::current(&ctx.dev).unwrap(), ctx.pool);
     let before = ctx.pool.stats().unwrap().used_current;
     let buf = DeviceBuffer::<u8>::new(2 * MIB, &ctx.stream).unwrap();
-    assert!(ctx.pool.stats().unwrap().used_current >= before + (2 * MIB) as u64);
+    assert!(ctx.pool.stats().unwrap().used_current >= before + 2 * MIB);
     drop(buf);
     MemPool::set_current(&default).unwrap();
-    assert!(MemPool::current(&ctx.dev).unwrap().same_as(&default));
+    assert_eq!(MemPool::current(&ctx.dev).unwrap(), default);
 
     // Dropping a handle to the default pool never destroys it.
     drop(MemPool::default_for(&ctx.dev).unwrap());

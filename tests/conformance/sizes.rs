@@ -24,7 +24,7 @@ fn sizes_from_zero_to_one_gib() {
         assert_eq!(ctx.k.verify(&buf, seed, &ctx.stream).unwrap(), 0, "{bytes} bytes");
         if bytes > 0 {
             let used = ctx.pool.stats().unwrap().used_current;
-            assert!(used >= bytes as u64, "used {used} < {bytes}");
+            assert!(used >= bytes, "used {used} < {bytes}");
         }
         if bytes <= 1 << 20 {
             let host = buf.to_vec().unwrap();

@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use super::*;
 use crate::buffer::DeviceBuffer;
+use crate::device::Device;
+use crate::error::InvalidReason;
 use crate::testing::{FakeResource, Rng};
 
 mod capture;
@@ -158,6 +160,38 @@ fn a_cache_refuses_other_streams() {
     ));
     // 0 bytes are refused, not passed on.
     assert!(matches!(cs.allocate(0, &s), Err(Error::InvalidArgument { .. })));
+    drop(tier);
+    assert!(fake.state().live.is_empty());
+    fake.assert_clean();
+}
+
+#[test]
+fn the_default_streams_legacy_cached_per_thread_refused() {
+    let fake = FakeResource::new(None);
+    let tier = tier_over(&fake, CacheConfig::default());
+    let dev = Device::fake(0);
+    // SAFETY: fake device and upstream: the handles never reach a runtime.
+    let (legacy, per_thread) = unsafe { (Stream::legacy_default(&dev), Stream::per_thread_default(&dev)) };
+    assert!(
+        !legacy.may_capture(),
+        "the legacy stream is never asked about capture"
+    );
+    assert!(per_thread.may_capture() && per_thread.is_per_thread_default());
+    let cache = tier.for_stream(&legacy).unwrap();
+    let a = alloc(&cache, 4096);
+    free(&cache, a, 4096);
+    let calls = fake.calls();
+    assert_eq!(alloc(&cache, 4096), a, "a hit on the legacy stream");
+    assert_eq!(fake.calls(), calls);
+    free(&cache, a, 4096);
+    assert!(matches!(
+        tier.for_stream(&per_thread),
+        Err(Error::InvalidArgument {
+            reason: InvalidReason::SpecialStreamHandle,
+            ..
+        })
+    ));
+    assert!(tier.allocate(4096, &per_thread).is_err());
     drop(tier);
     assert!(fake.state().live.is_empty());
     fake.assert_clean();

@@ -121,13 +121,13 @@ fn random_model_keeps_books_and_caps() {
                 assert!(s.cached_bytes <= config.per_stream_cap);
                 assert!(s.cached_bytes <= s.credit_bytes);
                 if let Some(headroom) = config.headroom {
-                    let h = headroom.above(s.live_high);
+                    let h = headroom.above(s.live_peak);
                     assert!(
-                        s.live_bytes + s.cached_bytes <= s.live_high + h,
+                        s.live_bytes + s.cached_bytes <= s.live_peak + h,
                         "seed {seed} step {step}: footprint {} + {} above peak {} + {h}",
                         s.live_bytes,
                         s.cached_bytes,
-                        s.live_high
+                        s.live_peak
                     );
                 }
             }
@@ -231,14 +231,14 @@ fn churn(steps: usize, seed: u64, config: CacheConfig) -> (f64, f64) {
         free(&cache, addr, bytes);
     }
     let st = tier.stats();
-    let ratio = fake.state().used_high as f64 / requested_high as f64;
+    let ratio = fake.state().used_peak as f64 / requested_high as f64;
     let (allocs, frees) = fake.calls();
     eprintln!(
         "churn model, {steps} steps, seed {seed}, guard {:?}: {st}; requested peak {requested_high} B; \
          upstream peak / requested peak = {ratio:.3}; live peak (classes) / requested peak = {:.3}; \
          upstream calls per op = {:.3}",
         config.headroom,
-        st.total.live_high as f64 / requested_high as f64,
+        st.total.live_peak as f64 / requested_high as f64,
         (allocs + frees) as f64 / steps as f64
     );
     drop(cache);

@@ -1,0 +1,260 @@
+"""Real models under PyTorch's allocators and under somalloc.
+
+    python3 benches/models.py [--out DIR] [--steps 25] [--workloads resnet50,gpt2,both]
+                              [--modes caching,async,expandable,somalloc-pool,somalloc-cache]
+
+Workloads (random weights from configs; nothing is downloaded):
+  resnet50  torchvision's ResNet-50, batch 64 of 224x224 images
+  gpt2      GPT-2 small (transformers' GPT2Config), 8 sequences of 512 tokens
+  both      both models every step, each on a stream of its own
+Every step: bf16 autocast, forward, backward, AdamW. 25 steps; ms/step is
+the median of the last 20. Peak is the largest drop of the device's free
+memory (cudaMemGetInfo) after a step, from before the models were made.
+
+Modes, one process each (per workload), all in one run:
+  caching          PyTorch's caching allocator (the default)
+  async            PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+  expandable       PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  somalloc-pool    somalloc through CUDAPluggableAllocator, pool only (cache:off)
+  somalloc-cache   somalloc with its cache tier (caps of 2 GiB per stream, 4 GiB in all)
+--somalloc-conf adds keys to both somalloc modes (e.g. pool:default).
+
+Prints a table with the loss check (step 0 equal to caching's, last step
+within 1e-3 relative), writes models.json and models.svg to --out.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+MODES = {
+    "caching": ("torch", None),
+    "async": ("torch", "backend:cudaMallocAsync"),
+    "expandable": ("torch", "expandable_segments:True"),
+    "somalloc-pool": ("somalloc", "cache:off"),
+    # Caps for training loops: a step frees and reallocates gigabytes, far
+    # above the library's default caps (256 MiB per stream, 1 GiB in all).
+    "somalloc-cache": ("somalloc", "cache:on,cache_per_stream_cap:2GiB,cache_total_cap:4GiB"),
+}
+WORKLOADS = ["resnet50", "gpt2", "both"]
+
+
+# ---------------------------------------------------------------------------
+# One process: one mode, one workload.
+
+
+def child(mode, workload, steps, extra):
+    kind, conf = MODES[mode]
+    if kind == "somalloc":
+        import somalloc.torch
+
+        conf = ",".join(c for c in (conf, extra) if c)
+        somalloc.torch.enable(conf)
+    import torch
+
+    torch.backends.cudnn.benchmark = False  # the pluggable API has no cacheInfo
+    torch.backends.cuda.matmul.allow_tf32 = True
+    dev = torch.device("cuda")
+    free0, total = torch.cuda.mem_get_info()
+
+    def resnet():
+        import torchvision
+
+        torch.manual_seed(0)
+        model = torchvision.models.resnet50(weights=None).to(dev)
+        g = torch.Generator(device="cuda").manual_seed(1)
+        x = torch.randn(64, 3, 224, 224, device=dev, generator=g)
+        y = torch.randint(0, 1000, (64,), device=dev, generator=g)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        loss_fn = torch.nn.CrossEntropyLoss()
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    def gpt2():
+        import transformers
+
+        torch.manual_seed(0)
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).to(dev)
+        g = torch.Generator(device="cuda").manual_seed(2)
+        ids = torch.randint(0, 50257, (8, 512), device=dev, generator=g)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    if workload == "both":
+        parts = [resnet(), gpt2()]
+        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+        for s in streams:
+            s.wait_stream(torch.cuda.current_stream())
+
+        def step():
+            losses = []
+            for fn, s in zip(parts, streams):
+                with torch.cuda.stream(s):
+                    losses.append(fn())
+            for s in streams:
+                torch.cuda.current_stream().wait_stream(s)
+            return losses[0] + losses[1]
+
+    else:
+        step = {"resnet50": resnet, "gpt2": gpt2}[workload]()
+
+    times, losses, peak = [], [], 0
+    torch.cuda.synchronize()
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        loss = step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+        losses.append(float(loss.item()))
+        peak = max(peak, free0 - torch.cuda.mem_get_info()[0])
+    out = {
+        "mode": mode,
+        "workload": workload,
+        "ms_per_step": statistics.median(times[5:]) if len(times) > 5 else statistics.median(times),
+        "step_ms": times,
+        "peak_mib": peak / 2**20,
+        "losses": losses,
+        "device": torch.cuda.get_device_name(0),
+        "conf": conf if kind == "somalloc" else os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        "torch": torch.__version__,
+    }
+    if kind == "somalloc":
+        st = somalloc.stats()
+        out["somalloc"] = st
+        out["pool_reserved_peak_mib"] = st["pool_reserved_peak_bytes"] / 2**20
+        out["failed_frees"] = st["failed_frees"]
+    else:
+        out["max_reserved_mib"] = torch.cuda.max_memory_reserved() / 2**20
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+# ---------------------------------------------------------------------------
+# The driver.
+
+
+def svg(rows, workloads, modes, path):
+    """Two grouped bar charts (ms/step, peak MiB), written by hand."""
+    colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3"]
+    w, h, pad, gap = 900, 330, 60, 30
+    parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">' % (w, 2 * h + 40)]
+    parts.append('<rect width="100%" height="100%" fill="white"/>')
+    for panel, (key, title) in enumerate([("ms_per_step", "ms per step (median of the last 20)"), ("peak_mib", "peak device memory (MiB)")]):
+        top = panel * (h + 20) + 20
+        vals = [r[key] for r in rows.values() if r]
+        vmax = max(vals) * 1.15 if vals else 1
+        parts.append('<text x="%d" y="%d" font-size="14">%s</text>' % (pad, top + 14, title))
+        group_w = (w - 2 * pad) / max(1, len(workloads))
+        bar_w = (group_w - gap) / max(1, len(modes))
+        base = top + h - 40
+        for gi, wl in enumerate(workloads):
+            gx = pad + gi * group_w
+            parts.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % (gx + (group_w - gap) / 2, base + 16, wl))
+            for mi, m in enumerate(modes):
+                r = rows.get((wl, m))
+                if not r:
+                    continue
+                bh = (h - 80) * r[key] / vmax
+                x = gx + mi * bar_w
+                parts.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>' % (x, base - bh, bar_w - 2, bh, colors[mi % len(colors)]))
+                parts.append('<text x="%.1f" y="%.1f" text-anchor="middle" font-size="9">%.0f</text>' % (x + bar_w / 2, base - bh - 3, r[key]))
+        parts.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>' % (pad, base, w - pad, base))
+    for mi, m in enumerate(modes):
+        parts.append('<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d">%s</text>' % (pad + mi * 160, 2 * h + 25, colors[mi % len(colors)], pad + mi * 160 + 14, 2 * h + 34, m))
+    parts.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(parts))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="benches/data")
+    ap.add_argument("--steps", type=int, default=25)
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--somalloc-conf", default="", help="keys added to both somalloc modes")
+    ap.add_argument("--child", nargs=2, metavar=("MODE", "WORKLOAD"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child[0], args.child[1], args.steps, args.somalloc_conf)
+        return 0
+    workloads = args.workloads.split(",")
+    modes = args.modes.split(",")
+    rows = {}
+    for wl in workloads:
+        for m in modes:
+            env = dict(os.environ)
+            env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+            kind, conf = MODES[m]
+            if kind == "torch" and conf:
+                env["PYTORCH_CUDA_ALLOC_CONF"] = conf
+            t0 = time.time()
+            p = subprocess.run([sys.executable, __file__, "--child", m, wl, "--steps", str(args.steps), "--somalloc-conf", args.somalloc_conf], env=env, capture_output=True, text=True)
+            res = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+            if p.returncode != 0 or not res:
+                print("%-9s %-15s FAILED (rc %d)\n%s" % (wl, m, p.returncode, (p.stdout + p.stderr)[-3000:]), flush=True)
+                rows[(wl, m)] = None
+                continue
+            rows[(wl, m)] = json.loads(res[-1][len("RESULT "):])
+            r = rows[(wl, m)]
+            print("%-9s %-15s %8.2f ms/step %9.0f MiB  loss %.6f -> %.6f  (%.0f s)" % (wl, m, r["ms_per_step"], r["peak_mib"], r["losses"][0], r["losses"][-1], time.time() - t0), flush=True)
+            os.makedirs(args.out, exist_ok=True)
+            with open(os.path.join(args.out, "models.partial.json"), "w") as f:
+                json.dump([v for v in rows.values() if v], f)
+    # The loss check and the table.
+    print()
+    print("| workload | mode | ms/step | vs caching | peak MiB | vs lowest PyTorch | loss check |")
+    print("|---|---|---|---|---|---|---|")
+    verdicts = []
+    for wl in workloads:
+        base = rows.get((wl, "caching"))
+        torch_peaks = [rows[(wl, m)]["peak_mib"] for m in ("caching", "async", "expandable") if rows.get((wl, m))]
+        lowest = min(torch_peaks) if torch_peaks else None
+        for m in modes:
+            r = rows.get((wl, m))
+            if not r:
+                print("| %s | %s | failed | | | | |" % (wl, m))
+                verdicts.append(False)
+                continue
+            check = "no baseline"
+            if base:
+                first = r["losses"][0] == base["losses"][0]
+                last = abs(r["losses"][-1] - base["losses"][-1]) <= 1e-3 * abs(base["losses"][-1])
+                check = "ok" if first and last else "step 0 %s, last %s" % ("equal" if first else "differs", "within 1e-3" if last else "off")
+                r["loss_check"] = check
+                verdicts.append(first and last)
+            print("| %s | %s | %.2f | %s | %.0f | %s | %s |" % (
+                wl, m, r["ms_per_step"],
+                "%.3f" % (r["ms_per_step"] / base["ms_per_step"]) if base else "",
+                r["peak_mib"], "%.3f" % (r["peak_mib"] / lowest) if lowest else "", check))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "models.json"), "w") as f:
+        json.dump({"steps": args.steps, "rows": [r for r in rows.values() if r], "failed": ["%s/%s" % k for k, v in rows.items() if not v]}, f, indent=1)
+    svg(rows, workloads, modes, os.path.join(args.out, "models.svg"))
+    print("\nwrote %s and %s" % (os.path.join(args.out, "models.json"), os.path.join(args.out, "models.svg")))
+    print("loss checks: %d passed, %d failed" % (sum(verdicts), len(verdicts) - sum(verdicts)))
+    return 0 if all(verdicts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+//! The configuration string: `key:value` pairs separated by commas, in the
+//! spirit of `PYTORCH_CUDA_ALLOC_CONF`. Read from `somalloc_configure` or,
+//! when that was never called, from the environment variable
+//! `SOMALLOC_CONF` at the first use.
+
+use somalloc_rs::{CacheConfig, Headroom, ReusePolicy};
+
+/// The variable read when no configuration was given.
+pub const ENV: &str = "SOMALLOC_CONF";
+
+/// Which pool serves a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolChoice {
+    /// A pool somalloc creates for itself on each device (the default):
+    /// nothing it sets changes the pools other libraries use.
+    Own,
+    /// The device's default pool (shared with every other user of the
+    /// runtime's stream-ordered allocator in the process).
+    Default,
+}
+
+/// A parsed configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conf {
+    pub pool: PoolChoice,
+    /// Bytes the pool keeps at a synchronisation; `u64::MAX` keeps all.
+    pub release_threshold: u64,
+    /// The pool's reuse policy; `None` leaves the runtime's.
+    pub reuse: Option<ReusePolicy>,
+    /// Largest size of an own pool (`None`: no limit).
+    pub max_size: Option<usize>,
+    /// The cache tier in front of the pool, or `None` for the pool alone.
+    pub cache: Option<CacheConfig>,
+}
+
+impl Default for Conf {
+    fn default() -> Conf {
+        Conf {
+            pool: PoolChoice::Own,
+            release_threshold: u64::MAX,
+            reuse: None,
+            max_size: None,
+            cache: Some(CacheConfig::default()),
+        }
+    }
+}
+
+/// The keys, for messages and the documentation.
+pub const KEYS: &str = "pool, release_threshold, reuse, max_size, cache, cache_total_cap, \
+                        cache_per_stream_cap, cache_max_block, cache_reuse_larger, trace";
+
+impl Conf {
+    /// Parses `text` over the defaults. Empty text (or only commas and
+    /// spaces) is the defaults. Unknown keys, bad values and repeated keys
+    /// are errors that name the key.
+    pub fn parse(text: &str) -> Result<Conf, String> {
+        let mut conf = Conf::default();
+        let mut cache_on = true;
+        let mut cache = CacheConfig::default();
+        let mut seen: Vec<&str> = Vec::new();
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) = item
+                .split_once(':')
+                .map(|(k, v)| (k.trim(), v.trim()))
+                .ok_or_else(|| format!("`{item}` is not key:value (keys: {KEYS})"))?;
+            if seen.contains(&key) {
+                return Err(format!("`{key}` is given twice"));
+            }
+            seen.push(key);
+            let bad = |what: &str| format!("{key}:{value}: {what}");
+            match key {
+                "pool" => {
+                    conf.pool = match value {
+                        "own" => PoolChoice::Own,
+                        "default" => PoolChoice::Default,
+                        _ => return Err(bad("expected own or default")),
+                    }
+                }
+                "release_threshold" => conf.release_threshold = parse_bytes(value).map_err(|e| bad(&e))?,
+                "reuse" => conf.reuse = Some(parse_reuse(value).map_err(|e| bad(&e))?),
+                "max_size" => {
+                    let n = parse_bytes(value).map_err(|e| bad(&e))?;
+                    if n == 0 || n == u64::MAX {
+                        return Err(bad("expected a size above 0"));
+                    }
+                    conf.max_size = Some(usize::try_from(n).map_err(|_| bad("too large"))?);
+                }
+                "cache" => cache_on = parse_switch(value).map_err(|e| bad(&e))?,
+                "cache_total_cap" => cache = cache.total_cap(parse_usize(value).map_err(|e| bad(&e))?),
+                "cache_per_stream_cap" => {
+                    cache = cache.per_stream_cap(parse_usize(value).map_err(|e| bad(&e))?)
+                }
+                "cache_max_block" => cache = cache.max_block_bytes(parse_usize(value).map_err(|e| bad(&e))?),
+                "cache_reuse_larger" => {
+                    cache = cache.reuse_larger(match value {
+                        "off" | "false" | "0" => None,
+                        "on" | "true" => CacheConfig::default().reuse_larger,
+                        permille => {
+                            let p: u32 = permille
+                                .strip_suffix("permille")
+                                .unwrap_or(permille)
+                                .trim()
+                                .parse()
+                                .map_err(|_| {
+                                    bad("expected on, off or a budget in permille of the live peak")
+                                })?;
+                            Some(Headroom::new(0, p))
+                        }
+                    })
+                }
+                // Reserved for the recording of allocations: accepted only
+                // as off until recording exists.
+                "trace" => {
+                    if parse_switch(value).map_err(|e| bad(&e))? {
+                        return Err(bad(
+                            "tracing is not available in this version (the key is reserved)",
+                        ));
+                    }
+                }
+                _ => return Err(format!("unknown key `{key}` (keys: {KEYS})")),
+            }
+        }
+        conf.cache = cache_on.then_some(cache);
+        Ok(conf)
+    }
+}
+
+fn parse_switch(value: &str) -> Result<bool, String> {
+    match value {
+        "on" | "true" | "1" | "True" => Ok(true),
+        "off" | "false" | "0" | "False" => Ok(false),
+        _ => Err("expected on or off".into()),
+    }
+}
+
+fn parse_usize(value: &str) -> Result<usize, String> {
+    let n = parse_bytes(value)?;
+    if n == u64::MAX {
+        return Ok(usize::MAX);
+    }
+    usize::try_from(n).map_err(|_| "too large".into())
+}
+
+/// A byte count: digits with an optional binary unit (`K`, `KiB`, `M`,
+/// `MiB`, `G`, `GiB`, `T`, `TiB`; `KB`, `MB`, ... are read as binary too),
+/// or `max` (all).
+pub fn parse_bytes(value: &str) -> Result<u64, String> {
+    if value.eq_ignore_ascii_case("max") {
+        return Ok(u64::MAX);
+    }
+    let digits = value.chars().take_while(|c| c.is_ascii_digit()).count();
+    let (number, unit) = value.split_at(digits);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{value}` is not a byte count (e.g. 512MiB, 2GiB, 1048576, max)"))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        other => return Err(format!("unknown unit `{other}` in `{value}`")),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("`{value}` does not fit in 64 bits"))
+}
+
+/// `none`, `all`, or `+`-separated flags: `events` (follow event
+/// dependencies), `opportunistic`, `internal` (internal dependencies).
+fn parse_reuse(value: &str) -> Result<ReusePolicy, String> {
+    let mut policy = ReusePolicy::NONE;
+    match value {
+        "none" => return Ok(policy),
+        "all" => return Ok(ReusePolicy::ALL),
+        _ => {}
+    }
+    for flag in value.split('+').map(str::trim) {
+        policy = match flag {
+            "events" => policy.follow_event_dependencies(true),
+            "opportunistic" => policy.allow_opportunistic(true),
+            "internal" => policy.allow_internal_dependencies(true),
+            _ => {
+                return Err(format!(
+                    "unknown reuse flag `{flag}` (none, all, or events+opportunistic+internal)"
+                ))
+            }
+        };
+    }
+    Ok(policy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_every_key() {
+        assert_eq!(Conf::parse("").unwrap(), Conf::default());
+        assert_eq!(Conf::parse(" , ").unwrap(), Conf::default());
+        let c = Conf::parse(
+            "pool:default, release_threshold:512MiB,reuse:events+internal,max_size:8G,cache:on,\
+             cache_total_cap:2GiB,cache_per_stream_cap:64M,cache_max_block:16MiB,cache_reuse_larger:250,trace:off",
+        )
+        .unwrap();
+        assert_eq!(c.pool, PoolChoice::Default);
+        assert_eq!(c.release_threshold, 512 << 20);
+        let r = c.reuse.unwrap();
+        assert!(r.follow_event_dependencies && !r.allow_opportunistic && r.allow_internal_dependencies);
+        assert_eq!(c.max_size, Some(8 << 30));
+        let cache = c.cache.unwrap();
+        assert_eq!(
+            (cache.total_cap, cache.per_stream_cap, cache.max_block_bytes),
+            (2 << 30, 64 << 20, 16 << 20)
+        );
+        assert_eq!(cache.reuse_larger, Some(Headroom::new(0, 250)));
+        assert_eq!(Conf::parse("cache:off").unwrap().cache, None);
+        assert_eq!(
+            Conf::parse("cache_reuse_larger:off")
+                .unwrap()
+                .cache
+                .unwrap()
+                .reuse_larger,
+            None
+        );
+        assert_eq!(
+            Conf::parse("release_threshold:max").unwrap().release_threshold,
+            u64::MAX
+        );
+        assert_eq!(Conf::parse("release_threshold:0").unwrap().release_threshold, 0);
+        let none = Conf::parse("reuse:none").unwrap().reuse.unwrap();
+        assert!(!none.follow_event_dependencies && !none.allow_opportunistic);
+    }
+
+    #[test]
+    fn mistakes_name_the_key() {
+        for (text, says) in [
+            ("bogus:1", "unknown key `bogus`"),
+            ("cache", "not key:value"),
+            ("cache:maybe", "cache:maybe"),
+            ("release_threshold:12XB", "unknown unit"),
+            ("release_threshold:lots", "not a byte count"),
+            ("release_threshold:99999999999T", "does not fit"),
+            ("reuse:events+sometimes", "unknown reuse flag"),
+            ("max_size:0", "above 0"),
+            ("pool:mine", "own or default"),
+            ("trace:on", "reserved"),
+            ("cache:on,cache:off", "given twice"),
+        ] {
+            let e = Conf::parse(text).unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn byte_units_are_binary() {
+        assert_eq!(parse_bytes("1").unwrap(), 1);
+        assert_eq!(parse_bytes("4K").unwrap(), 4096);
+        assert_eq!(parse_bytes("4KB").unwrap(), 4096);
+        assert_eq!(parse_bytes("3MiB").unwrap(), 3 << 20);
+        assert_eq!(parse_bytes("2 GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_bytes("1t").unwrap(), 1 << 40);
+        assert_eq!(parse_bytes("MAX").unwrap(), u64::MAX);
+        assert!(parse_bytes("").is_err());
+        assert!(parse_bytes("-1").is_err());
+    }
+}

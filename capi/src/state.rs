@@ -1,0 +1,571 @@
+//! The process-wide state behind the entry points: the configuration, the
+//! live allocations, and one lazily made state per device (its pool, its
+//! cache tier, and the streams it has seen).
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use somalloc_rs::{CacheTier, Device, Event, MemPool, MemoryResource, PoolProperties, Stream, StreamCache};
+
+use crate::conf::{Conf, PoolChoice, ENV};
+use crate::error::{CapiError, Status};
+use crate::registry::{AddrMap, Live, Path, Refused, Registry};
+
+/// The legacy default stream's handles (null, and `0x1`,
+/// `cudaStreamLegacy`): one key.
+const LEGACY: usize = 0;
+const LEGACY_ALIAS: usize = 0x1;
+/// The per-thread default stream's handle.
+const PER_THREAD: usize = 0x2;
+
+/// The cache key of a stream handle: the legacy stream's two handles name
+/// one stream.
+fn key_of(stream: *mut c_void) -> usize {
+    match stream as usize {
+        LEGACY_ALIAS => LEGACY,
+        k => k,
+    }
+}
+
+/// A device's state, made on its first use (or why it could not be).
+type DeviceSlot = OnceLock<Result<DeviceState, CapiError>>;
+
+pub struct Global {
+    pub registry: Registry,
+    /// One slot per device the runtime sees, or why there are none.
+    devices: Result<Box<[DeviceSlot]>, CapiError>,
+}
+
+/// The configuration: what `somalloc_configure` set (`None`: read
+/// `SOMALLOC_CONF`), and whether a device state was made with it, after
+/// which it no longer changes.
+struct ConfSlot {
+    conf: Option<Conf>,
+    frozen: bool,
+}
+
+static CONF: Mutex<ConfSlot> = Mutex::new(ConfSlot {
+    conf: None,
+    frozen: false,
+});
+static GLOBAL: OnceLock<Global> = OnceLock::new();
+
+fn conf_lock() -> std::sync::MutexGuard<'static, ConfSlot> {
+    CONF.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Sets the configuration (`None`: from `SOMALLOC_CONF`). Only before the
+/// first device state is made (the first allocation or statistics call on
+/// a GPU); afterwards only the configuration in force is accepted again.
+pub fn configure(text: Option<&str>) -> Result<(), CapiError> {
+    let conf = match text {
+        Some(t) => Conf::parse(t).map_err(|e| CapiError::new(Status::Config, e))?,
+        None => env_conf()?,
+    };
+    // Device states are made under this same lock (`conf_for_device`), so
+    // either none was made yet and every one made later reads this
+    // configuration, or `frozen` is set and the one in force is compared.
+    let mut slot = conf_lock();
+    if slot.frozen {
+        if slot.conf.as_ref() == Some(&conf) {
+            return Ok(());
+        }
+        return Err(CapiError::new(
+            Status::Busy,
+            "somalloc is already in use with another configuration: configure it before the \
+             first allocation (or statistics call)",
+        ));
+    }
+    slot.conf = Some(conf);
+    Ok(())
+}
+
+/// The configuration a new device state is made with; it is fixed from
+/// now on.
+fn conf_for_device() -> Result<Conf, CapiError> {
+    let mut slot = conf_lock();
+    let conf = match slot.conf.clone() {
+        Some(c) => c,
+        None => env_conf()?,
+    };
+    slot.conf = Some(conf.clone());
+    slot.frozen = true;
+    Ok(conf)
+}
+
+fn env_conf() -> Result<Conf, CapiError> {
+    match std::env::var(ENV) {
+        Ok(text) => Conf::parse(&text).map_err(|e| CapiError::new(Status::Config, format!("{ENV}: {e}"))),
+        Err(std::env::VarError::NotPresent) => Ok(Conf::default()),
+        Err(e) => Err(CapiError::new(Status::Config, format!("{ENV}: {e}"))),
+    }
+}
+
+pub fn global() -> &'static Global {
+    GLOBAL.get_or_init(|| Global {
+        registry: Registry::default(),
+        devices: Device::count()
+            .map(|n| (0..n).map(|_| OnceLock::new()).collect())
+            .map_err(CapiError::from),
+    })
+}
+
+impl Global {
+    pub fn device_count(&self) -> Result<usize, CapiError> {
+        self.devices.as_ref().map(|d| d.len()).map_err(Clone::clone)
+    }
+
+    /// The state of `device`, made on first use.
+    pub fn device(&self, device: i32) -> Result<&DeviceState, CapiError> {
+        let slots = self.devices.as_ref().map_err(Clone::clone)?;
+        let slot = usize::try_from(device)
+            .ok()
+            .and_then(|d| slots.get(d))
+            .ok_or_else(|| {
+                CapiError::new(
+                    Status::InvalidDevice,
+                    format!(
+                        "invalid device {device} (the runtime sees {} device(s))",
+                        slots.len()
+                    ),
+                )
+            })?;
+        slot.get_or_init(|| DeviceState::new(device as usize, &conf_for_device()?))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The devices made so far.
+    pub fn devices_in_use(&self) -> Vec<&DeviceState> {
+        match &self.devices {
+            Ok(slots) => slots.iter().filter_map(|s| s.get()?.as_ref().ok()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+/// A stream somalloc has seen on a device, with its cache.
+pub struct Entry {
+    pub stream: Stream,
+    pub cache: Option<Arc<StreamCache>>,
+}
+
+#[derive(Default)]
+pub struct Counters {
+    pub allocations: AtomicU64,
+    pub frees: AtomicU64,
+    pub failed_allocations: AtomicU64,
+    pub failed_frees: AtomicU64,
+    pub live_bytes: AtomicU64,
+    pub live_peak: AtomicU64,
+}
+
+pub struct DeviceState {
+    pub device: Device,
+    pub pool: MemPool,
+    pub tier: Option<CacheTier>,
+    /// Streams by key (the legacy stream under 0; never the per-thread
+    /// default stream).
+    streams: RwLock<AddrMap<Arc<Entry>>>,
+    pub counters: Counters,
+}
+
+impl DeviceState {
+    fn new(ordinal: usize, conf: &Conf) -> Result<DeviceState, CapiError> {
+        let device = Device::get(ordinal)?;
+        let _current = DeviceGuard::set(&device)?;
+        let pool = match conf.pool {
+            PoolChoice::Own => {
+                let mut props = PoolProperties::device();
+                if let Some(max) = conf.max_size {
+                    props = props.max_size(max);
+                }
+                MemPool::create(&device, props)?
+            }
+            PoolChoice::Default => {
+                if conf.max_size.is_some() {
+                    return Err(CapiError::new(
+                        Status::Config,
+                        "max_size applies to an own pool only (pool:own)",
+                    ));
+                }
+                MemPool::default_for(&device)?
+            }
+        };
+        pool.set_release_threshold(usize::try_from(conf.release_threshold).unwrap_or(usize::MAX))?;
+        if let Some(policy) = conf.reuse {
+            pool.set_reuse_policy(policy)?;
+        }
+        let tier = match conf.cache {
+            Some(c) => Some(CacheTier::new(Arc::new(pool.clone()), c)?),
+            None => None,
+        };
+        Ok(DeviceState {
+            device,
+            pool,
+            tier,
+            streams: RwLock::new(AddrMap::default()),
+            counters: Counters::default(),
+        })
+    }
+
+    /// The entry of a stream that is not the per-thread default stream.
+    fn entry(&self, key: usize) -> Result<Arc<Entry>, CapiError> {
+        if let Some(e) = self.streams.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(Arc::clone(e));
+        }
+        let stream = if key == LEGACY {
+            // SAFETY: every use of this stream happens inside an entry point
+            // that made this device current first (`DeviceGuard`), on the
+            // calling thread: the null handle then names this device's
+            // legacy default stream.
+            unsafe { Stream::legacy_default(&self.device) }
+        } else {
+            // SAFETY: the caller of the entry point promises that the handle
+            // is a live stream of this device and stays alive while somalloc
+            // uses it (the header's contract: until `somalloc_stream_forget`
+            // when the cache tier is on, or until its allocations are freed).
+            unsafe { Stream::from_raw(&self.device, key as *mut c_void)? }
+        };
+        let cache = match &self.tier {
+            Some(t) => Some(t.for_stream(&stream)?),
+            None => None,
+        };
+        let mut streams = self.streams.write().unwrap_or_else(|p| p.into_inner());
+        let e = streams
+            .entry(key)
+            .or_insert_with(|| Arc::new(Entry { stream, cache }));
+        Ok(Arc::clone(e))
+    }
+
+    pub fn streams(&self) -> Vec<Arc<Entry>> {
+        self.streams
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    fn allocate(&self, size: usize, key: usize) -> Result<(*mut c_void, Path), CapiError> {
+        if key == PER_THREAD {
+            // SAFETY: used only inside this call, on this thread, with this
+            // device current (the caller holds a `DeviceGuard`).
+            let stream = unsafe { Stream::per_thread_default(&self.device) };
+            return Ok((self.pool.allocate(size, &stream)?, Path::Pool));
+        }
+        // The common case, a stream seen before: served under the read
+        // lock (nothing below takes the streams' lock again).
+        {
+            let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(entry) = streams.get(&key) {
+                return Self::allocate_on(entry, &self.pool, size);
+            }
+        }
+        let entry = self.entry(key)?;
+        Self::allocate_on(&entry, &self.pool, size)
+    }
+
+    fn allocate_on(entry: &Entry, pool: &MemPool, size: usize) -> Result<(*mut c_void, Path), CapiError> {
+        match &entry.cache {
+            Some(cache) => Ok((cache.allocate(size, &entry.stream)?, Path::Cache)),
+            None => Ok((pool.allocate(size, &entry.stream)?, Path::Pool)),
+        }
+    }
+
+    /// # Safety
+    /// `ptr` was allocated here as `live` says and is freed once; every use
+    /// is ordered before this point of the stream `key`.
+    unsafe fn deallocate(&self, ptr: *mut c_void, live: Live, key: usize) -> Result<(), CapiError> {
+        let size = live.size;
+        if key == PER_THREAD {
+            // SAFETY: used only inside this call, on this thread, with this
+            // device current.
+            let stream = unsafe { Stream::per_thread_default(&self.device) };
+            return match live.path {
+                // SAFETY: the caller's guarantees; a pool allocation.
+                Path::Pool => unsafe { Ok(self.pool.deallocate(ptr, size, &stream)?) },
+                // SAFETY: as below, `on_own_stream` orders the free.
+                Path::Cache => unsafe { self.on_own_stream(ptr, live, &stream) },
+            };
+        }
+        if live.path == Path::Cache && key == live.stream {
+            // The common case: freed on its own stream, seen before; under
+            // the read lock (nothing below takes the streams' lock again).
+            let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(cache) = streams
+                .get(&key)
+                .and_then(|e| e.cache.as_ref().map(|c| (c, &e.stream)))
+            {
+                // SAFETY: the caller's guarantees; the block came from this
+                // stream's cache with this size.
+                return unsafe { Ok(cache.0.deallocate(ptr, size, cache.1)?) };
+            }
+        }
+        let entry = self.entry(key)?;
+        match live.path {
+            // SAFETY: the caller's guarantees; a pool allocation, freed in
+            // the order of the stream the caller names.
+            Path::Pool => unsafe { Ok(self.pool.deallocate(ptr, size, &entry.stream)?) },
+            Path::Cache if key == live.stream => {
+                let cache = entry.cache.as_ref().ok_or_else(|| {
+                    CapiError::new(Status::Internal, "a cached allocation's stream has no cache")
+                })?;
+                // SAFETY: the caller's guarantees; the block came from this
+                // stream's cache with this size.
+                unsafe { Ok(cache.deallocate(ptr, size, &entry.stream)?) }
+            }
+            // SAFETY: the caller's guarantees.
+            Path::Cache => unsafe { self.on_own_stream(ptr, live, &entry.stream) },
+        }
+    }
+
+    /// A block of the cache of stream `live.stream` freed on another stream
+    /// `on`: the allocation stream waits for the current end of `on` (an
+    /// event), and the block goes back through its own stream's cache.
+    /// Every use was ordered before this point of `on`, hence before the
+    /// free on the allocation stream. Refused (nothing freed) when either
+    /// stream is capturing, where that wait would join the capture.
+    ///
+    /// # Safety
+    /// As for `deallocate`.
+    unsafe fn on_own_stream(&self, ptr: *mut c_void, live: Live, on: &Stream) -> Result<(), CapiError> {
+        let own = self.entry(live.stream)?;
+        if own.stream.is_capturing()? || on.is_capturing()? {
+            return Err(CapiError::new(
+                Status::Capture,
+                "a block of the cache tier freed on another stream than its own while one of \
+                 the two is capturing: free it on the stream it was allocated on",
+            ));
+        }
+        let event = Event::new(&self.device)?;
+        event.record(on)?;
+        own.stream.wait_event(&event)?;
+        let cache = own
+            .cache
+            .as_ref()
+            .ok_or_else(|| CapiError::new(Status::Internal, "a cached allocation's stream has no cache"))?;
+        // SAFETY: every use is ordered before the recorded point of `on`,
+        // which the allocation stream now waits for; the block came from
+        // this cache with this size and is freed once.
+        unsafe { Ok(cache.deallocate(ptr, live.size, &own.stream)?) }
+    }
+
+    /// Forgets a stream: its cached blocks go back to the pool (on it) and
+    /// its entry is dropped. `false` if it had none.
+    pub fn forget(&self, stream: *mut c_void) -> Result<bool, CapiError> {
+        let key = key_of(stream);
+        let removed = self
+            .streams
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+        let Some(entry) = removed else { return Ok(false) };
+        if let Some(tier) = &self.tier {
+            tier.remove_stream(&entry.stream)?;
+        }
+        Ok(true)
+    }
+}
+
+/// Makes a device current on the calling thread for as long as it lives,
+/// then the previous one again. Every entry point that touches a device's
+/// state holds one: the legacy and per-thread default streams are read by
+/// the runtime relative to the current device, and the cache tier may free
+/// cached blocks on the legacy stream from any call on that device.
+pub struct DeviceGuard {
+    previous: Option<Device>,
+}
+
+impl DeviceGuard {
+    pub fn set(device: &Device) -> Result<DeviceGuard, CapiError> {
+        let current = Device::current()?;
+        if current == *device {
+            return Ok(DeviceGuard { previous: None });
+        }
+        device.bind_to_thread()?;
+        Ok(DeviceGuard {
+            previous: Some(current),
+        })
+    }
+}
+
+impl Drop for DeviceGuard {
+    fn drop(&mut self) {
+        if let Some(previous) = self.previous {
+            // A device that was current a moment ago can be made current
+            // again; should the runtime refuse, there is nobody to tell.
+            let _ = previous.bind_to_thread();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The operations of the entry points.
+
+pub fn allocate(size: usize, device: i32, stream: *mut c_void) -> Result<*mut c_void, CapiError> {
+    if size == 0 {
+        return Ok(std::ptr::null_mut());
+    }
+    let g = global();
+    let dev = g.device(device)?;
+    let _current = DeviceGuard::set(&dev.device)?;
+    let key = key_of(stream);
+    let (ptr, path) = match dev.allocate(size, key) {
+        Ok(p) => p,
+        Err(e) => {
+            dev.counters.failed_allocations.fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
+    };
+    let live = Live {
+        size,
+        device: dev.device.ordinal(),
+        stream: key,
+        path,
+    };
+    if !g.registry.insert(ptr as usize, live) {
+        // The allocator handed out an address that is live: never give it
+        // out twice (leak it instead) and say so.
+        dev.counters.failed_allocations.fetch_add(1, Ordering::Relaxed);
+        return Err(CapiError::new(
+            Status::Internal,
+            format!("the allocator returned the live address {ptr:p} again"),
+        ));
+    }
+    let c = &dev.counters;
+    c.allocations.fetch_add(1, Ordering::Relaxed);
+    let now = c.live_bytes.fetch_add(size as u64, Ordering::Relaxed) + size as u64;
+    c.live_peak.fetch_max(now, Ordering::Relaxed);
+    Ok(ptr)
+}
+
+/// # Safety
+/// Every use of the memory is ordered before this point of `stream` (the
+/// C contract of `somalloc_free`); everything else is checked.
+pub unsafe fn deallocate(
+    ptr: *mut c_void,
+    size: usize,
+    device: i32,
+    stream: *mut c_void,
+) -> Result<(), CapiError> {
+    if ptr.is_null() {
+        return match size {
+            0 => Ok(()),
+            _ => Err(CapiError::new(
+                Status::UnknownPointer,
+                format!("free of a null pointer with {size} bytes"),
+            )),
+        };
+    }
+    let g = global();
+    let dev = g.device(device)?;
+    let result = (|| {
+        let live = g
+            .registry
+            .take(ptr as usize, size, dev.device.ordinal())
+            .map_err(|r| refused(ptr, size, device, r))?;
+        let _current = DeviceGuard::set(&dev.device)?;
+        // SAFETY: the registry said `ptr` is live with this size on this
+        // device and took it (so it is freed once); the caller orders every
+        // use before this point of `stream`.
+        match unsafe { dev.deallocate(ptr, live, key_of(stream)) } {
+            Ok(()) => Ok(live),
+            Err(e) => {
+                // Whether anything was freed is unknown for a vendor error;
+                // the refusals before any free (capture, another device's
+                // stream) leave the block allocated and live again.
+                if matches!(
+                    e.status,
+                    Status::Capture | Status::InvalidArgument | Status::WrongDevice
+                ) {
+                    g.registry.restore(ptr as usize, live);
+                }
+                Err(e)
+            }
+        }
+    })();
+    let c = &dev.counters;
+    match result {
+        Ok(live) => {
+            c.frees.fetch_add(1, Ordering::Relaxed);
+            c.live_bytes.fetch_sub(live.size as u64, Ordering::Relaxed);
+            Ok(())
+        }
+        Err(e) => {
+            c.failed_frees.fetch_add(1, Ordering::Relaxed);
+            Err(e)
+        }
+    }
+}
+
+fn refused(ptr: *mut c_void, size: usize, device: i32, why: Refused) -> CapiError {
+    match why {
+        Refused::Unknown => CapiError::new(
+            Status::UnknownPointer,
+            format!("free of {ptr:p}, which somalloc did not allocate or has freed already"),
+        ),
+        Refused::WrongSize(live) => CapiError::new(
+            Status::WrongSize,
+            format!(
+                "free of {ptr:p} with {size} bytes; it was allocated with {} bytes",
+                live.size
+            ),
+        ),
+        Refused::WrongDevice(live) => CapiError::new(
+            Status::WrongDevice,
+            format!(
+                "free of {ptr:p} on device {device}; it was allocated on device {}",
+                live.device
+            ),
+        ),
+    }
+}
+
+/// The devices a call names: one, or every device in use for `-1`.
+pub fn for_devices(
+    device: i32,
+    mut f: impl FnMut(&DeviceState) -> Result<(), CapiError>,
+) -> Result<(), CapiError> {
+    let g = global();
+    if device < 0 {
+        g.device_count()?;
+        let mut first = None;
+        for dev in g.devices_in_use() {
+            if let Err(e) = DeviceGuard::set(&dev.device).and_then(|_guard| f(dev)) {
+                first.get_or_insert(e);
+            }
+        }
+        return first.map_or(Ok(()), Err);
+    }
+    let dev = g.device(device)?;
+    let _current = DeviceGuard::set(&dev.device)?;
+    f(dev)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The only test of this binary that touches the process-wide
+    /// configuration.
+    #[test]
+    fn configuration_is_free_until_a_device_state_is_made() {
+        assert_eq!(configure(Some("bogus:1")).unwrap_err().status, Status::Config);
+        configure(Some("cache:off")).unwrap();
+        configure(Some("cache:on,cache_total_cap:1GiB")).unwrap();
+        let conf = conf_for_device().unwrap();
+        assert_eq!(conf.cache.unwrap().total_cap, 1 << 30);
+        assert_eq!(configure(Some("cache:off")).unwrap_err().status, Status::Busy);
+        configure(Some("cache_total_cap:1GiB")).unwrap();
+        assert_eq!(conf_for_device().unwrap(), conf);
+    }
+
+    #[test]
+    fn the_legacy_handles_are_one_key() {
+        assert_eq!(key_of(std::ptr::null_mut()), key_of(LEGACY_ALIAS as *mut c_void));
+        assert_ne!(key_of(0x2 as *mut c_void), LEGACY);
+        assert_eq!(key_of(0x7000 as *mut c_void), 0x7000);
+    }
+}

@@ -1,0 +1,84 @@
+//! Builds the C program `tests/c/capi_program.c` with the `cc` crate against
+//! this crate's `libsomalloc.so` and the committed header, runs it, and
+//! passes on its verdict: one SKIP line without a GPU; on a GPU, its checks
+//! (allocations on the legacy, per-thread and created streams with their
+//! contents read back, statistics, refused frees, out of memory, threads,
+//! flush / trim / empty-cache) must all pass.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// The folder with `libsomalloc.so`: Cargo builds the cdylib next to the
+/// test binary (`target/<profile>/deps`).
+fn library_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let deps = exe.parent().expect("its folder").to_path_buf();
+    for dir in [
+        deps.clone(),
+        deps.parent().map(Path::to_path_buf).unwrap_or_default(),
+    ] {
+        if dir.join("libsomalloc.so").exists() {
+            return dir;
+        }
+    }
+    panic!("libsomalloc.so is not next to {}", exe.display());
+}
+
+#[test]
+fn the_c_program_passes_or_skips() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = library_dir();
+    let out = std::env::temp_dir().join(format!("somalloc-capi-program-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let exe = out.join("capi_program");
+    let target = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let compiler = cc::Build::new()
+        .cargo_metadata(false)
+        .target(&target)
+        .host(&target)
+        .opt_level(1)
+        .warnings(true)
+        .extra_warnings(true)
+        .flag("-Werror")
+        .flag("-std=c11")
+        .include(manifest.join("include"))
+        .try_get_compiler()
+        .expect("a C compiler");
+    let built = compiler
+        .to_command()
+        .arg(manifest.join("tests/c/capi_program.c"))
+        .arg("-o")
+        .arg(&exe)
+        .arg(format!("-L{}", lib.display()))
+        .arg("-lsomalloc")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .args(["-ldl", "-lpthread"])
+        .output()
+        .expect("the C compiler runs");
+    assert!(
+        built.status.success(),
+        "the C program does not build:\n{}{}",
+        String::from_utf8_lossy(&built.stdout),
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let ran = Command::new(&exe)
+        .env_remove("SOMALLOC_CONF")
+        .output()
+        .expect("the C program runs");
+    let stdout = String::from_utf8_lossy(&ran.stdout);
+    for line in stdout.lines().chain(String::from_utf8_lossy(&ran.stderr).lines()) {
+        say(line);
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(ran.status.success(), "the C program failed: {:?}", ran.status);
+    let verdict = stdout.lines().last().unwrap_or_default();
+    assert!(
+        verdict.starts_with("SKIP capi_program: no GPU") || verdict.ends_with(" passed, 0 failed"),
+        "unexpected last line: {verdict}"
+    );
+}

@@ -1,0 +1,145 @@
+"""somalloc: one stream-ordered GPU memory allocator for CUDA and ROCm.
+
+This package puts somalloc under PyTorch (:mod:`somalloc.torch`) and CuPy
+(:mod:`somalloc.cupy`). It installs and imports on machines without a GPU;
+what needs one raises :class:`SomallocError` with somalloc's own text.
+
+Configuration is a string of ``key:value`` pairs (the same as the C
+library's ``SOMALLOC_CONF``), given before the first allocation::
+
+    import somalloc.torch
+    somalloc.torch.enable("cache:on,cache_total_cap:2GiB")
+    ...
+    print(somalloc.stats())
+    somalloc.empty_cache()
+"""
+
+from . import _native
+from ._native import SomallocError
+
+__all__ = [
+    "SomallocError",
+    "available",
+    "backend",
+    "configure",
+    "device_count",
+    "empty_cache",
+    "flush",
+    "forget_stream",
+    "library_path",
+    "stats",
+    "trim",
+]
+
+__version__ = "0.1.0"
+
+
+def _use_loaded_runtime():
+    """Points somalloc at the vendor runtime that a framework already loaded
+    into this process (PyTorch and CuPy bring their own, from their wheels,
+    often outside the loader's search path), unless ``SOMALLOC_CUDART`` /
+    ``SOMALLOC_AMDHIP`` says otherwise. Called by the ``enable`` functions
+    after the framework is imported, before somalloc's first use."""
+    import os
+
+    var, stem = (
+        ("SOMALLOC_AMDHIP", "libamdhip64.so")
+        if _native.backend() == "rocm"
+        else ("SOMALLOC_CUDART", "libcudart.so")
+    )
+    if os.environ.get(var):
+        return
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split(None, 5)[-1].strip() if line.count(" ") >= 5 else ""
+                if os.path.basename(path).startswith(stem):
+                    os.environ[var] = path
+                    return
+    except OSError:
+        pass
+
+
+def library_path():
+    """The shared object that holds the C entry points (this package's
+    extension module), for ``CUDAPluggableAllocator`` and ``ctypes``."""
+    return _native.__file__
+
+
+def backend():
+    """``"cuda"`` or ``"rocm"``: the vendor this wheel was built for."""
+    return _native.backend()
+
+
+def configure(conf=None):
+    """Sets the configuration (``None``: from ``SOMALLOC_CONF``). Only before
+    the first allocation; afterwards only the configuration in force is
+    accepted again."""
+    _native.configure(conf)
+
+
+def device_count():
+    """How many devices the runtime sees; :class:`SomallocError` without a
+    runtime or a device."""
+    return _native.device_count()
+
+
+def available():
+    """``(True, "")`` when somalloc can allocate here, else ``(False, why)``."""
+    try:
+        _native.device_count()
+        return True, ""
+    except SomallocError as e:
+        return False, e.args[0]
+
+
+def _device(device):
+    if device is not None:
+        return int(device)
+    try:
+        import sys
+
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            return torch.cuda.current_device()
+    except Exception:
+        pass
+    return 0
+
+
+def stats(device=None):
+    """The counters of a device (default: PyTorch's current device, or 0) as
+    a dict: the pool's reserved and used bytes (current and high), live
+    allocations and bytes, allocation and free counts (failed ones too), and
+    the cache tier's cached bytes, hits, misses, spills and releases."""
+    return _native.stats(_device(device))
+
+
+def flush(device=None):
+    """Returns the cached blocks to the pool (``None``: every device in use)."""
+    _native.flush(-1 if device is None else int(device))
+
+
+def trim(device=None, keep_bytes=0):
+    """Releases unused pool memory to the device, keeping at most
+    ``keep_bytes`` (``None``: every device in use)."""
+    _native.trim(-1 if device is None else int(device), int(keep_bytes))
+
+
+def empty_cache(device=None):
+    """Flushes the caches, waits for the streams somalloc has seen, and
+    releases all unused pool memory (``None``: every device in use). Also
+    lets go of the CuPy streams the CuPy allocator kept alive."""
+    _native.empty_cache(-1 if device is None else int(device))
+    import sys
+
+    mod = sys.modules.get(__name__ + ".cupy")
+    if mod is not None:
+        mod.release_streams()
+
+
+def forget_stream(stream, device=None):
+    """Forgets a stream handle (an int): its cached blocks go back to the
+    pool. Call it before destroying a stream that somalloc allocated on while
+    the cache tier is on."""
+    return _native.forget_stream(_device(device), int(stream))

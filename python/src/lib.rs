@@ -1,0 +1,147 @@
+//! `somalloc._native`: the functions the Python package calls, over the
+//! same state as the C entry points (which this module exports too).
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use std::ffi::c_void;
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+// The C entry points live in this shared object too: PyTorch's
+// CUDAPluggableAllocator looks them up in this file by name.
+pub use somalloc::{somalloc_torch_alloc, somalloc_torch_free};
+
+create_exception!(
+    _native,
+    SomallocError,
+    PyRuntimeError,
+    "An error of somalloc: args are (text, status name)."
+);
+
+fn err(e: somalloc::CapiError) -> PyErr {
+    SomallocError::new_err((e.text, format!("{:?}", e.status)))
+}
+
+/// Sets the configuration (None: from SOMALLOC_CONF), before the first use.
+#[pyfunction]
+#[pyo3(signature = (conf=None))]
+fn configure(conf: Option<&str>) -> PyResult<()> {
+    somalloc::configure(conf).map_err(err)
+}
+
+/// How many devices the runtime sees (an error without a runtime or a device).
+#[pyfunction]
+fn device_count() -> PyResult<usize> {
+    somalloc::device_count().map_err(err)
+}
+
+/// Allocates `size` bytes on `device` in the order of the stream handle
+/// `stream`; the address (0 for 0 bytes).
+#[pyfunction]
+fn alloc(size: usize, device: i32, stream: usize) -> PyResult<usize> {
+    somalloc::allocate(size, device, stream as *mut c_void)
+        .map(|p| p as usize)
+        .map_err(err)
+}
+
+/// Frees what `alloc` returned, in the order of `stream`. The caller orders
+/// every use of the memory before that point of `stream` (bad addresses,
+/// sizes, devices and second frees are refused with an error).
+#[pyfunction]
+fn free(ptr: usize, size: usize, device: i32, stream: usize) -> PyResult<()> {
+    // SAFETY: the Python caller's promise in the docs above (the package's
+    // CuPy allocator frees on the allocation stream once CuPy drops the
+    // memory, as CuPy's own stream-ordered pool does); everything else is
+    // checked by the registry.
+    unsafe { somalloc::deallocate(ptr as *mut c_void, size, device, stream as *mut c_void) }.map_err(err)
+}
+
+/// The counters of `device` as a dict.
+#[pyfunction]
+fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
+    let s = somalloc::stats(device).map_err(err)?;
+    let d = PyDict::new(py);
+    let fields: [(&str, u64); 20] = [
+        ("pool_reserved_bytes", s.pool_reserved_bytes),
+        ("pool_reserved_peak_bytes", s.pool_reserved_peak_bytes),
+        ("pool_used_bytes", s.pool_used_bytes),
+        ("pool_used_peak_bytes", s.pool_used_peak_bytes),
+        ("live_allocations", s.live_allocations),
+        ("live_bytes", s.live_bytes),
+        ("live_peak_bytes", s.live_peak_bytes),
+        ("allocations", s.allocations),
+        ("frees", s.frees),
+        ("failed_allocations", s.failed_allocations),
+        ("failed_frees", s.failed_frees),
+        ("cache_enabled", s.cache_enabled),
+        ("cache_streams", s.cache_streams),
+        ("cache_cached_bytes", s.cache_cached_bytes),
+        ("cache_hits", s.cache_hits),
+        ("cache_misses", s.cache_misses),
+        ("cache_bypassed", s.cache_bypassed),
+        ("cache_spilled", s.cache_spilled),
+        ("cache_released", s.cache_released),
+        ("cache_captured", s.cache_captured),
+    ];
+    for (k, v) in fields {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
+}
+
+/// Cached blocks back to the pool (-1: every device in use).
+#[pyfunction]
+fn flush(device: i32) -> PyResult<()> {
+    somalloc::flush(device).map_err(err)
+}
+
+/// Unused pool memory back to the device, keeping at most `keep_bytes`.
+#[pyfunction]
+fn trim(device: i32, keep_bytes: usize) -> PyResult<()> {
+    somalloc::trim(device, keep_bytes).map_err(err)
+}
+
+/// Flush, wait for the streams, trim to nothing (-1: every device in use).
+#[pyfunction]
+fn empty_cache(device: i32) -> PyResult<()> {
+    somalloc::empty_cache(device).map_err(err)
+}
+
+/// Forgets a stream (its cached blocks go back to the pool); whether it was known.
+#[pyfunction]
+fn forget_stream(device: i32, stream: usize) -> PyResult<bool> {
+    somalloc::forget_stream(device, stream as *mut c_void).map_err(err)
+}
+
+/// "cuda" or "rocm".
+#[pyfunction]
+fn backend() -> &'static str {
+    somalloc::backend()
+}
+
+/// The text of the calling thread's last error ("" after a success): what
+/// PyTorch's entry points left when they returned NULL.
+#[pyfunction]
+fn last_error() -> String {
+    somalloc::last_error_text()
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("SomallocError", m.py().get_type::<SomallocError>())?;
+    m.add_function(wrap_pyfunction!(configure, m)?)?;
+    m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(alloc, m)?)?;
+    m.add_function(wrap_pyfunction!(free, m)?)?;
+    m.add_function(wrap_pyfunction!(stats, m)?)?;
+    m.add_function(wrap_pyfunction!(flush, m)?)?;
+    m.add_function(wrap_pyfunction!(trim, m)?)?;
+    m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
+    m.add_function(wrap_pyfunction!(forget_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(backend, m)?)?;
+    m.add_function(wrap_pyfunction!(last_error, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds what python/tests/gpu-run.sh needs into DIR: the wheel (CPython
+# >= 3.8, abi3), libsomalloc.so and the C program linked against it (found
+# beside it), the PyTorch and CuPy test scripts, and the model benchmark.
+#
+#   bash python/tests/gpu-bundle.sh DIR [cuda|rocm]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+dir=$1
+vendor=${2:-cuda}
+mkdir -p "$dir"
+rm -f "$dir"/somalloc_*.whl
+bash python/build-wheel.sh "$vendor" "$dir" --release --quiet
+cargo build --release --quiet -p somalloc-capi --features "$vendor"
+target=${CARGO_TARGET_DIR:-target}/release
+cp "$target/libsomalloc.so" "$dir/"
+strip "$dir/libsomalloc.so"
+cc -std=c11 -O1 -Wall -Wextra -Werror -Icapi/include capi/tests/c/capi_program.c -o "$dir/capi_program" \
+  -L"$dir" -lsomalloc -Wl,-rpath,'$ORIGIN' -ldl -lpthread
+cp python/tests/torch_gpu.py python/tests/cupy_gpu.py python/tests/gpu-run.sh benches/models.py "$dir/"
+ls -la "$dir"

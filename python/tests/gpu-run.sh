@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The GPU checks of the C ABI and the Python package, then (with --bench)
+# the model benchmark. Built elsewhere, run on a machine with a GPU,
+# PyTorch, torchvision, transformers and CuPy:
+#
+#   bash python/tests/gpu-bundle.sh DIR              # here: wheel, C program, scripts -> DIR
+#   bash DIR/gpu-run.sh DIR OUT [--bench]            # there
+#
+# Prints each part's verdict line ("N passed, N failed") and a summary.
+set -uo pipefail
+dir=$(cd "$1" && pwd)
+out=$2
+bench=${3:-}
+mkdir -p "$out" /tmp/somalloc-site
+python3 -m zipfile -e "$dir"/somalloc_*.whl /tmp/somalloc-site
+export PYTHONPATH=/tmp/somalloc-site${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+
+# The C program loads the CUDA runtime by name; point it (and somalloc) at
+# one when the loader's path has none (PyTorch's wheels bring their own).
+if [ -z "${SOMALLOC_CUDART:-}" ] && ! ldconfig -p | grep -q 'libcudart.so.1[23]'; then
+  site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+  found=$(find "$site/nvidia" /usr/local/cuda*/ -name 'libcudart.so.1[23]*' 2>/dev/null | sort | tail -n 1)
+  [ -n "$found" ] && export SOMALLOC_CUDART=$found
+fi
+echo "SOMALLOC_CUDART=${SOMALLOC_CUDART:-<loader path>}"
+
+status=0
+part() {
+  local name=$1
+  shift
+  echo "=== $name: $*"
+  "$@" 2>&1 | tee "$out/$name.log"
+  local rc=${PIPESTATUS[0]}
+  echo "=== $name: exit $rc"
+  [ "$rc" -eq 0 ] || status=1
+}
+part capi "$dir/capi_program"
+part torch-cache python3 "$dir/torch_gpu.py"
+part torch-pool python3 "$dir/torch_gpu.py" cache:off
+part cupy python3 "$dir/cupy_gpu.py"
+if [ "$bench" = --bench ]; then
+  part models python3 "$dir/models.py" --out "$out"
+fi
+echo "=== verdicts"
+grep -hE '^[0-9]+ passed, [0-9]+ failed|^SKIP|^loss checks' "$out"/*.log
+exit $status
