@@ -628,7 +628,12 @@ struct Writer {
     shared: Arc<Shared>,
     rings: Vec<Drained>,
     streams: HashMap<(u32, u64), u32>,
+    /// The stream of the last event: (device, handle) and its index.
+    last_stream: Option<((u32, u64), u32)>,
     backtraces: HashMap<String, u32>,
+    /// Events taken from a ring, before they are written (kept to reuse
+    /// its memory).
+    batch: Vec<RawEvent>,
     /// Events lost because the file could not be written.
     lost: u64,
     /// Drops written into the file (all rings, the late ones included).
@@ -674,11 +679,20 @@ impl Writer {
         }
         let mut e = Event::new(raw.t_ns, raw.action, thread, raw.device).at(raw.bytes, raw.addr);
         if let Some(handle) = raw.stream {
-            let next = self.streams.len() as u32;
-            let index = *self.streams.entry((raw.device, handle)).or_insert(next);
-            if index == next {
-                self.io(|w| w.stream(index, raw.device, handle));
-            }
+            let key = (raw.device, handle);
+            let index = match self.last_stream {
+                // Most events are on the stream of the one before.
+                Some((k, i)) if k == key => i,
+                _ => {
+                    let next = self.streams.len() as u32;
+                    let index = *self.streams.entry(key).or_insert(next);
+                    if index == next {
+                        self.io(|w| w.stream(index, raw.device, handle));
+                    }
+                    self.last_stream = Some((key, index));
+                    index
+                }
+            };
             e = e.on(index);
         }
         if let Some(bt) = raw.backtrace {
@@ -709,11 +723,12 @@ impl Writer {
             // this drain gets its last events.
             let gone = self.rings[i].consumer.producer_gone();
             let thread = self.rings[i].thread;
-            let mut events = Vec::new();
-            n += self.rings[i].consumer.drain(|e| events.push(e));
-            for e in events {
+            let mut batch = std::mem::take(&mut self.batch);
+            n += self.rings[i].consumer.drain(|e| batch.push(e));
+            for e in batch.drain(..) {
                 self.write_event(thread, e);
             }
+            self.batch = batch;
             let dropped = self.rings[i].consumer.dropped();
             let new = dropped - self.rings[i].dropped_written;
             if new > 0 {
@@ -772,7 +787,9 @@ fn writer_thread(shared: Arc<Shared>, out: Box<dyn Write + Send>, meta: Vec<(Str
         shared: Arc::clone(&shared),
         rings: Vec::new(),
         streams: HashMap::new(),
+        last_stream: None,
         backtraces: HashMap::new(),
+        batch: Vec::new(),
         lost: 0,
         dropped_written: 0,
         late_written: 0,

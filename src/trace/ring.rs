@@ -106,7 +106,15 @@ pub(crate) struct Consumer<T> {
 /// A ring of `capacity` slots (rounded up to a power of two, at least 2).
 pub(crate) fn ring<T: Send>(capacity: usize) -> (Producer<T>, Consumer<T>) {
     let n = capacity.max(2).next_power_of_two();
-    let slots = (0..n).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect();
+    let mut slots: Box<[UnsafeCell<MaybeUninit<T>>]> =
+        (0..n).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect();
+    // Touch every page now, so that pushes never take a page fault for
+    // memory the allocator handed out untouched.
+    for slot in slots.iter_mut() {
+        // SAFETY: writing zero bytes over a slot that holds no value (all
+        // are uninitialised here, and `MaybeUninit` accepts any bytes).
+        unsafe { std::ptr::write_bytes(slot.get_mut().as_mut_ptr(), 0, 1) };
+    }
     let ring = Arc::new(Shared {
         slots,
         mask: n as u64 - 1,
