@@ -98,10 +98,11 @@ cell capi-header quiet bash ci/capi-header.sh
 if [ "$only" = all ] || [ "$only" = cuda ]; then
   cell "check-cuda-12080" quiet bash -c 'cargo check --features cuda-12080 && test -z "$(cargo tree -q --features cuda-12080 -e normal -i cudarc 2>/dev/null)"' # deprecated alias of cuda: builds, and pulls in no cudarc (the tests' dev-dependency on cudarc is no normal edge)
   # The cache tier's unit tests (schedules replaying its races included)
-  # under AddressSanitizer: a use of freed memory fails the cell.
+  # and the trace recorder's (its rings) under AddressSanitizer: a use of
+  # freed memory fails the cell.
   cell asan-cache quiet env RUSTC_BOOTSTRAP=1 RUSTFLAGS="$RUSTFLAGS -Zsanitizer=address" \
     CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/asan" \
-    cargo test --target x86_64-unknown-linux-gnu --features cuda --lib cache
+    cargo test --target x86_64-unknown-linux-gnu --features cuda --lib -- cache trace::
   cell "racecheck-probe" quiet bash ci/build-racecheck-probe.sh "${CARGO_TARGET_DIR:-target}/racecheck-probe"
 fi
 cell bench-plots quiet bash ci/bench-plot-check.sh
