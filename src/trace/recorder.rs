@@ -155,7 +155,11 @@ pub(crate) struct Shared {
     wake: Condvar,
     /// `flush` waits here.
     flushed: Condvar,
-    /// Whether the writer is waiting on `wake` (a hint for the nudge).
+    /// Whether the writer is waiting on `wake`: a hint for the nudge only.
+    /// A nudge that reads a stale value, or comes just before the writer
+    /// waits, is lost; the writer's wait has a timeout (at most 16 ms), so
+    /// a lost nudge delays the writer and never stops it. Correctness
+    /// (every published event is written) rests on the ring alone.
     sleeping: AtomicBool,
     stats: Mutex<RecorderStats>,
 }
