@@ -119,6 +119,9 @@ pub(crate) struct RawEvent {
     pub(crate) backtrace: Option<Box<Backtrace>>,
 }
 
+// What `RecordOptions::buffer_events` says an event takes.
+const _: () = assert!(std::mem::size_of::<RawEvent>() <= 56);
+
 /// A ring a thread registered, waiting for the writer to take it.
 struct NewRing {
     consumer: Consumer<RawEvent>,
