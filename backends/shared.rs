@@ -4,7 +4,7 @@
 //! / `hipMallocAsync`), the same argument order and, for everything shared
 //! here, the same numbers (checked by the `const` assertions the macro emits).
 //! So each backend states only its name table and what really differs
-//! (device names, capture info, module loading and launches):
+//! (device names, the capture queries, module loading and launches):
 //! [`shared_runtime_api!`] declares the functions both runtimes have under
 //! the vendor's prefix (`concat!("hip", "MallocAsync\0")`), and
 //! [`backend_impl!`] writes the rest: the `impl Backend` (and, with the
@@ -641,15 +641,6 @@ macro_rules! backend_impl {
                 check(concat!($p, "MemsetAsync"), unsafe {
                     (api()?.memset_async)(dst.as_mut_ptr(), std::ffi::c_int::from(value), bytes, stream.0)
                 })
-            }
-
-            fn stream_capture_status(stream: $stream) -> crate::error::Result<crate::backend::CaptureStatus> {
-                let mut status = crate::common::CAPTURE_STATUS_NONE;
-                // SAFETY: valid out-pointer; the runtime validates the stream.
-                check(concat!($p, "StreamIsCapturing"), unsafe {
-                    (api()?.stream_is_capturing)(stream.0, &mut status)
-                })?;
-                crate::common::capture_status::<$codes>(concat!($p, "StreamIsCapturing"), status)
             }
 
             fn stream_begin_capture(stream: $stream, mode: crate::backend::RawCaptureMode) -> crate::error::Result<()> {

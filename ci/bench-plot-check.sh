@@ -15,6 +15,10 @@ source ci/setup.sh "$backend" >/dev/null
 sample=benches/data/sample-results.json
 out=target/bench-plot-check
 pictures=(pair.svg churn.svg threshold.svg synchronous.svg seed_pipeline.svg threads.svg timeline.svg)
+# A recorded run with the borrowed-stream rows also draws their picture.
+if [ ! -f "$sample" ] || grep -q '@borrowed' "$sample"; then
+  pictures+=(borrowed.svg)
+fi
 
 cargo build --quiet --release --features "$backend,kernels" --example bench
 bin=${CARGO_TARGET_DIR:-target}/release/examples/bench

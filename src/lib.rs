@@ -257,8 +257,10 @@
 //!
 //! Knowing that the stream captures costs two relaxed loads for an owned
 //! stream while no capture is in progress (see
-//! [Stream capture](crate::Stream#stream-capture)); a borrowed stream asks
-//! the runtime on every allocation and free.
+//! [Stream capture](crate::Stream#stream-capture)); a borrowed stream is
+//! asked once per allocation and once per free, unless its program promised
+//! that only somalloc captures it
+//! ([`Stream::assume_captured_only_by_somalloc`]).
 //!
 //! # Stream capture and graphs
 //!
@@ -301,13 +303,18 @@
 //!
 //! ## Which streams are asked
 //!
-//! Asking the runtime whether a stream is capturing costs more than a whole
-//! cached allocation of the cache tier (see the README's Measured section). somalloc
+//! Asking whether a stream is capturing costs more than a whole cached
+//! allocation of the cache tier (see the README's Measured section). somalloc
 //! counts the captures begun through [`Stream::begin_capture`]; an owned
 //! stream ([`Stream::new`]) is asked only while that count is not zero or
 //! after it waited on an event recorded during a capture. A borrowed stream
-//! ([`Stream::from_raw`]) is always asked, since whoever lent it may capture
-//! it. So: **capture owned streams only through [`Stream::begin_capture`]**.
+//! ([`Stream::from_raw`], `Stream::from_cudarc`) is asked on every
+//! allocation and free (once each), since whoever lent it may capture it,
+//! unless the program promises, with the `unsafe`
+//! [`Stream::assume_captured_only_by_somalloc`], that it captures the stream
+//! only through somalloc: it then costs what an owned stream costs. So:
+//! **capture owned (and promised) streams only through
+//! [`Stream::begin_capture`]**.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 #![warn(missing_debug_implementations)]

@@ -39,7 +39,7 @@ use crate::device::Device;
 use crate::error::{InvalidReason, Result};
 use crate::graph;
 use crate::pool::{with_stats, MemPool, Placement};
-use crate::stream::Stream;
+use crate::stream::{Asked, Stream};
 use crate::Active;
 
 /// A source of stream-ordered device memory.
@@ -157,6 +157,37 @@ pub unsafe trait MemoryResource: Send + Sync {
         None
     }
 
+    /// [`allocate`](MemoryResource::allocate), called by somalloc with what
+    /// it already knows about whether `stream` is capturing, so that an
+    /// allocation asks the runtime at most once. Only somalloc's own
+    /// resources use it (the pool, the stream cache); no other
+    /// implementation can override or call it (its argument cannot be
+    /// named or made outside the crate).
+    #[doc(hidden)]
+    #[inline]
+    fn allocate_asked(&self, bytes: usize, stream: &Stream, _: Asked) -> Result<*mut c_void> {
+        self.allocate(bytes, stream)
+    }
+
+    /// [`deallocate`](MemoryResource::deallocate), with what somalloc
+    /// already knows about `stream`'s capture (see
+    /// [`allocate_asked`](MemoryResource::allocate_asked)).
+    ///
+    /// # Safety
+    /// As for [`deallocate`](MemoryResource::deallocate).
+    #[doc(hidden)]
+    #[inline]
+    unsafe fn deallocate_asked(
+        &self,
+        ptr: *mut c_void,
+        bytes: usize,
+        stream: &Stream,
+        _: Asked,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.deallocate(ptr, bytes, stream) }
+    }
+
     /// The stream cache that serves `stream` for this resource, if it has
     /// per-stream caches (a [`CacheTier`](crate::CacheTier) answers with
     /// [`CacheTier::for_stream`](crate::CacheTier::for_stream)): a
@@ -266,6 +297,15 @@ impl SharedResource for Arc<dyn MemoryResource> {
 // into it.
 unsafe impl MemoryResource for MemPool {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
+        self.allocate_asked(bytes, stream, Asked::NOT_YET)
+    }
+
+    unsafe fn deallocate(&self, ptr: *mut c_void, bytes: usize, stream: &Stream) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.deallocate_asked(ptr, bytes, stream, Asked::NOT_YET) }
+    }
+
+    fn allocate_asked(&self, bytes: usize, stream: &Stream, asked: Asked) -> Result<*mut c_void> {
         if bytes == 0 {
             return Err(InvalidReason::ZeroBytes.error("0-byte allocation from a pool resource"));
         }
@@ -277,7 +317,9 @@ unsafe impl MemoryResource for MemPool {
                 stream.device().ordinal()
             )));
         }
-        let capture = stream.capturing()?;
+        // The allocation's question, unless the caller asked already: an
+        // allocation in a capture is graph memory, remembered as such.
+        let capture = asked.capturing(stream)?;
         match Active::malloc_from_pool_async(bytes, self.raw(), stream.raw()) {
             Ok(ptr) => {
                 if let Some(c) = capture {
@@ -289,11 +331,17 @@ unsafe impl MemoryResource for MemPool {
         }
     }
 
-    unsafe fn deallocate(&self, ptr: *mut c_void, _bytes: usize, stream: &Stream) -> Result<()> {
+    unsafe fn deallocate_asked(
+        &self,
+        ptr: *mut c_void,
+        _bytes: usize,
+        stream: &Stream,
+        asked: Asked,
+    ) -> Result<()> {
         // SAFETY: the caller guarantees `ptr` came from `allocate` above
         // (malloc_from_pool_async), is freed once, and that every use of it
         // is ordered before this point of `stream`.
-        unsafe { graph::vendor_free(DevicePtr(ptr as usize), stream) }
+        unsafe { graph::vendor_free_asked(DevicePtr(ptr as usize), stream, asked) }
     }
 
     fn device(&self) -> Device {

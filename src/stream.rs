@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::backend::{Backend, CaptureInfo};
 use crate::device::Device;
 use crate::error::{record_drop_error, Error, InvalidReason, Result};
+use crate::graph::Capturing;
 use crate::Active;
 
 type RawStream = <Active as Backend>::Stream;
@@ -18,6 +19,7 @@ type RawGraph = <Active as Backend>::Graph;
 /// whether this stream is capturing" on capture-sensitive paths.
 pub(crate) mod capture_flag {
     /// A borrowed stream: another library may capture it at any time.
+    /// Cleared by [`Stream::assume_captured_only_by_somalloc`](super::Stream::assume_captured_only_by_somalloc).
     pub const ALWAYS_ASK: u8 = 1;
     /// The stream waited (through somalloc) on an event recorded during a
     /// capture, so it may have joined that capture. Cleared when the
@@ -26,6 +28,54 @@ pub(crate) mod capture_flag {
     /// A capture was begun on it through `Stream::begin_capture` and not
     /// ended yet.
     pub const API_CAPTURE: u8 = 4;
+}
+
+/// What one call of somalloc already knows about whether its stream is
+/// capturing, handed down so that an allocation or a free asks the runtime
+/// at most once (the answer also goes to where the memory comes from: a
+/// stream cache's upstream, the vendor pool). A type that only this crate
+/// can make or name (it is an argument of hidden methods of
+/// [`MemoryResource`](crate::MemoryResource)).
+pub(crate) mod asked {
+    use crate::graph::Capturing;
+
+    /// See the module.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Asked(pub(crate) Option<Option<Capturing>>);
+}
+pub(crate) use asked::Asked;
+
+impl Asked {
+    /// Nothing known: whoever needs the answer asks ([`Stream::capturing`]).
+    pub(crate) const NOT_YET: Asked = Asked(None);
+
+    /// The answer for the stream of this call (`None`: not capturing),
+    /// just given by [`Stream::capturing`].
+    #[inline]
+    pub(crate) fn answer(capture: Option<Capturing>) -> Asked {
+        Asked(Some(capture))
+    }
+
+    /// Whether `stream` is capturing: the answer if there is one, else
+    /// [`Stream::capturing`] (which asks only where it may matter).
+    #[inline]
+    pub(crate) fn capturing(self, stream: &Stream) -> Result<Option<Capturing>> {
+        match self.0 {
+            Some(answer) => Ok(answer),
+            None => stream.capturing(),
+        }
+    }
+
+    /// Whether `stream` is certainly not capturing without asking: the
+    /// answer says so, or nothing is known and `stream` may not be
+    /// capturing ([`Stream::may_capture`]).
+    #[inline]
+    pub(crate) fn quiet(self, stream: &Stream) -> bool {
+        match self.0 {
+            Some(answer) => answer.is_none(),
+            None => !stream.may_capture(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -44,8 +94,13 @@ struct StreamInner {
     /// Unit tests: the capture state a fake stream reports, `(status, id)`.
     #[cfg(test)]
     fake_capture: std::sync::Mutex<(crate::graph::CaptureStatus, u64)>,
-    /// Unit tests: how many more capture queries of a fake stream answer
-    /// before they fail (negative: all answer).
+    /// Unit tests: the runtime calls that asked about the capture state
+    /// (`ask_capture_status` and `ask_capture_info`).
+    #[cfg(test)]
+    questions: std::sync::atomic::AtomicUsize,
+    /// Unit tests: how many more capture-info queries of a fake stream
+    /// answer before they fail (negative: all answer; the status query
+    /// always answers).
     #[cfg(test)]
     fake_queries_ok: std::sync::atomic::AtomicI32,
 }
@@ -69,6 +124,8 @@ impl StreamInner {
             cudarc: std::sync::OnceLock::new(),
             #[cfg(test)]
             fake_capture: std::sync::Mutex::new((crate::graph::CaptureStatus::None, 0)),
+            #[cfg(test)]
+            questions: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             fake_queries_ok: std::sync::atomic::AtomicI32::new(-1),
         }
@@ -118,17 +175,28 @@ impl Drop for StreamInner {
 ///   owned stream only through [`Stream::begin_capture`]**; if another
 ///   library must capture it, lend that library the handle and use it in
 ///   somalloc as a borrowed stream ([`Stream::from_raw`]);
-/// * a borrowed stream ([`Stream::from_raw`]) may be captured by its owner
-///   at any time, so somalloc asks the runtime on every capture-sensitive
-///   call, including the cache tier's allocations and frees: a cached
-///   allocate + free pair costs several times more on a borrowed stream than
-///   on an owned one (figures in the README's Measured section).
+/// * a borrowed stream ([`Stream::from_raw`], `Stream::from_cudarc`) may
+///   be captured by its owner at any time, so somalloc asks whether it is
+///   capturing: once per allocation and once per free (of a buffer, of the
+///   cache tier, of the pool; the answer goes along to where the memory
+///   comes from), and on the calls that a capture changes ([`Event::record`],
+///   [`Stream::wait_event`], [`Stream::synchronize`], host copies). On CUDA
+///   the question goes to the driver (`cuStreamIsCapturing`, found through
+///   the runtime; about 25 ns, with no lock shared between threads), else
+///   (HIP, or a runtime that cannot give the driver's entry point) to the
+///   runtime. A cached allocate + free pair then costs about two questions
+///   more than on an owned stream (figures in the README's Measured
+///   section);
+/// * a borrowed stream whose program promised, with
+///   [`Stream::assume_captured_only_by_somalloc`], that it captures the
+///   stream only through [`Stream::begin_capture`] is treated as an owned
+///   one.
 ///
 /// While a capture begun through the API is in progress anywhere in the
-/// process, owned streams are asked too (they may have joined it).
+/// process, every stream is asked (it may have joined it).
 ///
-/// When nothing is captured, the check on an owned stream is two relaxed
-/// atomic loads.
+/// When nothing is captured, the check on an owned (or promised) stream is
+/// two relaxed atomic loads.
 ///
 /// ```no_run
 /// # fn main() -> somalloc::Result<()> {
@@ -198,8 +266,10 @@ impl Stream {
     /// ```
     ///
     /// Its owner may capture it into a graph at any time, so somalloc asks
-    /// the runtime whether it is capturing on every capture-sensitive call
-    /// (see [Stream capture](Stream#stream-capture)).
+    /// whether it is capturing on every allocation and free (once each; see
+    /// [Stream capture](Stream#stream-capture)), unless the program
+    /// promises that it captures the stream only through somalloc
+    /// ([`Stream::assume_captured_only_by_somalloc`]).
     ///
     /// # Safety
     /// `raw` is a live stream of `device` for the vendor this crate was built
@@ -310,6 +380,67 @@ impl Stream {
         })
     }
 
+    /// Promises that this stream is captured into a graph only through
+    /// somalloc ([`Stream::begin_capture`] on a `Stream` of the same
+    /// handle), or never: from now on somalloc treats it as it treats a
+    /// stream it made, and a borrowed stream costs what an owned one costs
+    /// (no capture question on the allocation and free paths; see
+    /// [Stream capture](Stream#stream-capture)). The promise holds for this
+    /// `Stream` and its clones, and for the buffers and caches made with
+    /// them. On an owned stream it changes nothing (it is the contract of
+    /// every owned stream already). `Stream::cudarc_stream` (feature
+    /// `cudarc`) on a stream that did not come from cudarc hands cudarc a
+    /// handle that can capture it, and so sets the stream back to being
+    /// asked: make the promise after it, if it holds.
+    ///
+    /// A program that wants graphs of its cudarc (or C++) work captures on
+    /// the borrowed stream through somalloc: `stream.begin_capture(..)` /
+    /// `stream.end_capture()`, and cudarc's own launches on the same
+    /// stream are recorded into that capture as usual.
+    ///
+    /// ```no_run
+    /// use somalloc::{CaptureMode, Device, DeviceBuffer, Stream};
+    /// # fn main() -> somalloc::Result<()> {
+    /// let dev = Device::get(0)?;
+    /// let theirs = Stream::new(&dev)?; // stands for a stream made elsewhere
+    /// // SAFETY: `theirs` outlives `stream` and its buffers.
+    /// let stream = unsafe { Stream::from_raw(&dev, theirs.as_raw()) }?;
+    /// // SAFETY: this program captures the stream only through somalloc,
+    /// // as below.
+    /// unsafe { stream.assume_captured_only_by_somalloc() };
+    /// let buf = DeviceBuffer::<f32>::new(1024, &stream)?; // no capture question
+    /// stream.begin_capture(CaptureMode::ThreadLocal)?;
+    /// let scratch = DeviceBuffer::<f32>::new(1024, &stream)?; // graph memory
+    /// drop(scratch);
+    /// let graph = stream.end_capture()?;
+    /// # drop((buf, graph));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Safety
+    ///
+    /// Until this `Stream`, its clones, and every buffer and stream cache
+    /// made with them are gone, no capture of the stream's handle is begun
+    /// except through somalloc's [`Stream::begin_capture`]: not through
+    /// cudarc (`CudaStream::begin_capture`), the runtime or driver
+    /// (`cudaStreamBeginCapture`, `cuStreamBeginCapture`), another library,
+    /// or by the handle joining a capture through an event wait made
+    /// outside somalloc (`cudaStreamWaitEvent` on an event recorded in a
+    /// capture). Waits made through [`Stream::wait_event`] are fine:
+    /// somalloc sees them.
+    ///
+    /// What breaks otherwise: somalloc would not know that the stream is
+    /// capturing, so it would treat the capture's allocations and frees as
+    /// ordinary work. A cache tier would hand a cached block (memory that
+    /// exists outside the graph) to the capture and later give the same
+    /// block to other work while every replay of the graph still writes
+    /// it; a buffer freed during the capture would be freed into the graph,
+    /// so that each replay frees memory that other work may be using. Both
+    /// are use-after-free on the device: silent memory corruption.
+    pub unsafe fn assume_captured_only_by_somalloc(&self) {
+        self.clear_capture_flag(capture_flag::ALWAYS_ASK);
+    }
+
     /// The slot of the cudarc handle made for this stream.
     #[cfg(feature = "cudarc")]
     pub(crate) fn inner_cudarc(&self) -> &std::sync::OnceLock<Arc<::cudarc::driver::CudaStream>> {
@@ -408,12 +539,31 @@ impl Stream {
         self.inner.capture_flags.load(Ordering::Relaxed) != 0 || crate::graph::captures_in_progress()
     }
 
+    /// [`Stream::capturing`] for this stream's handle, asked (of this
+    /// stream) when either this stream or `other`, another `Stream` of the
+    /// same handle, may be capturing.
+    #[inline]
+    pub(crate) fn capturing_with(&self, other: &Stream) -> Result<Option<Capturing>> {
+        if !self.may_capture() && !other.may_capture() {
+            return Ok(None);
+        }
+        self.ask_capturing()
+    }
+
     pub(crate) fn set_capture_flag(&self, bit: u8) {
         self.inner.capture_flags.fetch_or(bit, Ordering::Relaxed);
     }
 
+    /// Clears `bit`. A load first: every answer "not capturing" clears
+    /// `MAY_HAVE_JOINED`, and a read-modify-write there would cost a
+    /// borrowed stream's question an atomic operation, on a cache line
+    /// that its other users then lose. A set that races with the load
+    /// may stay set: the stream is then asked once more, which is always
+    /// allowed (a set bit only ever means "ask").
     pub(crate) fn clear_capture_flag(&self, bit: u8) {
-        self.inner.capture_flags.fetch_and(!bit, Ordering::Relaxed);
+        if self.inner.capture_flags.load(Ordering::Relaxed) & bit != 0 {
+            self.inner.capture_flags.fetch_and(!bit, Ordering::Relaxed);
+        }
     }
 
     /// Whether `bit` is set (true for the first caller that clears it with
@@ -422,9 +572,12 @@ impl Stream {
         self.inner.capture_flags.fetch_and(!bit, Ordering::Relaxed) & bit != 0
     }
 
-    /// The runtime's answer (`cudaStreamGetCaptureInfo`); unit tests: the
-    /// fake stream's state.
+    /// The capture status, id and graph (`cuStreamGetCaptureInfo` from the
+    /// driver, or the runtime's `cudaStreamGetCaptureInfo`; see the
+    /// backend); unit tests: the fake stream's state.
     pub(crate) fn ask_capture_info(&self) -> Result<CaptureInfo<RawGraph>> {
+        #[cfg(test)]
+        self.inner.questions.fetch_add(1, Ordering::Relaxed);
         #[cfg(test)]
         if !self.inner.owned {
             let ok = &self.inner.fake_queries_ok;
@@ -444,9 +597,12 @@ impl Stream {
         Active::stream_capture_info(self.inner.raw)
     }
 
-    /// The runtime's capture status alone (`cudaStreamIsCapturing`); unit
+    /// The capture status alone, the cheaper question (`cuStreamIsCapturing`
+    /// from the driver, or the runtime's `cudaStreamIsCapturing`); unit
     /// tests: the fake stream's state.
     pub(crate) fn ask_capture_status(&self) -> Result<crate::backend::CaptureStatus> {
+        #[cfg(test)]
+        self.inner.questions.fetch_add(1, Ordering::Relaxed);
         #[cfg(test)]
         if !self.inner.owned {
             return Ok(self
@@ -460,14 +616,22 @@ impl Stream {
         Active::stream_capture_status(self.inner.raw)
     }
 
+    /// Unit tests: how many runtime calls asked about this stream's
+    /// capture state so far (all clones together).
+    #[cfg(test)]
+    pub(crate) fn questions(&self) -> usize {
+        self.inner.questions.load(Ordering::Relaxed)
+    }
+
     /// Unit tests: makes a fake stream report `status` in capture `id`.
     #[cfg(test)]
     pub(crate) fn set_fake_capture(&self, status: crate::graph::CaptureStatus, id: u64) {
         *self.inner.fake_capture.lock().unwrap_or_else(|p| p.into_inner()) = (status, id);
     }
 
-    /// Unit tests: the next `n` capture queries of a fake stream answer, the
-    /// ones after fail (negative `n`: all answer).
+    /// Unit tests: the next `n` capture-info queries of a fake stream
+    /// answer, the ones after fail (negative `n`: all answer; the status
+    /// query always answers).
     #[cfg(test)]
     pub(crate) fn fail_fake_queries_after(&self, n: i32) {
         self.inner.fake_queries_ok.store(n, Ordering::Relaxed);

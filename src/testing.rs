@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::resource::MemoryResource;
-use crate::stream::Stream;
+use crate::stream::{Asked, Stream};
 
 /// What a [`FakeResource`] saw.
 #[derive(Debug, Default)]
@@ -93,8 +93,21 @@ impl FakeResource {
 
 // SAFETY: test double: its addresses are made up and never dereferenced;
 // it never hands out a block twice while live (blocks never overlap).
+// Like somalloc's pool, it wants to know whether the stream is capturing on
+// every call, and takes the caller's answer where there is one (so that the
+// tests count the questions a path asks in all).
 unsafe impl MemoryResource for FakeResource {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
+        self.allocate_asked(bytes, stream, Asked::NOT_YET)
+    }
+
+    unsafe fn deallocate(&self, ptr: *mut c_void, bytes: usize, stream: &Stream) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { self.deallocate_asked(ptr, bytes, stream, Asked::NOT_YET) }
+    }
+
+    fn allocate_asked(&self, bytes: usize, stream: &Stream, asked: Asked) -> Result<*mut c_void> {
+        asked.capturing(stream)?;
         let mut s = self.state();
         if bytes == 0 {
             s.errors.push("0-byte allocation".into());
@@ -120,7 +133,14 @@ unsafe impl MemoryResource for FakeResource {
         Ok(addr as *mut c_void)
     }
 
-    unsafe fn deallocate(&self, ptr: *mut c_void, bytes: usize, stream: &Stream) -> Result<()> {
+    unsafe fn deallocate_asked(
+        &self,
+        ptr: *mut c_void,
+        bytes: usize,
+        stream: &Stream,
+        asked: Asked,
+    ) -> Result<()> {
+        asked.capturing(stream)?;
         if self.fail_frees.load(Ordering::Relaxed) {
             return Err(Error::Vendor {
                 call: "fakeFreeAsync",

@@ -2,8 +2,9 @@
 //! device: the vendor pool (`new`, `new_in`, the pool as a resource), the
 //! cache tier (warm and cold), a buffer from before a capture dropped inside
 //! it, graph outputs, `use_on` across a capture's edge, an invalidated
-//! capture, the adaptors, and a capture begun by another library on a
-//! borrowed stream.
+//! capture, the adaptors, a capture begun by another library on a borrowed
+//! stream, and a borrowed stream with the promise that only somalloc
+//! captures it.
 //!
 //! The per-replay pattern: each graph writes `i * mul + add` into memory it
 //! allocates and adds it into an accumulator allocated outside the capture,
@@ -654,6 +655,72 @@ fn a_capture_by_another_library_on_a_borrowed_stream() {
     drop(graph);
 
     drop((ordinary, acc, res, cache));
+    tier.flush().unwrap();
+    drop(tier);
+    borrowed.synchronize().unwrap();
+    drop(borrowed);
+    assert_eq!(g.used(), start);
+    g.no_new_drop_errors();
+}
+
+/// A borrowed stream with the promise that it is captured only through
+/// somalloc (`Stream::assume_captured_only_by_somalloc`), captured through
+/// `Stream::begin_capture`: somalloc asks no capture question on it outside
+/// the capture, yet the warm cache stands aside during it (the count of
+/// captures begun through the API makes every stream ask), a buffer from
+/// before the capture dropped inside it waits for the graph, and 1000
+/// replays leave the ordinary buffer that took the cached block intact.
+#[test]
+fn a_promised_borrowed_stream_captured_through_somalloc() {
+    let Some(g) = setup("capture::a_promised_borrowed_stream_captured_through_somalloc") else {
+        return;
+    };
+    let start = g.used();
+    // SAFETY: the owned stream outlives every use of the borrowed handle
+    // (both are dropped at the end of this test, the borrowed one first).
+    let borrowed = unsafe { Stream::from_raw(&g.dev, g.stream.as_raw()) }.unwrap();
+    // SAFETY: this test captures the handle only through somalloc's
+    // `begin_capture` (on `borrowed`).
+    unsafe { borrowed.assume_captured_only_by_somalloc() };
+    let tier = CacheTier::new(Arc::new(g.pool.clone()), CacheConfig::default()).unwrap();
+    let cache = tier.for_stream(&borrowed).unwrap();
+    let res: Arc<dyn MemoryResource> = cache.clone();
+    let mut acc = g.accumulator();
+    drop(DeviceBuffer::<u32>::new_with(N, &res, &borrowed).unwrap());
+    assert_eq!(cache.stats().cached_blocks, 1);
+    let warm_hits = cache.stats().hits;
+    let before = DeviceBuffer::<u32>::new_in(N, &g.pool, &borrowed).unwrap();
+    let pending = somalloc::pending_graph_frees();
+
+    borrowed.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    assert_eq!(borrowed.capture_status().unwrap(), CaptureStatus::Active);
+    let mut captured = DeviceBuffer::<u32>::new_with(N, &res, &borrowed).unwrap();
+    g.k.iota_u32(&mut captured, 7, 3, &borrowed).unwrap();
+    g.k.axpy_u32(&mut acc, &captured, 1, &borrowed).unwrap();
+    let graph_addr = captured.as_raw();
+    drop(captured);
+    drop(before); // from outside the capture: waits for the graph
+    assert_eq!(somalloc::pending_graph_frees(), pending + 1);
+    let graph = borrowed.end_capture().unwrap();
+    let st = cache.stats();
+    assert_eq!((st.hits, st.captured, st.captured_live), (warm_hits, 1, 0));
+    assert_eq!(st.cached_blocks, 1, "the captured free entered the cache");
+
+    let mut ordinary = DeviceBuffer::<u32>::new_with(N, &res, &borrowed).unwrap();
+    assert_eq!(cache.stats().hits, warm_hits + 1);
+    assert_ne!(ordinary.as_raw(), graph_addr);
+    g.k.fill(&mut ordinary, 55, &borrowed).unwrap();
+    let exec = graph.instantiate().unwrap();
+    for _ in 0..replays() {
+        exec.launch(&borrowed).unwrap();
+    }
+    assert_eq!(g.k.verify(&ordinary, 55, &borrowed).unwrap(), 0);
+    check_accumulated(&acc, replays(), &[(1, 7, 3)]);
+    drop((exec, graph, ordinary, acc));
+    reclaim_until("the free deferred by the graph", || {
+        somalloc::pending_graph_frees() == pending
+    });
+    drop((res, cache));
     tier.flush().unwrap();
     drop(tier);
     borrowed.synchronize().unwrap();

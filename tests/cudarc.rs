@@ -1,7 +1,8 @@
 //! cudarc interop on a GPU: streams from cudarc, somalloc buffers and
 //! views as arguments of cudarc kernel launches, copies with `CudaSlice`,
-//! and a cuBLAS GEMM on somalloc buffers through cudarc's pointer traits
-//! (skipped, with one SKIP line, where cudarc cannot load libcublas). The kernels
+//! a cuBLAS GEMM on somalloc buffers through cudarc's pointer traits
+//! (skipped, with one SKIP line, where cudarc cannot load libcublas), and a
+//! capture through somalloc on a cudarc stream. The kernels
 //! are somalloc's test kernels (feature `kernels`), loaded through cudarc's
 //! own module loading from the image build.rs embeds. Without a GPU every
 //! test prints one SKIP line.
@@ -16,7 +17,10 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKe
 use cudarc::nvrtc::Ptx;
 use somalloc::interop::cudarc::Launch;
 use somalloc::testkit::{pattern_byte, TestKernels};
-use somalloc::{Device, DeviceBuffer, Error, Event, InvalidReason, MemPool, PoolProperties, Stream};
+use somalloc::{
+    CacheConfig, CacheTier, CaptureMode, Device, DeviceBuffer, Error, Event, InvalidReason, MemPool,
+    MemoryResource, PoolProperties, Stream,
+};
 
 /// The test kernels, as build.rs compiled them for this crate.
 static IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/somalloc_kernels.bin"));
@@ -347,6 +351,63 @@ fn copies_between_cudarc_slices_and_buffers() {
         stream.synchronize().unwrap();
     }
     x.synchronize().unwrap();
+}
+
+/// A cudarc program that wants graphs: its stream wrapped by
+/// `Stream::from_cudarc`, the promise that only somalloc captures it, and
+/// the capture through somalloc with cudarc launches inside. The warm cache
+/// stands aside during the capture: 100 replays, each writing the graph's
+/// own scratch buffer and an output from outside the capture, leave the
+/// ordinary buffer that took the cached block intact.
+#[test]
+fn a_promised_cudarc_stream_captured_through_somalloc() {
+    let Some(env) = setup("cudarc::a_promised_cudarc_stream_captured_through_somalloc") else {
+        return;
+    };
+    const N: usize = 1 << 20;
+    let used_at_start = env.used();
+    let cs = env.stream();
+    let stream = Stream::from_cudarc(&cs).unwrap();
+    // SAFETY: this test captures `cs` only through `stream.begin_capture`.
+    unsafe { stream.assume_captured_only_by_somalloc() };
+    let tier = CacheTier::new(Arc::new(env.pool.clone()), CacheConfig::default()).unwrap();
+    let cache = tier.for_stream(&stream).unwrap();
+    let res: Arc<dyn MemoryResource> = cache.clone();
+    drop(DeviceBuffer::<u8>::new_with(N, &res, &stream).unwrap());
+    assert_eq!(cache.stats().cached_blocks, 1);
+    let mut out = DeviceBuffer::<u8>::new_in(N, &env.pool, &stream).unwrap();
+
+    stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    let mut scratch = DeviceBuffer::<u8>::new_with(N, &res, &stream).unwrap();
+    env.fill(&cs, &mut scratch, 5).unwrap(); // a cudarc launch, recorded
+    env.fill(&cs, &mut out, 6).unwrap();
+    drop(scratch);
+    let graph = stream.end_capture().unwrap();
+    assert_eq!(cache.stats().captured, 1);
+    assert_eq!(
+        cache.stats().cached_blocks,
+        1,
+        "the captured free entered the cache"
+    );
+
+    let mut ordinary = DeviceBuffer::<u8>::new_with(N, &res, &stream).unwrap();
+    env.fill(&cs, &mut ordinary, 9).unwrap();
+    let exec = graph.instantiate().unwrap();
+    for _ in 0..100 {
+        exec.launch(&stream).unwrap();
+    }
+    assert_eq!(
+        env.mismatches(&cs, &ordinary, 9).unwrap(),
+        0,
+        "the graph wrote into the cached block"
+    );
+    assert_eq!(env.mismatches(&cs, &out, 6).unwrap(), 0);
+    drop((exec, graph, ordinary, out, res, cache));
+    tier.flush().unwrap();
+    drop(tier);
+    cs.synchronize().unwrap();
+    assert_eq!(env.used(), used_at_start, "the pool got its memory back");
+    assert_eq!(somalloc::drop_errors().last.map(|e| e.to_string()), None);
 }
 
 /// cuBLAS through cudarc, or `None` (after one SKIP line) where cudarc

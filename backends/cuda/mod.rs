@@ -63,7 +63,7 @@
 #[path = "sys.rs"]
 mod sys;
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use std::sync::OnceLock;
 
 use super::common::{self, backend_impl, handle, ordinal, shared_runtime_api};
@@ -126,6 +126,15 @@ shared_runtime_api! {
         fn stream_get_capture_info = "cudaStreamGetCaptureInfo\0"; (
             sys::cudaStream_t, *mut sys::cudaStreamCaptureStatus, *mut u64, *mut sys::cudaGraph_t,
             *mut *const sys::cudaGraphNode_t, *mut *const sys::cudaGraphEdgeData, *mut usize,
+        ) -> i32;
+        // The driver's capture queries are found through these (see
+        // `driver_capture`), so that somalloc never names libcuda.
+        optional(since "CUDA 12.0") fn get_driver_entry_point = "cudaGetDriverEntryPoint\0"; (
+            *const c_char, *mut *mut c_void, c_ulonglong, *mut sys::cudaDriverEntryPointQueryResult,
+        ) -> i32;
+        optional(since sys::CUDA_VERSION_DRIVER_BY_VERSION)
+        fn get_driver_entry_point_by_version = "cudaGetDriverEntryPointByVersion\0"; (
+            *const c_char, *mut *mut c_void, c_uint, c_ulonglong, *mut sys::cudaDriverEntryPointQueryResult,
         ) -> i32;
         // Only the test kernels are loaded this way; the JIT and library
         // option arrays are always null (their element types are C enums).
@@ -218,6 +227,90 @@ fn refuse_alloc_in_capture(_api: &Api, _call: &str, _stream: CudaStream) -> Resu
 #[inline(always)]
 fn free_is_noop(_ptr: DevicePtr) -> bool {
     false
+}
+
+// ---------------------------------------------------------------------------
+// The driver's capture queries.
+
+/// `cuStreamIsCapturing` and `cuStreamGetCaptureInfo` of the driver, for the
+/// capture question somalloc asks on borrowed streams (see `Stream`'s docs):
+/// the runtime's `cudaStreamIsCapturing` / `cudaStreamGetCaptureInfo` go
+/// through a lock that every thread shares (on an H200: about 90 ns alone,
+/// 700 to 1000 ns each with 8 threads asking about their own streams); the
+/// driver's do not (about 25 ns, the same with 8 threads).
+///
+/// Found once, through the loaded runtime, so that somalloc never loads or
+/// names libcuda itself: `cudaGetDriverEntryPointByVersion` (CUDA 12.5+)
+/// gives each at the CUDA 12.0 ABI, the one the types in `sys.rs` declare;
+/// an older runtime's `cudaGetDriverEntryPoint` gives the ABI of the
+/// runtime's own version, which is the same for `cuStreamIsCapturing` but
+/// not for `cuStreamGetCaptureInfo` (12.3 added a parameter), so there only
+/// the first is taken. What is not found is asked of the runtime, as is
+/// every question the driver answers with an error (the runtime then
+/// reports it with its own code, and makes the device's primary context
+/// current on the thread, which a driver call without one lacks).
+struct DriverCapture {
+    is_capturing: sys::PFN_cuStreamIsCapturing_v10000,
+    get_capture_info: sys::PFN_cuStreamGetCaptureInfo_v11030,
+}
+
+fn driver_capture() -> &'static DriverCapture {
+    static DRIVER: OnceLock<DriverCapture> = OnceLock::new();
+    DRIVER.get_or_init(|| {
+        let Ok(api) = api() else {
+            return DriverCapture {
+                is_capturing: None,
+                get_capture_info: None,
+            };
+        };
+        // SAFETY: each symbol is asked for at an ABI whose signature the
+        // type it is read as declares: `cuStreamIsCapturing` has one ABI
+        // (10000) in every version; `cuStreamGetCaptureInfo` only by version
+        // 12000, which is the `_v11030` ABI.
+        unsafe {
+            DriverCapture {
+                is_capturing: driver_entry_point(api, c"cuStreamIsCapturing", true)
+                    .map(|f| std::mem::transmute::<*mut c_void, unsafe extern "C" fn(_, _) -> i32>(f)),
+                get_capture_info: driver_entry_point(api, c"cuStreamGetCaptureInfo", false).map(|f| {
+                    std::mem::transmute::<*mut c_void, unsafe extern "C" fn(_, _, _, _, _, _) -> i32>(f)
+                }),
+            }
+        }
+    })
+}
+
+/// The driver's entry point of `symbol` at [`sys::DRIVER_ABI_VERSION`]
+/// (`cudaGetDriverEntryPointByVersion`); with `any_version`, on a runtime
+/// without that call, the one `cudaGetDriverEntryPoint` gives (the ABI of
+/// the runtime's own version). Legacy-stream entry points (see
+/// [`sys::cudaEnableLegacyStream`]).
+///
+/// # Safety
+/// With `any_version`, the caller reads the result as a type that is right
+/// for every ABI version of `symbol` since CUDA 12.0.
+unsafe fn driver_entry_point(api: &Api, symbol: &CStr, any_version: bool) -> Option<*mut c_void> {
+    let mut f: *mut c_void = std::ptr::null_mut();
+    let mut found: sys::cudaDriverEntryPointQueryResult = -1;
+    let code = match api.get_driver_entry_point_by_version.get::<CudaCodes>() {
+        // SAFETY: a NUL-terminated name and valid out-pointers; the runtime
+        // only writes them.
+        Ok(by_version) => unsafe {
+            by_version(
+                symbol.as_ptr(),
+                &mut f,
+                sys::DRIVER_ABI_VERSION,
+                sys::cudaEnableLegacyStream,
+                &mut found,
+            )
+        },
+        Err(_) if any_version => match api.get_driver_entry_point.get::<CudaCodes>() {
+            // SAFETY: as above.
+            Ok(get) => unsafe { get(symbol.as_ptr(), &mut f, sys::cudaEnableLegacyStream, &mut found) },
+            Err(_) => return None,
+        },
+        Err(_) => return None,
+    };
+    (code == sys::cudaSuccess && found == sys::cudaDriverEntryPointSuccess && !f.is_null()).then_some(f)
 }
 
 /// `cudaMemPoolProps::maxSize` is read from CUDA 12.2 on.
@@ -350,11 +443,48 @@ backend_impl! {
             Ok(String::from_utf8_lossy(&props.name[..len]).into_owned())
         }
 
+        fn stream_capture_status(stream: CudaStream) -> Result<crate::backend::CaptureStatus> {
+            if let Some(is_capturing) = driver_capture().is_capturing {
+                let mut status = sys::CU_STREAM_CAPTURE_STATUS_NONE;
+                // SAFETY: the driver's entry point of this signature (see
+                // `driver_capture`); a valid out-pointer; the driver
+                // validates the stream.
+                if unsafe { is_capturing(stream.0, &mut status) } == sys::CUDA_SUCCESS {
+                    return common::capture_status::<CudaCodes>("cuStreamIsCapturing", status);
+                }
+            }
+            let mut status = sys::cudaStreamCaptureStatusNone;
+            // SAFETY: valid out-pointer; the runtime validates the stream.
+            check("cudaStreamIsCapturing", unsafe {
+                (api()?.stream_is_capturing)(stream.0, &mut status)
+            })?;
+            common::capture_status::<CudaCodes>("cudaStreamIsCapturing", status)
+        }
+
         fn stream_capture_info(stream: CudaStream) -> Result<CaptureInfo<CudaGraph>> {
-            let api = api()?;
             let mut status = sys::cudaStreamCaptureStatusNone;
             let mut id = 0u64;
             let mut graph: sys::cudaGraph_t = std::ptr::null_mut();
+            if let Some(get) = driver_capture().get_capture_info {
+                // SAFETY: the driver's entry point of this signature (see
+                // `driver_capture`); valid out-pointers for status, id and
+                // graph; the dependency outputs are not asked for (null).
+                let code = unsafe {
+                    get(
+                        stream.0,
+                        &mut status,
+                        &mut id,
+                        &mut graph,
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                    )
+                };
+                if code == sys::CUDA_SUCCESS {
+                    let status = common::capture_status::<CudaCodes>("cuStreamGetCaptureInfo", status)?;
+                    return Ok(common::capture_info(status, id, graph, CudaGraph));
+                }
+            }
+            let api = api()?;
             let code = if api.version >= sys::CUDA_VERSION_13 {
                 let get = api.stream_get_capture_info.get::<CudaCodes>()?;
                 // SAFETY: CUDA 13's 7-parameter signature; valid out-pointers

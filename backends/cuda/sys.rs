@@ -2,7 +2,8 @@
 //! hand (see the module doc of `backends/cuda/mod.rs` for why).
 //!
 //! Every value and layout here was checked against the CUDA runtime headers
-//! (`cuda_runtime_api.h`, `driver_types.h`, `vector_types.h`) of CUDA 12.1,
+//! (`cuda_runtime_api.h`, `driver_types.h`, `vector_types.h`; for the driver
+//! entry points `cuda.h` and `cudaTypedefs.h`) of CUDA 12.1,
 //! 12.2, 12.4, 12.6, 12.8, 13.0 and 13.1, by compiling a C program that prints
 //! each `sizeof`, `offsetof` and enum value against each set of headers. All
 //! of them agree on everything below except where a comment says otherwise
@@ -17,7 +18,7 @@
 // not, so items the backend does not use yet stay.
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code)]
 
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
 use std::mem::{align_of, offset_of, size_of};
 
 // ---------------------------------------------------------------------------
@@ -38,7 +39,8 @@ opaque!(
     cudaGraphEdgeData_st,
 );
 
-// header-check cuda<12.8: CUlib_st absent; cudaLibrary_t absent
+// The runtime's cudaLibrary_t is 12.8's (cuda.h declares CUlib_st from 12.0).
+// header-check cuda<12.8: cudaLibrary_t absent
 // header-check cuda<12.3: cudaGraphEdgeData_st absent; cudaGraphEdgeData absent
 
 pub(crate) type cudaStream_t = *mut CUstream_st;
@@ -160,6 +162,52 @@ pub(crate) const cudaMemoryTypeManaged: c_int = 3;
 /// `cudaHostAllocDefault` / `cudaHostAllocPortable` (`#define`s).
 pub(crate) const cudaHostAllocDefault: c_uint = 0x00;
 pub(crate) const cudaHostAllocPortable: c_uint = 0x01;
+
+// ---------------------------------------------------------------------------
+// The driver's capture queries, reached through the runtime
+// (`cudaGetDriverEntryPoint[ByVersion]`): the lookup's types and flags
+// (driver_types.h), the driver's values (cuda.h) and the entry points'
+// types, named as cudaTypedefs.h names them (`_vNNNNN`: the CUDA version
+// that introduced that ABI of the function).
+
+/// `enum cudaDriverEntryPointQueryResult`, written by the runtime.
+pub(crate) type cudaDriverEntryPointQueryResult = c_int;
+pub(crate) const cudaDriverEntryPointSuccess: cudaDriverEntryPointQueryResult = 0;
+/// `cudaEnableLegacyStream` (`enum cudaGetDriverEntryPointFlags`, passed as
+/// `unsigned long long`): the entry points whose null stream is the legacy
+/// default stream, as in the runtime calls somalloc makes.
+pub(crate) const cudaEnableLegacyStream: c_ulonglong = 0x1;
+/// `CUDA_SUCCESS` (`CUresult`).
+pub(crate) const CUDA_SUCCESS: i32 = 0;
+// CUstreamCaptureStatus: the runtime's values (asserted below).
+pub(crate) const CU_STREAM_CAPTURE_STATUS_NONE: c_int = 0;
+pub(crate) const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
+pub(crate) const CU_STREAM_CAPTURE_STATUS_INVALIDATED: c_int = 2;
+/// `cuStreamIsCapturing` (one ABI since CUDA 10.0). `CUstream` is the
+/// runtime's `cudaStream_t`, `CUstreamCaptureStatus` a C enum.
+pub(crate) type PFN_cuStreamIsCapturing_v10000 =
+    Option<unsafe extern "C" fn(cudaStream_t, *mut cudaStreamCaptureStatus) -> i32>;
+/// `cuStreamGetCaptureInfo` as of CUDA 11.3 to 12.2 (6 parameters; what
+/// `cudaGetDriverEntryPointByVersion` gives for version
+/// [`DRIVER_ABI_VERSION`]). `CUgraph` is `cudaGraph_t`, `CUgraphNode`
+/// `cudaGraphNode_t`.
+pub(crate) type PFN_cuStreamGetCaptureInfo_v11030 = Option<
+    unsafe extern "C" fn(
+        cudaStream_t,
+        *mut cudaStreamCaptureStatus,
+        *mut u64,
+        *mut cudaGraph_t,
+        *mut *const cudaGraphNode_t,
+        *mut usize,
+    ) -> i32,
+>;
+
+// header-check cuda: DRIVER_ABI_VERSION absent; CUDA_VERSION_DRIVER_BY_VERSION absent
+/// The driver ABI asked for by version: CUDA 12.0, the oldest runtime this
+/// backend loads (its `cuStreamGetCaptureInfo` is the `_v11030` above).
+pub(crate) const DRIVER_ABI_VERSION: c_uint = 12_000;
+/// `cudaGetDriverEntryPointByVersion` exists from CUDA 12.5.
+pub(crate) const CUDA_VERSION_DRIVER_BY_VERSION: &str = "CUDA 12.5";
 
 // ---------------------------------------------------------------------------
 // Versions (`cudaRuntimeGetVersion`: major * 1000 + minor * 10).
@@ -327,3 +375,11 @@ const _: () = assert!(size_of::<cudaPointerAttributesStorage>() == 88);
 const _: () = assert!(offset_of!(cudaPointerAttributesStorage, device) == 4);
 const _: () = assert!(offset_of!(cudaPointerAttributesStorage, devicePointer) == 8);
 const _: () = assert!(offset_of!(cudaPointerAttributesStorage, hostPointer) == 16);
+// The driver's capture status values are the runtime's (the backend reads
+// either with the same table), and an entry point fits in a pointer.
+const _: () = assert!(CU_STREAM_CAPTURE_STATUS_NONE == cudaStreamCaptureStatusNone);
+const _: () = assert!(CU_STREAM_CAPTURE_STATUS_ACTIVE == cudaStreamCaptureStatusActive);
+const _: () = assert!(CU_STREAM_CAPTURE_STATUS_INVALIDATED == cudaStreamCaptureStatusInvalidated);
+const _: () = assert!(CUDA_SUCCESS == cudaSuccess);
+const _: () = assert!(size_of::<PFN_cuStreamIsCapturing_v10000>() == size_of::<*mut c_void>());
+const _: () = assert!(size_of::<PFN_cuStreamGetCaptureInfo_v11030>() == size_of::<*mut c_void>());

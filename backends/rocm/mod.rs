@@ -429,6 +429,16 @@ backend_impl! {
             Ok(String::from_utf8_lossy(&bytes).into_owned())
         }
 
+        fn stream_capture_status(stream: RocmStream) -> Result<crate::backend::CaptureStatus> {
+            // HIP has no driver layer to ask: the runtime's call it is.
+            let mut status = sys::hipStreamCaptureStatusNone;
+            // SAFETY: valid out-pointer; the runtime validates the stream.
+            check("hipStreamIsCapturing", unsafe {
+                (api()?.stream_is_capturing)(stream.0, &mut status)
+            })?;
+            common::capture_status::<RocmCodes>("hipStreamIsCapturing", status)
+        }
+
         fn stream_capture_info(stream: RocmStream) -> Result<CaptureInfo<RocmGraph>> {
             if stream.0.is_null() {
                 // hipStreamGetCaptureInfo_v2 refuses the null stream (CUDA's

@@ -58,8 +58,17 @@ fn main() {
         let hand = hands
             .entry(vendor.name)
             .or_insert_with(|| Hand::read(vendor, &backends.join(vendor.dir)));
-        let mut gen_file =
-            syn::parse_file(&generate(vendor, Path::new(dir.trim()))).expect("bindgen output parses");
+        // The entry-point types `sys.rs` declares (`PFN_...`), which bindgen
+        // keeps besides the vendor's allowlist.
+        let entry_points: Vec<String> = hand
+            .sys
+            .aliases
+            .keys()
+            .filter(|n| n.starts_with("PFN_"))
+            .cloned()
+            .collect();
+        let mut gen_file = syn::parse_file(&generate(vendor, Path::new(dir.trim()), &entry_points))
+            .expect("bindgen output parses");
         let gen = Model::from_items(&gen_file.items, &expand::Macros::new());
         // The program compares types, constants and layouts; it never calls
         // a function, so the extern blocks are not compiled.
@@ -103,6 +112,11 @@ pub(crate) struct Vendor {
     pub(crate) dir: &'static str,
     /// The header bindgen reads.
     pub(crate) header: &'static str,
+    /// Headers read besides it, for the driver entry points the backend
+    /// takes through the runtime (their `PFN_` types).
+    pub(crate) extra_headers: &'static [&'static str],
+    /// What an entry point of `extra_headers` declared `-> i32` returns.
+    pub(crate) driver_error_type: &'static str,
     pub(crate) clang_args: &'static [&'static str],
     /// The runtime's error type: what a function declared `-> i32` returns.
     pub(crate) error_type: &'static str,
@@ -119,6 +133,8 @@ impl Vendor {
                 name: "hip",
                 dir: "rocm",
                 header: "hip/hip_runtime_api.h",
+                extra_headers: &[],
+                driver_error_type: "hipError_t",
                 clang_args: &["-D__HIP_PLATFORM_AMD__"],
                 error_type: "hipError_t",
                 allow: "^(hip|HIP|ihip).*",
@@ -128,6 +144,9 @@ impl Vendor {
                 name: "cuda",
                 dir: "cuda",
                 header: "cuda_runtime_api.h",
+                // cuda.h and the entry points' types.
+                extra_headers: &["cudaTypedefs.h"],
+                driver_error_type: "CUresult",
                 clang_args: &[],
                 error_type: "cudaError_t",
                 allow: "^(cuda|CUDA|CU|dim3).*",
@@ -191,15 +210,23 @@ impl Set {
     }
 }
 
-pub(crate) fn generate(vendor: Vendor, include: &Path) -> String {
-    let header = include.join(vendor.header);
-    assert!(header.exists(), "{} does not exist", header.display());
-    println!("cargo:rerun-if-changed={}", header.display());
-    bindgen::Builder::default()
-        .header_contents("wrapper.h", &format!("#include <{}>\n", vendor.header))
+pub(crate) fn generate(vendor: Vendor, include: &Path, entry_points: &[String]) -> String {
+    let mut wrapper = String::new();
+    for h in std::iter::once(&vendor.header).chain(vendor.extra_headers) {
+        let header = include.join(h);
+        assert!(header.exists(), "{} does not exist", header.display());
+        println!("cargo:rerun-if-changed={}", header.display());
+        wrapper += &format!("#include <{h}>\n");
+    }
+    let mut b = bindgen::Builder::default()
+        .header_contents("wrapper.h", &wrapper)
         .clang_arg(format!("-I{}", include.display()))
         .clang_args(vendor.clang_args)
-        .allowlist_item(vendor.allow)
+        .allowlist_item(vendor.allow);
+    for name in entry_points {
+        b = b.allowlist_item(format!("^{name}$"));
+    }
+    b
         // Every C enum becomes an integer type alias plus one constant per
         // value, under the value's own C name: the same shape as the
         // hand-written constants.
@@ -210,6 +237,6 @@ pub(crate) fn generate(vendor: Vendor, include: &Path) -> String {
         .derive_debug(false)
         .formatter(bindgen::Formatter::None)
         .generate()
-        .unwrap_or_else(|e| panic!("bindgen on {}: {e}", header.display()))
+        .unwrap_or_else(|e| panic!("bindgen on {}: {e}", include.join(vendor.header).display()))
         .to_string()
 }

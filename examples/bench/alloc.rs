@@ -253,16 +253,48 @@ pub enum Kind {
     Cudarc,
     /// cudarc's `CudaSlice` with event tracking off.
     CudarcNoEvents,
+    /// The raw calls on a borrowed stream ([`lent`]): the baseline of the
+    /// borrowed-stream rows (the runtime's calls on a stream it did not
+    /// make cost more than on one it made).
+    RawBorrowed,
+    /// `Somalloc`, `Cache` and `CacheBuf` on a borrowed stream: somalloc
+    /// asks whether it is capturing.
+    SomallocBorrowed,
+    CacheBorrowed,
+    CacheBufBorrowed,
+    /// The same with the promise that the stream is captured only through
+    /// somalloc (`Stream::assume_captured_only_by_somalloc`).
+    SomallocPromised,
+    CachePromised,
+    CacheBufPromised,
+}
+
+/// How an allocator's stream came to somalloc.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Made by somalloc (`Stream::new`).
+    Owned,
+    /// Borrowed ([`lent`]), no promise.
+    Borrowed,
+    /// Borrowed, with the promise.
+    Promised,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Raw,
         Kind::Somalloc,
         Kind::Cache,
         Kind::CacheBuf,
         Kind::Cudarc,
         Kind::CudarcNoEvents,
+        Kind::RawBorrowed,
+        Kind::SomallocBorrowed,
+        Kind::CacheBorrowed,
+        Kind::CacheBufBorrowed,
+        Kind::SomallocPromised,
+        Kind::CachePromised,
+        Kind::CacheBufPromised,
     ];
 
     pub fn name(self) -> &'static str {
@@ -273,6 +305,36 @@ impl Kind {
             Kind::CacheBuf => CACHE_BUF,
             Kind::Cudarc => "cudarc",
             Kind::CudarcNoEvents => "cudarc-noev",
+            Kind::RawBorrowed => "raw@borrowed",
+            Kind::SomallocBorrowed => "somalloc@borrowed",
+            Kind::CacheBorrowed => "cache@borrowed",
+            Kind::CacheBufBorrowed => "cache+buf@borrowed",
+            Kind::SomallocPromised => "somalloc@promised",
+            Kind::CachePromised => "cache@promised",
+            Kind::CacheBufPromised => "cache+buf@promised",
+        }
+    }
+
+    /// The allocator on a stream somalloc made that this one repeats on a
+    /// borrowed stream (itself for the others).
+    pub fn base(self) -> Kind {
+        match self {
+            Kind::RawBorrowed => Kind::Raw,
+            Kind::SomallocBorrowed | Kind::SomallocPromised => Kind::Somalloc,
+            Kind::CacheBorrowed | Kind::CachePromised => Kind::Cache,
+            Kind::CacheBufBorrowed | Kind::CacheBufPromised => Kind::CacheBuf,
+            other => other,
+        }
+    }
+
+    /// How this allocator's stream came to somalloc.
+    pub fn origin(self) -> Origin {
+        match self {
+            Kind::RawBorrowed | Kind::SomallocBorrowed | Kind::CacheBorrowed | Kind::CacheBufBorrowed => {
+                Origin::Borrowed
+            }
+            Kind::SomallocPromised | Kind::CachePromised | Kind::CacheBufPromised => Origin::Promised,
+            _ => Origin::Owned,
         }
     }
 
@@ -283,8 +345,12 @@ impl Kind {
         matches!(self, Kind::Cudarc | Kind::CudarcNoEvents)
     }
 
-    /// Whether this allocator runs in `workload`.
+    /// Whether this allocator runs in `workload`. The borrowed-stream rows
+    /// repeat the pair, churn and threads rows of their base.
     pub fn runs(self, workload: &str) -> bool {
+        if self.origin() != Origin::Owned {
+            return matches!(workload, "pair" | "churn" | "threads");
+        }
         match workload {
             "threshold" => self.runs_threshold(),
             "pair" | "churn" | "threads" => !self.peer() || cudarc_alloc::AVAILABLE,
@@ -319,6 +385,21 @@ impl Kind {
             Kind::CudarcNoEvents => "as cudarc, with event tracking off \
                  (unsafe CudaContext::disable_event_tracking before the slices are made)"
                 .into(),
+            Kind::RawBorrowed => format!(
+                "as raw, on a borrowed stream: {}; the baseline of somalloc@borrowed; \
+                 pair, churn and threads only",
+                lent::HOW
+            ),
+            other => format!(
+                "as {}, on a borrowed stream: {}{}; pair, churn and threads only",
+                other.base().name(),
+                lent::HOW,
+                if other.origin() == Origin::Promised {
+                    ", with the promise (unsafe Stream::assume_captured_only_by_somalloc)"
+                } else {
+                    ", no promise (somalloc asks whether it is capturing)"
+                }
+            ),
         }
     }
 
@@ -328,24 +409,62 @@ impl Kind {
         matches!(self, Kind::Somalloc)
     }
 
-    /// Goes through the cache tier: held to the tier's targets
-    /// ([`results::compute_tier_checks`]).
+    /// Goes through the cache tier.
     pub fn tiered(self) -> bool {
-        matches!(self, Kind::Cache | Kind::CacheBuf)
+        matches!(self.base(), Kind::Cache | Kind::CacheBuf)
+    }
+
+    /// Held to the tier's targets ([`results::compute_tier_checks`]): the
+    /// tier on a stream somalloc made.
+    pub fn tier_checked(self) -> bool {
+        self.tiered() && self.origin() == Origin::Owned
     }
 
     /// Runs the threshold workload. Not the tier: a freed block stays in
     /// the stream's cache, so the pool sees no free and its release
     /// threshold never applies ([`THRESHOLD_NOTE`]).
     pub fn runs_threshold(self) -> bool {
-        !self.tiered() && !self.peer()
+        !self.tiered() && !self.peer() && self.origin() == Origin::Owned
     }
 
     /// Gets a churn timeline panel (`cache+buf` would repeat `cache`'s: the
-    /// same tier, the same blocks; the peers' would repeat raw's pool).
+    /// same tier, the same blocks; the peers' would repeat raw's pool; the
+    /// borrowed-stream rows their base's).
     pub fn has_timeline(self) -> bool {
-        !matches!(self, Kind::CacheBuf) && !self.peer()
+        !matches!(self, Kind::CacheBuf) && !self.peer() && self.origin() == Origin::Owned
     }
+
+    /// The stream this allocator works on: `owned` itself, or for the
+    /// borrowed-stream rows a new borrowed `Stream` of lent stream `slot`
+    /// (with the promise made where this kind makes it).
+    pub fn stream(self, owned: &Stream, slot: usize) -> somalloc::Result<Stream> {
+        match self.origin() {
+            Origin::Owned => Ok(owned.clone()),
+            Origin::Borrowed => lent::borrow(&owned.device(), slot),
+            Origin::Promised => {
+                let s = lent::borrow(&owned.device(), slot)?;
+                // SAFETY: the bench captures no stream outside somalloc
+                // (graph_pipeline captures somalloc's own stream through
+                // `Stream::begin_capture`, and the lent streams never).
+                unsafe { s.assume_captured_only_by_somalloc() };
+                Ok(s)
+            }
+        }
+    }
+}
+
+/// The borrowed-stream allocators, for their checks (not their baseline,
+/// `raw@borrowed`).
+pub fn borrowed() -> Vec<crate::results::Borrowed<'static>> {
+    Kind::ALL
+        .iter()
+        .filter(|k| k.origin() != Origin::Owned && **k != Kind::RawBorrowed)
+        .map(|k| crate::results::Borrowed {
+            name: k.name(),
+            base: k.base().name(),
+            promised: k.origin() == Origin::Promised,
+        })
+        .collect()
 }
 
 /// Said on the threshold workload's raw rows.
@@ -356,28 +475,33 @@ pub const THRESHOLD_NOTE: &str =
 
 /// Runs `$body` with `$a` bound to the allocator of kind `$kind` on
 /// (`$pool`, `$stream`); the body is compiled once per allocator type, so
-/// the timed loops make direct calls. The cache allocators take their
-/// stream's cache from `$tier` (an `Option<&CacheTier>`), or, given `None`,
-/// from a fresh tier over `$pool` that is dropped (its cached blocks freed
-/// to the pool, stream-ordered) after the body. Errors in making the
-/// allocator return from the enclosing function with `?`.
+/// the timed loops make direct calls (a borrowed-stream kind is its base's
+/// type on the stream [`Kind::stream`] gives: the same code). The cache
+/// allocators take their stream's cache from `$tier` (an
+/// `Option<&CacheTier>`), or, given `None`, from a fresh tier over `$pool`
+/// that is dropped (its cached blocks freed to the pool, stream-ordered)
+/// after the body. `$slot` picks the lent stream of a borrowed-stream kind
+/// (one per thread). Errors in making the allocator return from the
+/// enclosing function with `?`.
 macro_rules! with_alloc {
     ($kind:expr, $pool:expr, $stream:expr, |$a:ident| $body:expr) => {
-        with_alloc!($kind, $pool, $stream, None, |$a| $body)
+        with_alloc!($kind, $pool, $stream, None, 0, |$a| $body)
     };
-    ($kind:expr, $pool:expr, $stream:expr, $tier:expr, |$a:ident| $body:expr) => {
-        match $kind {
+    ($kind:expr, $pool:expr, $stream:expr, $tier:expr, $slot:expr, |$a:ident| $body:expr) => {{
+        let kind: $crate::alloc::Kind = $kind;
+        let stream: somalloc::Stream = kind.stream(&$stream, $slot)?;
+        match kind.base() {
             $crate::alloc::Kind::Raw => {
                 let $a = $crate::alloc::RawAlloc {
                     pool: $pool.clone(),
-                    stream: $stream.clone(),
+                    stream,
                 };
                 $body
             }
             $crate::alloc::Kind::Somalloc => {
                 let $a = $crate::alloc::SomallocAlloc {
                     pool: $pool.clone(),
-                    stream: $stream.clone(),
+                    stream,
                 };
                 $body
             }
@@ -390,7 +514,7 @@ macro_rules! with_alloc {
                         &fresh
                     }
                 };
-                let $a = $crate::alloc::CacheAlloc::new(tier, &$stream)?;
+                let $a = $crate::alloc::CacheAlloc::new(tier, &stream)?;
                 $body
             }
             $crate::alloc::Kind::CacheBuf => {
@@ -402,17 +526,84 @@ macro_rules! with_alloc {
                         &fresh
                     }
                 };
-                let $a = $crate::alloc::CacheBufAlloc::new(tier, &$stream)?;
+                let $a = $crate::alloc::CacheBufAlloc::new(tier, &stream)?;
                 $body
             }
             k @ ($crate::alloc::Kind::Cudarc | $crate::alloc::Kind::CudarcNoEvents) => {
-                let $a = $crate::alloc::CudarcAlloc::new(&$stream, k == $crate::alloc::Kind::Cudarc)?;
+                let $a = $crate::alloc::CudarcAlloc::new(&stream, k == $crate::alloc::Kind::Cudarc)?;
                 $body
             }
+            other => unreachable!("{other:?} is its own base"),
         }
-    };
+    }};
 }
 pub(crate) use with_alloc;
+
+/// Streams the program brings, as a user of somalloc brings them: with the
+/// `cudarc` feature, cudarc streams (`ctx.new_stream()` in the device's
+/// primary context) wrapped by `Stream::from_cudarc`; without it (the rocm
+/// backend, a cuda build without the feature), streams somalloc made,
+/// wrapped again by `Stream::from_raw`. The lent streams live until the
+/// process ends, so that no tier or buffer can outlive one; each
+/// measurement wraps one anew, so that each starts with a stream somalloc
+/// knows nothing about (and a promise made for one measurement does not
+/// carry over).
+pub mod lent {
+    use std::sync::Mutex;
+
+    use somalloc::{Device, Stream};
+
+    #[cfg(feature = "cudarc")]
+    type Lender = std::sync::Arc<cudarc::driver::CudaStream>;
+    #[cfg(not(feature = "cudarc"))]
+    type Lender = Stream;
+
+    #[cfg(feature = "cudarc")]
+    pub const HOW: &str = "a cudarc stream (ctx.new_stream()) wrapped by Stream::from_cudarc";
+    #[cfg(not(feature = "cudarc"))]
+    pub const HOW: &str = "a stream made by Stream::new, wrapped again by unsafe Stream::from_raw";
+
+    /// (device ordinal, slot) -> the stream lent there.
+    static LENDERS: Mutex<Vec<((usize, usize), Lender)>> = Mutex::new(Vec::new());
+
+    #[cfg(feature = "cudarc")]
+    fn make(dev: &Device) -> somalloc::Result<Lender> {
+        super::cudarc_alloc::context(dev.ordinal(), true)?
+            .new_stream()
+            .map_err(super::cudarc_alloc::error("cuStreamCreate"))
+    }
+
+    #[cfg(not(feature = "cudarc"))]
+    fn make(dev: &Device) -> somalloc::Result<Lender> {
+        Stream::new(dev)
+    }
+
+    #[cfg(feature = "cudarc")]
+    fn wrap(_: &Device, lender: &Lender) -> somalloc::Result<Stream> {
+        Stream::from_cudarc(lender)
+    }
+
+    #[cfg(not(feature = "cudarc"))]
+    fn wrap(dev: &Device, lender: &Lender) -> somalloc::Result<Stream> {
+        // SAFETY: a live stream of `dev`, kept in `LENDERS` until the
+        // process ends.
+        unsafe { Stream::from_raw(dev, lender.as_raw()) }
+    }
+
+    /// A new borrowed `Stream` of the stream lent at `slot` on `dev`
+    /// (made on first use).
+    pub fn borrow(dev: &Device, slot: usize) -> somalloc::Result<Stream> {
+        let mut lenders = LENDERS.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (dev.ordinal(), slot);
+        if let Some((_, l)) = lenders.iter().find(|(k, _)| *k == key) {
+            return wrap(dev, l);
+        }
+        let l = make(dev)?;
+        let s = wrap(dev, &l)?;
+        lenders.push((key, l));
+        Ok(s)
+    }
+}
 
 /// cudarc's own allocation path, as a peer in the same run: a
 /// `CudaStream::alloc::<u8>(bytes)` and the `CudaSlice`'s drop (cudarc 0.19,
@@ -434,7 +625,7 @@ mod cudarc_alloc {
 
     pub const AVAILABLE: bool = true;
 
-    fn error(call: &'static str) -> impl Fn(DriverError) -> Error {
+    pub fn error(call: &'static str) -> impl Fn(DriverError) -> Error {
         move |e| Error::Vendor {
             call,
             code: VendorCode(e.0 as i32),
@@ -446,7 +637,7 @@ mod cudarc_alloc {
     /// The device's primary context through cudarc: `tracked` with cudarc's
     /// default event tracking, else with it off. Made once per process; a
     /// cudarc that cannot load the driver (it panics then) is an error here.
-    fn context(ordinal: usize, tracked: bool) -> somalloc::Result<Arc<CudaContext>> {
+    pub fn context(ordinal: usize, tracked: bool) -> somalloc::Result<Arc<CudaContext>> {
         static CONTEXTS: OnceLock<Result<[Arc<CudaContext>; 2], String>> = OnceLock::new();
         let made = CONTEXTS.get_or_init(|| {
             let make = || -> Result<[Arc<CudaContext>; 2], String> {

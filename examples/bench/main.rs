@@ -175,11 +175,12 @@ pub fn run(args: &Args) -> somalloc::Result<ExitCode> {
         .collect();
     let tiered: Vec<&str> = Kind::ALL
         .iter()
-        .filter(|k| k.tiered())
+        .filter(|k| k.tier_checked())
         .map(|k| k.name())
         .collect();
     let mut checks = results::compute_checks(&rows, &checked);
     checks.extend(results::compute_tier_checks(&rows, &timelines, &tiered));
+    checks.extend(results::compute_borrowed_checks(&rows, &alloc::borrowed()));
     checks.extend(replay::checks(&rows));
     let drop_errors = somalloc::drop_errors();
     let res = Results {

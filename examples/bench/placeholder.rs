@@ -33,6 +33,7 @@ pub fn placeholder_results(seed: u64) -> Results {
     // Placeholder scales: the raw pair at 600 ns, somalloc about the same,
     // the cache tier some 10 and 15 ns (cache+buf), cudarc's slices some
     // 1200 and 600 ns (without events).
+    // The borrowed-stream rows: their base's figure, a little more.
     let scale = |k: Kind| match k {
         Kind::Raw => 1.0,
         Kind::Somalloc => 1.01,
@@ -40,6 +41,13 @@ pub fn placeholder_results(seed: u64) -> Results {
         Kind::CacheBuf => 0.025,
         Kind::Cudarc => 2.0,
         Kind::CudarcNoEvents => 1.0,
+        Kind::RawBorrowed => 1.04,
+        Kind::SomallocBorrowed => 1.06,
+        Kind::CacheBorrowed => 0.06,
+        Kind::CacheBufBorrowed => 0.08,
+        Kind::SomallocPromised => 1.02,
+        Kind::CachePromised => 0.018,
+        Kind::CacheBufPromised => 0.026,
     };
     let tier_extra = |hits: f64| [("cache_hits", hits), ("cache_misses", 1.0), ("cached_bytes", 4e6)];
     row(
@@ -210,10 +218,11 @@ pub fn placeholder_results(seed: u64) -> Results {
     let mut checks = results::compute_checks(&rows, &["somalloc"]);
     let tiered: Vec<&str> = Kind::ALL
         .iter()
-        .filter(|k| k.tiered())
+        .filter(|k| k.tier_checked())
         .map(|k| k.name())
         .collect();
     checks.extend(results::compute_tier_checks(&rows, &timelines, &tiered));
+    checks.extend(results::compute_borrowed_checks(&rows, &crate::alloc::borrowed()));
     checks.extend(crate::replay::checks(&rows));
     Results {
         format: FORMAT.into(),

@@ -1,5 +1,6 @@
 //! The pictures: a bar chart per workload family, the thread-scaling line
-//! chart and the allocation timeline, as SVG (plotters' SVG backend needs no
+//! chart, the allocation timeline, and the rows on borrowed streams beside
+//! their owned-stream rows, as SVG (plotters' SVG backend needs no
 //! fonts on the machine that draws: the viewer renders the text).
 
 use std::path::{Path, PathBuf};
@@ -24,6 +25,7 @@ pub const PICTURES: &[&str] = &[
     "timeline.svg",
     "host_pair.svg",
     "h2d.svg",
+    "borrowed.svg",
     "replay.svg",
     "recording.svg",
 ];
@@ -49,6 +51,15 @@ fn colour(name: &str, index: usize) -> RGBColor {
         "cache+buf" => RGBColor(129, 114, 179),
         SYNC => RGBColor(196, 78, 82),
         "raw (pair)" => RGBColor(150, 170, 210),
+        // A borrowed stream: the owned colour lighter; with the promise,
+        // darker.
+        "raw@borrowed" => RGBColor(160, 180, 215),
+        "somalloc@borrowed" => RGBColor(240, 190, 160),
+        "somalloc@promised" => RGBColor(160, 85, 45),
+        "cache@borrowed" => RGBColor(165, 215, 175),
+        "cache@promised" => RGBColor(45, 110, 60),
+        "cache+buf@borrowed" => RGBColor(195, 185, 225),
+        "cache+buf@promised" => RGBColor(80, 65, 130),
         _ => {
             const MORE: [RGBColor; 5] = [
                 RGBColor(100, 181, 205),
@@ -93,6 +104,11 @@ pub fn plot_all(res: &Results, out: &Path) -> Out<Vec<PathBuf>> {
             bar_chart(&path, &spec, res)?;
             written.push(path);
         }
+    }
+    if let Some(spec) = borrowed_spec(res) {
+        let path = out.join("borrowed.svg");
+        bar_chart(&path, &spec, res)?;
+        written.push(path);
     }
     if res.rows.iter().any(|r| r.workload == "threads") {
         let path = out.join("threads.svg");
@@ -150,10 +166,11 @@ struct BarSpec {
 }
 
 fn bar_spec(res: &Results, family: &str) -> Option<BarSpec> {
+    // The borrowed-stream rows have their own picture (`borrowed_spec`).
     let mut rows: Vec<(String, &Row)> = res
         .rows
         .iter()
-        .filter(|r| r.workload == family)
+        .filter(|r| r.workload == family && !is_borrowed(&r.allocator))
         .map(|r| (r.allocator.clone(), r))
         .collect();
     if rows.is_empty() {
@@ -268,6 +285,82 @@ fn bar_spec(res: &Results, family: &str) -> Option<BarSpec> {
         values,
         notes,
         log,
+    })
+}
+
+/// A row of an allocator on a borrowed stream (`cache+buf@borrowed`).
+fn is_borrowed(allocator: &str) -> bool {
+    allocator.contains('@')
+}
+
+/// The borrowed-stream picture: the raw calls on a borrowed stream, and
+/// somalloc's buffer on the pool and on the cache tier on a stream somalloc
+/// made and on borrowed streams (without and with the promise), for each
+/// pair size, churn and 8 threads; a log scale, each borrowed bar labelled
+/// with its ratio to the same allocator's bar on an owned stream.
+fn borrowed_spec(res: &Results) -> Option<BarSpec> {
+    const SERIES: [&str; 7] = [
+        "raw@borrowed",
+        "somalloc",
+        "somalloc@borrowed",
+        "somalloc@promised",
+        "cache+buf",
+        "cache+buf@borrowed",
+        "cache+buf@promised",
+    ];
+    if !res.rows.iter().any(|r| is_borrowed(&r.allocator)) {
+        return None;
+    }
+    let shown = |r: &&Row| match r.workload.as_str() {
+        "pair" | "churn" => true,
+        "threads" => r.extra.get("threads") == Some(&8.0),
+        _ => false,
+    };
+    let mut groups: Vec<(String, String)> = Vec::new();
+    for r in res.rows.iter().filter(shown) {
+        let g = (r.workload.clone(), r.param.clone());
+        if !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    let series: Vec<String> = SERIES.iter().map(|s| s.to_string()).collect();
+    let find = |(w, p): &(String, String), a: &str| {
+        res.rows
+            .iter()
+            .find(|r| r.workload == *w && r.param == *p && r.allocator == a)
+    };
+    let mut values = vec![vec![None; groups.len()]; series.len()];
+    let mut notes = vec![vec![None; groups.len()]; series.len()];
+    for (s, name) in SERIES.iter().enumerate() {
+        let base = name.split('@').next().unwrap_or(name);
+        for (g, group) in groups.iter().enumerate() {
+            let Some(r) = find(group, name) else { continue };
+            values[s][g] = Some(r.ns_per_op);
+            if let (true, Some(b)) = (is_borrowed(name), find(group, base)) {
+                notes[s][g] = Some(vec![fmt_ratio(r.ns_per_op / b.ns_per_op)]);
+            }
+        }
+    }
+    let groups = groups
+        .into_iter()
+        .map(|(w, p)| match w.as_str() {
+            "pair" => format!("pair {p}"),
+            "threads" => "8 threads (aggr.)".to_string(),
+            _ => w,
+        })
+        .collect();
+    Some(BarSpec {
+        title: format!(
+            "borrowed streams: DeviceBuffer on the pool and on the cache tier, streams made by somalloc vs \
+             borrowed (no promise, promise) — median of {}",
+            res.meta.repeats
+        ),
+        y_desc: "host ns per pair / per operation (log scale); label: × the owned-stream bar".to_string(),
+        groups,
+        series,
+        values,
+        notes,
+        log: true,
     })
 }
 
@@ -404,7 +497,11 @@ where
 }
 
 fn threads_chart(path: &Path, res: &Results) -> Out<()> {
-    let rows: Vec<&Row> = res.rows.iter().filter(|r| r.workload == "threads").collect();
+    let rows: Vec<&Row> = res
+        .rows
+        .iter()
+        .filter(|r| r.workload == "threads" && !is_borrowed(&r.allocator))
+        .collect();
     let threads = |r: &Row| r.extra.get("threads").copied().unwrap_or(f64::NAN);
     let max_t = rows.iter().map(|r| threads(r)).fold(1.0, f64::max);
     let max_y = rows.iter().map(|r| r.ns_per_op).fold(1.0, f64::max);

@@ -575,6 +575,7 @@ fn replay_on(ctx: &Ctx, plan: &Plan, kind: Kind) -> somalloc::Result<Sample> {
             let r = CudarcReplay { allocs };
             (run(&|| replay(plan, &r, &bind))?, None)
         }
+        other => unreachable!("{} is not a replay allocator (REPLAY_KINDS)", other.name()),
     };
     let stats = ctx.pool.stats()?;
     let reserved = stats.reserved_peak as f64;

@@ -25,6 +25,9 @@ pub const SYNC: &str = "sync";
 pub const CACHE: &str = "cache";
 /// `DeviceBuffer::new_with` on the stream cache.
 pub const CACHE_BUF: &str = "cache+buf";
+/// The raw calls on a borrowed stream: the baseline of somalloc's buffer on
+/// the pool on such a stream.
+pub const RAW_BORROWED: &str = "raw@borrowed";
 
 /// One run of the benchmark.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -378,6 +381,119 @@ pub fn compute_tier_checks(rows: &[Row], timelines: &[Timeline], tiered: &[&str]
     checks
 }
 
+/// An allocator of the borrowed-stream rows: its name, the name of the
+/// allocator it repeats on a stream somalloc made, and whether the stream
+/// carries the promise that it is captured only through somalloc.
+pub struct Borrowed<'a> {
+    pub name: &'a str,
+    pub base: &'a str,
+    pub promised: bool,
+}
+
+/// The targets of the rows on borrowed streams (the owned rows' checks,
+/// with the borrowed-stream targets):
+///
+/// * no promise: `somalloc` at most 1.10× the raw calls on the same kind of
+///   borrowed stream (`raw@borrowed`) at every size and thread count (churn,
+///   and the ratio to `raw` on somalloc's own stream, for reference);
+///   `cache+buf` at most 60 ns per pair
+///   at every size and at most 12 ns per pair in aggregate with 8 threads
+///   (churn, its ratio to `cache` and `cache`'s figures for reference);
+/// * with the promise: every row at most 1.15× its base's row (the same
+///   allocator on a stream somalloc made) in the same run;
+/// * either way, the churn rows' hit rate at least 95 % on the tier.
+pub fn compute_borrowed_checks(rows: &[Row], borrowed: &[Borrowed]) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let find = |workload: &str, param: &str, alloc: &str| {
+        rows.iter()
+            .find(|r| r.workload == workload && r.param == param && r.allocator == alloc)
+    };
+    for b in borrowed {
+        let name = b.name;
+        for row in rows.iter().filter(|r| r.allocator == name) {
+            let (w, p, ns) = (row.workload.as_str(), row.param.as_str(), row.ns_per_op);
+            if b.promised {
+                if let Some(base) = find(w, p, b.base) {
+                    let at = if w == "churn" {
+                        w.to_string()
+                    } else {
+                        format!("{w} {p}")
+                    };
+                    checks.push(Check::at_most(
+                        format!("{at}: {name} / {}", b.base),
+                        ns / base.ns_per_op,
+                        1.15,
+                        "",
+                    ));
+                }
+            } else {
+                match (b.base, w) {
+                    ("somalloc", "pair" | "threads" | "churn") => {
+                        let at = if w == "churn" {
+                            w.to_string()
+                        } else {
+                            format!("{w} {p}")
+                        };
+                        if let Some(raw) = find(w, p, RAW_BORROWED) {
+                            let ratio = ns / raw.ns_per_op;
+                            let label = format!("{at}: {name} / {RAW_BORROWED}");
+                            checks.push(if w == "churn" {
+                                Check::info(label, ratio)
+                            } else {
+                                Check::at_most(label, ratio, 1.10, "")
+                            });
+                        }
+                        if let Some(ratio) = row.ratio_to_raw {
+                            checks.push(Check::info(format!("{at}: {name} / raw"), ratio));
+                        }
+                    }
+                    (CACHE_BUF, "pair") => {
+                        checks.push(Check::at_most(format!("pair {p}: {name} ns"), ns, 60.0, " ns"));
+                        let cache = borrowed
+                            .iter()
+                            .find(|o| o.base == CACHE && o.promised == b.promised)
+                            .and_then(|o| find(w, p, o.name));
+                        if let Some(cache) = cache {
+                            checks.push(Check::info(
+                                format!("pair {p}: {name} / {}", cache.allocator),
+                                ns / cache.ns_per_op,
+                            ));
+                        }
+                    }
+                    (CACHE_BUF, "threads") if row.extra.get("threads") == Some(&8.0) => {
+                        checks.push(Check::at_most(
+                            format!("threads 8: {name} ns/pair, aggregate"),
+                            ns,
+                            12.0,
+                            " ns",
+                        ));
+                    }
+                    (CACHE, "pair") => checks.push(Check::info(format!("pair {p}: {name} ns"), ns)),
+                    (CACHE, "threads") if row.extra.get("threads") == Some(&8.0) => {
+                        checks.push(Check::info(format!("threads 8: {name} ns/pair, aggregate"), ns));
+                    }
+                    (CACHE | CACHE_BUF, "churn") => {
+                        checks.push(Check::info(format!("churn: {name} ns/op"), ns))
+                    }
+                    _ => {}
+                }
+            }
+            if w == "churn" {
+                let hits = row.extra.get("cache_hits").copied();
+                let misses = row.extra.get("cache_misses").copied();
+                if let (Some(h), Some(m)) = (hits, misses) {
+                    checks.push(Check::at_least(
+                        format!("churn: {name} hit rate"),
+                        h / (h + m).max(1.0),
+                        0.95,
+                    ));
+                }
+            }
+        }
+    }
+    checks
+}
+
 impl Check {
     /// `value` against the target `<= limit`.
     pub fn at_most(name: String, value: f64, limit: f64, unit: &str) -> Check {
@@ -526,14 +642,14 @@ pub fn table(res: &Results) -> String {
         m.statistic
     );
     for (name, what) in &m.allocators {
-        let _ = writeln!(s, "  {name:<12}{what}");
+        let _ = writeln!(s, "  {name:<19}{what}");
     }
     let _ = writeln!(
         s,
-        "{:<14} {:<26} {:<11} {:>12} {:>8} {:>7}  notes",
+        "{:<14} {:<26} {:<18} {:>12} {:>8} {:>7}  notes",
         "workload", "param", "allocator", "ns/op", "x raw", "spread"
     );
-    let _ = writeln!(s, "{}", "-".repeat(100));
+    let _ = writeln!(s, "{}", "-".repeat(107));
     // Grouped by workload, then parameter, in the order they first appear;
     // allocators keep their order.
     let first = |f: &dyn Fn(&Row) -> bool| res.rows.iter().position(f).unwrap_or(0);
@@ -553,7 +669,7 @@ pub fn table(res: &Results) -> String {
         let ratio = row.ratio_to_raw.map_or("-".to_string(), |r| format!("{r:.3}"));
         let _ = writeln!(
             s,
-            "{:<14} {:<26} {:<11} {:>12.1} {:>8} {:>6.1}%  {}",
+            "{:<14} {:<26} {:<18} {:>12.1} {:>8} {:>6.1}%  {}",
             row.workload,
             row.param,
             row.allocator,
@@ -568,7 +684,7 @@ pub fn table(res: &Results) -> String {
         for c in &res.checks {
             let _ = writeln!(
                 s,
-                "check {:<60} {:>9.4}  target {:<15} {}",
+                "check {:<66} {:>9.4}  target {:<15} {}",
                 c.name,
                 c.value,
                 c.target,

@@ -350,8 +350,8 @@ pub fn churn<A: StreamAlloc>(
     })
 }
 
-/// `threads` threads, each with its own non-blocking stream, `plan.thread_pairs`
-/// 64 KiB pairs each; aggregate ns per pair = wall / all pairs, the wall
+/// `threads` threads, each with its own non-blocking stream (a borrowed-stream
+/// kind: its own lent stream), `plan.thread_pairs` 64 KiB pairs each; aggregate ns per pair = wall / all pairs, the wall
 /// from the common start to the last thread's stream sync. The cache
 /// allocators share one tier, each thread with its stream's own cache.
 pub fn threads(ctx: &Ctx, kind: Kind, threads: usize) -> somalloc::Result<Sample> {
@@ -367,7 +367,7 @@ pub fn threads(ctx: &Ctx, kind: Kind, threads: usize) -> somalloc::Result<Sample
     let tier = tier.as_ref();
     let (t0, ends) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
-            .map(|_| {
+            .map(|slot| {
                 let start = &start;
                 s.spawn(move || -> somalloc::Result<Instant> {
                     // Set up, then meet the others at the barrier whatever
@@ -376,7 +376,7 @@ pub fn threads(ctx: &Ctx, kind: Kind, threads: usize) -> somalloc::Result<Sample
                     let mut go = || -> somalloc::Result<Instant> {
                         dev.bind_to_thread()?;
                         let stream = Stream::new(&dev)?;
-                        with_alloc!(kind, pool, stream, tier, |a| {
+                        with_alloc!(kind, pool, stream, tier, slot, |a| {
                             let warmed = warm(&a, BYTES, 64);
                             start.wait();
                             met = true;

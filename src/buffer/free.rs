@@ -12,7 +12,7 @@ use crate::backend::DevicePtr;
 use crate::cache::StreamCache;
 use crate::error::{record_drop_error, Result};
 use crate::graph::{self, CaptureStatus, Capturing, Deferred};
-use crate::stream::Stream;
+use crate::stream::{Asked, Stream};
 
 impl<T: Pod> DeviceBuffer<T> {
     /// Frees the memory (stream-ordered), once: only `Drop` and `release`
@@ -24,10 +24,20 @@ impl<T: Pod> DeviceBuffer<T> {
         if ptr == DevicePtr::NULL {
             return Ok(());
         }
-        if self.capture_id != 0 || self.stream.may_capture() || graph::frees_ready() || !self.users.is_empty()
-        {
-            return self.free_slow(ptr);
+        if self.capture_id != 0 || graph::frees_ready() || !self.users.is_empty() {
+            return self.free_slow(ptr, Asked::NOT_YET);
         }
+        if self.stream.may_capture() {
+            // The free's one question (none on an owned stream outside
+            // captures): freed on a capturing stream, memory from outside
+            // the capture must wait until the graph is gone. The answer goes
+            // on to where the memory came from, which then asks nothing.
+            if let Some(c) = self.stream.ask_capturing()? {
+                return self.free_under_capture(ptr, Asked::answer(Some(c)));
+            }
+        }
+        // Not capturing: known now, from the flags or the answer.
+        let asked = Asked::answer(None);
         if let Some(cache) = self.origin.cache {
             // SAFETY: as below; the block is pinned by this cache, and the
             // stream is the cache's own, just found not capturing.
@@ -37,26 +47,26 @@ impl<T: Pod> DeviceBuffer<T> {
                     ptr.as_mut_ptr(),
                     self.size_in_bytes(),
                     &self.stream,
-                    true,
+                    asked,
                 )
             };
         }
         // SAFETY: `ptr` is this buffer's live allocation, freed once (see
         // above), used on no other stream.
-        unsafe { free_via(&self.origin, ptr, self.size_in_bytes(), &self.stream) }
+        unsafe { free_via(&self.origin, ptr, self.size_in_bytes(), &self.stream, asked) }
     }
 
     /// The free of a buffer used on other streams, or when a capture may be
-    /// involved.
+    /// involved (`asked`: what the caller knows about this buffer's stream).
     #[cold]
     #[inline(never)]
-    fn free_slow(&self, ptr: DevicePtr) -> Result<()> {
+    fn free_slow(&self, ptr: DevicePtr, asked: Asked) -> Result<()> {
         if self.capture_id != 0
-            || self.stream.may_capture()
+            || !asked.quiet(&self.stream)
             || graph::frees_ready()
             || self.users.iter().any(Stream::may_capture)
         {
-            return self.free_under_capture(ptr);
+            return self.free_under_capture(ptr, asked);
         }
         // Order the free after every other stream's use. If that fails the
         // block is leaked rather than freed under running work.
@@ -66,7 +76,7 @@ impl<T: Pod> DeviceBuffer<T> {
         // SAFETY: `ptr` is this buffer's live allocation (freed once, see
         // `free`), and every stream that used it is ordered before this
         // point of the owning stream.
-        unsafe { free_via(&self.origin, ptr, self.size_in_bytes(), &self.stream) }
+        unsafe { free_via(&self.origin, ptr, self.size_in_bytes(), &self.stream, asked) }
     }
 
     /// Drops what the buffer holds besides its memory (which is freed).
@@ -79,11 +89,13 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// The free when a capture may be involved: of this buffer's stream, of
-    /// a stream it was used on, or of the allocation itself.
+    /// a stream it was used on, or of the allocation itself (`asked`: what
+    /// the caller knows about this buffer's stream).
     #[cold]
-    fn free_under_capture(&self, ptr: DevicePtr) -> Result<()> {
+    fn free_under_capture(&self, ptr: DevicePtr, asked: Asked) -> Result<()> {
         graph::reclaim_if_ready();
-        let mine = self.stream.capturing()?;
+        // The free's question about its own stream, unless asked already.
+        let mine = asked.capturing(&self.stream)?;
         let mut theirs = Vec::with_capacity(self.users.len());
         for user in self.users.iter() {
             theirs.push(user.capturing()?);
@@ -111,7 +123,7 @@ impl<T: Pod> DeviceBuffer<T> {
             // SAFETY: as in `free`: the live allocation, freed once, every
             // use ordered before this point of the owning stream (in the
             // graph, when capturing).
-            return unsafe { free_via(&self.origin, ptr, bytes, &self.stream) };
+            return unsafe { free_via(&self.origin, ptr, bytes, &self.stream, Asked::answer(mine)) };
         }
         // A graph that is being captured may use the memory on each replay:
         // free it after every such graph is gone.
@@ -125,7 +137,9 @@ impl<T: Pod> DeviceBuffer<T> {
                 // allocation, freed once, on its own stream after the
                 // streams that used it (ordered by the queue's drain), once
                 // no graph that may use it exists.
-                free: Box::new(move |stream: &Stream| unsafe { free_via(&origin, ptr, bytes, stream) }),
+                free: Box::new(move |stream: &Stream| unsafe {
+                    free_via(&origin, ptr, bytes, stream, Asked::NOT_YET)
+                }),
             },
             &captures,
         )

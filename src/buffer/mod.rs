@@ -23,7 +23,7 @@ use crate::error::{Error, InvalidReason, Result};
 use crate::graph::{self, Capturing};
 use crate::pool::{with_stats, MemPool, Placement};
 use crate::resource::{MemoryResource, SharedResource};
-use crate::stream::{Event, Stream};
+use crate::stream::{Asked, Event, Stream};
 use crate::Active;
 
 mod copy;
@@ -276,8 +276,12 @@ impl<T: Pod> DeviceBuffer<T> {
             return Self::alloc_any(len, &resource.to_dyn(), stream);
         }
         graph::reclaim_if_ready();
-        let capture = stream.capturing()?;
-        let (ptr, pinned) = cache.take_pinned(bytes, stream)?;
+        // The allocation's one question (none on an owned stream outside
+        // captures; the cache's handle of the stream counts too, should it
+        // be another `Stream` of the same handle): a capturing stream gets
+        // graph memory, never a cached block. The cache takes the answer.
+        let capture = stream.capturing_with(cache.stream())?;
+        let (ptr, pinned) = cache.take_pinned(bytes, stream, Asked::answer(capture))?;
         let (stream, origin) = if pinned {
             // SAFETY: a bitwise copy of the cache's own handle, never
             // dropped (see the field); the pinned block keeps the cache,
@@ -331,8 +335,11 @@ impl<T: Pod> DeviceBuffer<T> {
             return Ok(Self::empty(len, stream, keep));
         }
         graph::reclaim_if_ready();
+        // The allocation's one question, whose answer the resource takes
+        // (somalloc's pool and stream cache do; another resource asks
+        // itself if it needs to).
         let capture = stream.capturing()?;
-        let ptr = resource.allocate(bytes, stream)?;
+        let ptr = resource.allocate_asked(bytes, stream, Asked::answer(capture))?;
         if ptr.is_null() {
             return Err(Error::invalid("the memory resource returned a null address"));
         }

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::graph;
 use crate::pool::MemPool;
 use crate::resource::MemoryResource;
-use crate::stream::Stream;
+use crate::stream::{Asked, Stream};
 use crate::Active;
 
 /// Where a buffer's memory came from, and so where the free goes: at most
@@ -107,21 +107,31 @@ unsafe impl Send for CachePtr {}
 // SAFETY: as above.
 unsafe impl Sync for CachePtr {}
 
-/// Frees `ptr` (`bytes` long) through where it came from, on `stream`.
+/// Frees `ptr` (`bytes` long) through where it came from, on `stream`,
+/// with what the caller knows about `stream`'s capture (`asked`), which
+/// goes on to where the memory came from.
 ///
 /// # Safety
 /// `ptr` and `bytes` are a live allocation of `origin` made on `stream`,
 /// freed once, and every use is ordered before this point of `stream`.
 #[inline(always)]
-pub(super) unsafe fn free_via(origin: &Origin, ptr: DevicePtr, bytes: usize, stream: &Stream) -> Result<()> {
+pub(super) unsafe fn free_via(
+    origin: &Origin,
+    ptr: DevicePtr,
+    bytes: usize,
+    stream: &Stream,
+    asked: Asked,
+) -> Result<()> {
     if let Some(cache) = origin.cache {
-        // SAFETY: the caller's guarantees; the block is pinned by this cache.
-        return unsafe { StreamCache::free_pinned(cache.0, ptr.as_mut_ptr(), bytes, stream, false) };
+        // SAFETY: the caller's guarantees; the block is pinned by this
+        // cache, and `stream` is the cache's own handle (the buffer's copy
+        // of it).
+        return unsafe { StreamCache::free_pinned(cache.0, ptr.as_mut_ptr(), bytes, stream, asked) };
     }
     match &origin.resource {
         // SAFETY: the caller's guarantees, for the resource that allocated it.
-        Some(resource) => unsafe { resource.deallocate(ptr.as_mut_ptr(), bytes, stream) },
+        Some(resource) => unsafe { resource.deallocate_asked(ptr.as_mut_ptr(), bytes, stream, asked) },
         // SAFETY: the caller's guarantees; the pool's stream-ordered free.
-        None => unsafe { graph::vendor_free(ptr, stream) },
+        None => unsafe { graph::vendor_free_asked(ptr, stream, asked) },
     }
 }

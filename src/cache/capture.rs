@@ -10,16 +10,17 @@ use std::sync::Arc;
 use super::class::class_size;
 use super::stream_cache::StreamCache;
 use crate::error::{record_drop_error, Result};
-use crate::stream::Stream;
+use crate::stream::{Asked, Stream};
 
 impl StreamCache {
     /// An allocation while the stream captures: upstream (graph memory), in
     /// the class size, remembered so that it never enters the cache.
+    /// `asked`: the capture, for the upstream.
     #[cold]
-    pub(super) fn allocate_captured(&self, bytes: usize) -> Result<*mut c_void> {
+    pub(super) fn allocate_captured(&self, bytes: usize, asked: Asked) -> Result<*mut c_void> {
         let size = self.shared.class_of(bytes).map_or(bytes, class_size);
         // Out-of-memory recovery skips this (capturing) stream's cache.
-        let ptr = self.allocate_upstream(bytes, size)?;
+        let ptr = self.allocate_upstream(bytes, size, asked)?;
         let mut state = self.lock();
         state.captured_allocs += 1;
         state.captured.insert(ptr as usize, size);
@@ -27,11 +28,17 @@ impl StreamCache {
     }
 
     /// A free while the stream captures: straight upstream, never cached.
+    /// `asked`: the capture, for the upstream.
     ///
     /// # Safety
     /// As for `deallocate`.
     #[cold]
-    pub(super) unsafe fn deallocate_captured(&self, ptr: *mut c_void, bytes: usize) -> Result<()> {
+    pub(super) unsafe fn deallocate_captured(
+        &self,
+        ptr: *mut c_void,
+        bytes: usize,
+        asked: Asked,
+    ) -> Result<()> {
         let shared = &*self.shared;
         let class = shared.class_of(bytes);
         let size = {
@@ -54,7 +61,7 @@ impl StreamCache {
         // captured allocation in the size remembered, an ordinary one in its
         // class size, or one above the classes unrounded); the caller's
         // guarantees carry over; it is not cached.
-        unsafe { shared.upstream.deallocate(ptr, size, &self.stream) }
+        unsafe { shared.upstream.deallocate_asked(ptr, size, &self.stream, asked) }
     }
 
     /// Frees blocks taken out of the cache of a capturing stream (or one

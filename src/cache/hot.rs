@@ -17,7 +17,7 @@ use super::state::Put;
 use super::stream_cache::StreamCache;
 use super::LARGER_CLASSES;
 use crate::error::{record_drop_error, InvalidReason, Result};
-use crate::stream::Stream;
+use crate::stream::{Asked, Stream};
 
 /// What an allocation may get beyond a block of its class.
 #[derive(Clone, Copy)]
@@ -52,10 +52,23 @@ impl StreamCache {
     /// With `pin`, the block is counted as pinned.
     #[inline(always)]
     pub(super) fn try_hit(&self, bytes: usize, stream: &Stream, pin: bool) -> Option<*mut c_void> {
+        self.try_hit_asked(bytes, stream, pin, Asked::NOT_YET)
+    }
+
+    /// [`StreamCache::try_hit`] with what the caller knows about the
+    /// stream's capture: a hit only where it is certainly not capturing.
+    #[inline(always)]
+    pub(super) fn try_hit_asked(
+        &self,
+        bytes: usize,
+        stream: &Stream,
+        pin: bool,
+        asked: Asked,
+    ) -> Option<*mut c_void> {
         if stream.as_raw() as usize != self.key
             || bytes == 0
             || bytes > self.max_block
-            || self.stream.may_capture()
+            || !asked.quiet(&self.stream)
         {
             return None;
         }
@@ -76,20 +89,34 @@ impl StreamCache {
     /// reference to the cache: the block is counted as pinned unless the
     /// cache is detached (the answer's `bool`), and the cache then stays
     /// alive until it comes back through [`StreamCache::free_pinned`].
+    /// `asked`: what the caller knows about the stream's capture.
     #[inline(always)]
-    pub(crate) fn take_pinned(&self, bytes: usize, stream: &Stream) -> Result<(*mut c_void, bool)> {
-        match self.try_hit(bytes, stream, true) {
+    pub(crate) fn take_pinned(
+        &self,
+        bytes: usize,
+        stream: &Stream,
+        asked: Asked,
+    ) -> Result<(*mut c_void, bool)> {
+        match self.try_hit_asked(bytes, stream, true, asked) {
             Some(ptr) => Ok((ptr, true)),
-            None => self.take_slow(bytes, stream, Ask::PINNED),
+            None => self.take_slow(bytes, stream, Ask::PINNED, asked),
         }
     }
 
     /// Caches a freed block if this is a plain cacheable free that fits
     /// the leased credit and the cap; `false`: take the slow path (nothing
     /// changed). With `unpin`, the block was counted as pinned.
+    /// `asked`: what the caller knows about the stream's capture.
     #[inline(always)]
-    pub(super) fn try_put(&self, ptr: *mut c_void, bytes: usize, stream: &Stream, unpin: bool) -> bool {
-        if stream.as_raw() as usize != self.key || self.stream.may_capture() {
+    pub(super) fn try_put(
+        &self,
+        ptr: *mut c_void,
+        bytes: usize,
+        stream: &Stream,
+        unpin: bool,
+        asked: Asked,
+    ) -> bool {
+        if stream.as_raw() as usize != self.key || !asked.quiet(&self.stream) {
             return false;
         }
         self.try_put_here(ptr, bytes, unpin)
@@ -113,10 +140,11 @@ impl StreamCache {
         true
     }
 
-    /// The free of a block handed out by [`StreamCache::take_pinned`].
-    /// With `quiet`, the caller has just found that `stream` may not be
-    /// capturing, and `stream` is this cache's own handle (the buffer's
-    /// copy of it), so the fast path skips those two checks.
+    /// The free of a block handed out by [`StreamCache::take_pinned`], on
+    /// `stream`, this cache's own handle (the buffer's copy of it), with
+    /// what the caller knows about its capture: when the caller has just
+    /// found that it is not capturing, the fast path skips the stream and
+    /// capture checks, and the slow path asks nothing either.
     ///
     /// # Safety
     /// `cache` is the cache that pinned the block (alive, since the block
@@ -128,21 +156,16 @@ impl StreamCache {
         ptr: *mut c_void,
         bytes: usize,
         stream: &Stream,
-        quiet: bool,
+        asked: Asked,
     ) -> Result<()> {
         // SAFETY: the pinned block keeps the cache alive until it is
         // counted back, which is the last thing done with the reference.
         let this = unsafe { cache.as_ref() };
-        let done = if quiet {
-            this.try_put_here(ptr, bytes, true)
-        } else {
-            this.try_put(ptr, bytes, stream, true)
-        };
-        if done {
+        if asked.quiet(&this.stream) && this.try_put_here(ptr, bytes, true) {
             return Ok(());
         }
         // SAFETY: forwarded.
-        unsafe { Self::free_pinned_slow(cache, ptr, bytes, stream) }
+        unsafe { Self::free_pinned_slow(cache, ptr, bytes, stream, asked) }
     }
 
     /// # Safety
@@ -154,13 +177,14 @@ impl StreamCache {
         ptr: *mut c_void,
         bytes: usize,
         stream: &Stream,
+        asked: Asked,
     ) -> Result<()> {
         let (result, keep) = {
             // SAFETY: as in `free_pinned`; the reference is not used after
             // this block.
             let this = unsafe { cache.as_ref() };
             // SAFETY: forwarded from the caller.
-            let result = unsafe { this.give_slow(ptr, bytes, stream) };
+            let result = unsafe { this.give_slow(ptr, bytes, stream, asked) };
             (result, this.unpin_one())
         };
         // Maybe the cache's last reference: dropped only now that nothing
@@ -195,16 +219,27 @@ impl StreamCache {
 
     /// An allocation that is not a hit: another stream (refused), 0 bytes,
     /// above the classes, a stream that may be capturing, or a miss.
+    /// `asked`: what the caller knows about the stream's capture.
     #[cold]
     #[inline(never)]
-    pub(super) fn take_slow(&self, bytes: usize, stream: &Stream, ask: Ask) -> Result<(*mut c_void, bool)> {
+    pub(super) fn take_slow(
+        &self,
+        bytes: usize,
+        stream: &Stream,
+        ask: Ask,
+        asked: Asked,
+    ) -> Result<(*mut c_void, bool)> {
         let pin = ask.pin;
         self.check_stream(stream)?;
         if bytes == 0 {
             return Err(InvalidReason::ZeroBytes.error("0-byte allocation from a stream cache"));
         }
-        let ptr = if self.stream.capturing()?.is_some() {
-            self.allocate_captured(bytes)?
+        // The allocation's question, unless the caller asked already (then
+        // the answer goes upstream with the request).
+        let capture = asked.capturing(&self.stream)?;
+        let asked = Asked::answer(capture);
+        let ptr = if capture.is_some() {
+            self.allocate_captured(bytes, asked)?
         } else if let Some(idx) = self.shared.class_of(bytes) {
             let size = class_size(idx);
             {
@@ -214,9 +249,9 @@ impl StreamCache {
                     return Ok((addr as *mut c_void, pin));
                 }
             }
-            return self.miss(bytes, idx, ask);
+            return self.miss(bytes, idx, ask, asked);
         } else {
-            let ptr = self.shared.upstream.allocate(bytes, &self.stream)?;
+            let ptr = self.shared.upstream.allocate_asked(bytes, &self.stream, asked)?;
             self.lock().bypassed += 1;
             ptr
         };
@@ -226,7 +261,7 @@ impl StreamCache {
     /// A cacheable request that found no block of its class: a larger
     /// cached block when the footprint is over its budget
     /// (`reuse_larger`), else the upstream.
-    fn miss(&self, bytes: usize, idx: usize, ask: Ask) -> Result<(*mut c_void, bool)> {
+    fn miss(&self, bytes: usize, idx: usize, ask: Ask, asked: Asked) -> Result<(*mut c_void, bool)> {
         let pin = ask.pin;
         let shared = &*self.shared;
         let size = class_size(idx);
@@ -269,8 +304,8 @@ impl StreamCache {
         // SAFETY: blocks taken out of this stream's bins just above. Their
         // failed frees leave them cached (tried again later) and do not fail
         // this allocation; the error is counted as a background one.
-        record_drop_error(unsafe { self.free_upstream(&victims) });
-        let ptr = self.allocate_upstream(bytes, size)?;
+        record_drop_error(unsafe { self.free_upstream(&victims, asked) });
+        let ptr = self.allocate_upstream(bytes, size, asked)?;
         let mut state = self.lock();
         state.live += size;
         state.live_high = state.live_high.max(state.live);
@@ -281,20 +316,31 @@ impl StreamCache {
 
     /// A free that is not a plain cached one: another stream (refused), 0
     /// bytes, above the classes, a stream that may be capturing, a block of
-    /// a capture, or one the caps or the credit do not let in.
+    /// a capture, or one the caps or the credit do not let in. `asked`:
+    /// what the caller knows about the stream's capture.
     ///
     /// # Safety
     /// As for [`MemoryResource::deallocate`](crate::MemoryResource::deallocate).
     #[cold]
     #[inline(never)]
-    pub(super) unsafe fn give_slow(&self, ptr: *mut c_void, bytes: usize, stream: &Stream) -> Result<()> {
+    pub(super) unsafe fn give_slow(
+        &self,
+        ptr: *mut c_void,
+        bytes: usize,
+        stream: &Stream,
+        asked: Asked,
+    ) -> Result<()> {
         self.check_stream(stream)?;
         if bytes == 0 {
             return Err(InvalidReason::ZeroBytes.error("0-byte free to a stream cache"));
         }
-        if self.stream.may_capture() && self.stream.capturing()?.is_some() {
+        // The free's question, unless the caller asked already (then the
+        // answer goes upstream with the free).
+        let capture = asked.capturing(&self.stream)?;
+        let asked = Asked::answer(capture);
+        if capture.is_some() {
             // SAFETY: forwarded from the caller.
-            return unsafe { self.deallocate_captured(ptr, bytes) };
+            return unsafe { self.deallocate_captured(ptr, bytes, asked) };
         }
         let shared = &*self.shared;
         let addr = ptr as usize;
@@ -305,7 +351,7 @@ impl StreamCache {
             // `upstream.allocate(bytes, stream)` unrounded; the caller's
             // guarantees (freed once, uses ordered before this point of this
             // stream) carry over.
-            return unsafe { shared.upstream.deallocate(ptr, bytes, &self.stream) };
+            return unsafe { shared.upstream.deallocate_asked(ptr, bytes, &self.stream, asked) };
         };
         let (mut put, idx, size) = {
             let mut state = self.lock();
@@ -314,7 +360,11 @@ impl StreamCache {
                 drop(state);
                 // SAFETY: allocated upstream in its class size (see
                 // `allocate_captured`); the caller's guarantees carry over.
-                return unsafe { shared.upstream.deallocate(ptr, class_size(idx), &self.stream) };
+                return unsafe {
+                    shared
+                        .upstream
+                        .deallocate_asked(ptr, class_size(idx), &self.stream, asked)
+                };
             }
             // The class the block was handed out in (larger, if it was).
             let idx = state.real_class(addr, idx);
@@ -338,6 +388,6 @@ impl StreamCache {
         // class, remembered if larger than `bytes`'); the caller frees it once and
         // ordered every use before this point of this stream; it was not
         // cached.
-        unsafe { shared.upstream.deallocate(ptr, size, &self.stream) }
+        unsafe { shared.upstream.deallocate_asked(ptr, size, &self.stream, asked) }
     }
 }

@@ -79,6 +79,12 @@ pub(super) struct Shared {
     /// The streams' caches, by stream handle. Holds strong references (so a
     /// cycle with `StreamCache::shared`), broken when the tier is dropped.
     pub(super) registry: CachePadded<Mutex<HashMap<usize, Arc<StreamCache>>>>,
+    /// Graph memory (address -> size asked upstream) that the cache of a
+    /// removed stream handed out during a capture and that is not freed
+    /// yet, by stream handle: the stream's next cache takes it over, so that
+    /// such a block is never cached when it is freed through that cache.
+    /// Lock order: `registry`, then this, then a stream's lock.
+    pub(super) captured_of_removed: Mutex<HashMap<usize, HashMap<usize, usize>>>,
 }
 
 impl Shared {

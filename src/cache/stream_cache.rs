@@ -13,7 +13,7 @@ use super::{Sealed, StreamCacheStats};
 use crate::device::Device;
 use crate::error::{record_drop_error, Error, InvalidReason, Result};
 use crate::resource::MemoryResource;
-use crate::stream::Stream;
+use crate::stream::{Asked, Stream};
 
 /// The cache of one stream: a [`MemoryResource`] that serves allocations
 /// and frees on that stream only. Get it from [`CacheTier::for_stream`](crate::CacheTier::for_stream) and
@@ -137,7 +137,7 @@ impl StreamCache {
             state.return_slack(&self.shared, self.shared.granule);
         }
         // SAFETY: cached blocks of this stream (see `free_upstream`).
-        unsafe { self.free_upstream(&blocks) }
+        unsafe { self.free_upstream(&blocks, Asked::answer(None)) }
     }
 
     /// Turns the cache into a pass-through (the tier lets go of it) and
@@ -175,7 +175,7 @@ impl StreamCache {
         match capturing {
             Ok(None) => {
                 // SAFETY: cached blocks of this stream (see `free_upstream`).
-                unsafe { self.free_upstream(&blocks)? };
+                unsafe { self.free_upstream(&blocks, Asked::answer(None))? };
                 Ok(blocks.iter().map(|b| b.1).sum())
             }
             Ok(Some(_)) => {
@@ -203,21 +203,22 @@ impl StreamCache {
             state.return_slack(&self.shared, 0);
         }
         // SAFETY: cached blocks of this stream (see `free_upstream`).
-        unsafe { self.free_upstream(&blocks)? };
+        unsafe { self.free_upstream(&blocks, Asked::answer(None))? };
         Ok(blocks.iter().map(|b| b.1).sum())
     }
 
     /// Frees blocks taken out of this cache through the upstream resource,
-    /// on this stream; tries all and reports the first error. A block whose
-    /// free failed goes back into its bin (over the caps if need be), so
-    /// that a later flush, trim or the cache's drop tries it again: nothing
-    /// is lost to a failed call.
+    /// on this stream (`asked`: what the caller knows about its capture);
+    /// tries all and reports the first error. A block whose free failed
+    /// goes back into its bin (over the caps if need be), so that a later
+    /// flush, trim or the cache's drop tries it again: nothing is lost to a
+    /// failed call.
     ///
     /// # Safety
     /// Each `(addr, size)` is a block that this cache took out of its bins
     /// (so it came from `upstream.allocate(size, stream)` and it is in no
     /// bin and no buffer any more).
-    pub(super) unsafe fn free_upstream(&self, blocks: &[(usize, usize)]) -> Result<()> {
+    pub(super) unsafe fn free_upstream(&self, blocks: &[(usize, usize)], asked: Asked) -> Result<()> {
         let mut first_error = None;
         let mut kept = Vec::new();
         for &(addr, size) in blocks {
@@ -230,7 +231,7 @@ impl StreamCache {
             let r = unsafe {
                 self.shared
                     .upstream
-                    .deallocate(addr as *mut c_void, size, &self.stream)
+                    .deallocate_asked(addr as *mut c_void, size, &self.stream, asked)
             };
             if let Err(e) = r {
                 first_error.get_or_insert(e);
@@ -262,10 +263,11 @@ impl StreamCache {
         ))
     }
 
-    /// A miss: upstream, with recovery from out of memory.
-    pub(super) fn allocate_upstream(&self, bytes: usize, size: usize) -> Result<*mut c_void> {
+    /// A miss: upstream (`asked`: what the caller knows about the stream's
+    /// capture), with recovery from out of memory.
+    pub(super) fn allocate_upstream(&self, bytes: usize, size: usize, asked: Asked) -> Result<*mut c_void> {
         let upstream = &self.shared.upstream;
-        let mut result = upstream.allocate(size, &self.stream);
+        let mut result = upstream.allocate_asked(size, &self.stream, asked);
         // Out of memory: first this stream's cached blocks (freed on this
         // stream, so the upstream can reuse them for this allocation at
         // once), then every other stream's; retry after each that freed any.
@@ -279,7 +281,7 @@ impl StreamCache {
                 self.release_all()?
             };
             if freed > 0 {
-                result = upstream.allocate(size, &self.stream);
+                result = upstream.allocate_asked(size, &self.stream, asked);
             }
         }
         match result {
@@ -302,19 +304,38 @@ impl StreamCache {
 unsafe impl MemoryResource for StreamCache {
     #[inline]
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
-        match self.try_hit(bytes, stream, false) {
-            Some(ptr) => Ok(ptr),
-            None => self.take_slow(bytes, stream, Ask::PLAIN).map(|(ptr, _)| ptr),
-        }
+        self.allocate_asked(bytes, stream, Asked::NOT_YET)
     }
 
     #[inline]
     unsafe fn deallocate(&self, ptr: *mut c_void, bytes: usize, stream: &Stream) -> Result<()> {
-        if self.try_put(ptr, bytes, stream, false) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.deallocate_asked(ptr, bytes, stream, Asked::NOT_YET) }
+    }
+
+    #[inline]
+    fn allocate_asked(&self, bytes: usize, stream: &Stream, asked: Asked) -> Result<*mut c_void> {
+        match self.try_hit_asked(bytes, stream, false, asked) {
+            Some(ptr) => Ok(ptr),
+            None => self
+                .take_slow(bytes, stream, Ask::PLAIN, asked)
+                .map(|(ptr, _)| ptr),
+        }
+    }
+
+    #[inline]
+    unsafe fn deallocate_asked(
+        &self,
+        ptr: *mut c_void,
+        bytes: usize,
+        stream: &Stream,
+        asked: Asked,
+    ) -> Result<()> {
+        if self.try_put(ptr, bytes, stream, false, asked) {
             return Ok(());
         }
         // SAFETY: forwarded from the caller.
-        unsafe { self.give_slow(ptr, bytes, stream) }
+        unsafe { self.give_slow(ptr, bytes, stream, asked) }
     }
 
     fn device(&self) -> Device {

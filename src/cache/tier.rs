@@ -17,7 +17,7 @@ use super::{CacheConfig, CacheStats};
 use crate::device::Device;
 use crate::error::{record_drop_error, Error, InvalidReason, Result};
 use crate::resource::MemoryResource;
-use crate::stream::Stream;
+use crate::stream::{Asked, Stream};
 
 /// Per-stream caches of freed blocks in front of an upstream
 /// [`MemoryResource`]; see [the stream cache tier](crate#the-stream-cache-tier) for the design.
@@ -108,6 +108,7 @@ impl CacheTier {
                 granule,
                 leased: CachePadded(AtomicUsize::new(0)),
                 registry: CachePadded(Mutex::new(HashMap::new())),
+                captured_of_removed: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -134,9 +135,13 @@ impl CacheTier {
         }
         let key = stream.as_raw() as usize;
         let mut registry = lock(&self.shared.registry);
-        let cache = registry
-            .entry(key)
-            .or_insert_with(|| Arc::new(StreamCache::new(stream, self.shared.clone())));
+        let cache = registry.entry(key).or_insert_with(|| {
+            let cache = StreamCache::new(stream, self.shared.clone());
+            if let Some(captured) = lock(&self.shared.captured_of_removed).remove(&key) {
+                cache.lock().captured = captured;
+            }
+            Arc::new(cache)
+        });
         Ok(Arc::clone(cache))
     }
 
@@ -145,7 +150,23 @@ impl CacheTier {
     /// still held (by buffers, say) keep working as a pass-through to the
     /// upstream resource. `false` if the stream had no cache.
     pub fn remove_stream(&self, stream: &Stream) -> Result<bool> {
-        let removed = lock(&self.shared.registry).remove(&(stream.as_raw() as usize));
+        let key = stream.as_raw() as usize;
+        let removed = {
+            let mut registry = lock(&self.shared.registry);
+            let removed = registry.remove(&key);
+            if let Some(cache) = &removed {
+                // Its graph memory still out goes to the stream's next
+                // cache, decided before another cache can be registered.
+                let captured = std::mem::take(&mut cache.lock().captured);
+                if !captured.is_empty() {
+                    lock(&self.shared.captured_of_removed)
+                        .entry(key)
+                        .or_default()
+                        .extend(captured);
+                }
+            }
+            removed
+        };
         match removed {
             Some(cache) => cache.detach().map(|_| true),
             None => Ok(false),
@@ -254,7 +275,9 @@ unsafe impl MemoryResource for CacheTier {
         let cache = self.for_stream(stream)?;
         match cache.try_hit(bytes, stream, false) {
             Some(ptr) => Ok(ptr),
-            None => cache.take_slow(bytes, stream, Ask::TIER).map(|(ptr, _)| ptr),
+            None => cache
+                .take_slow(bytes, stream, Ask::TIER, Asked::NOT_YET)
+                .map(|(ptr, _)| ptr),
         }
     }
 

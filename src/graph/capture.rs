@@ -8,10 +8,11 @@ use super::*;
 
 impl Stream {
     /// Whether the stream is capturing, and the capture, for somalloc's
-    /// decisions: `None` from relaxed loads alone for an owned stream when
-    /// no capture is in progress through the API (see
-    /// [Stream capture](Stream#stream-capture)); otherwise the runtime is
-    /// asked. A runtime without capture calls is never capturing.
+    /// decisions: `None` from relaxed loads alone for an owned (or
+    /// promised) stream when no capture is in progress through the API (see
+    /// [Stream capture](Stream#stream-capture)); otherwise the driver (or
+    /// the runtime) is asked. A runtime without capture calls is never
+    /// capturing.
     #[inline]
     pub(crate) fn capturing(&self) -> Result<Option<Capturing>> {
         if !self.may_capture() {
@@ -20,8 +21,21 @@ impl Stream {
         self.ask_capturing()
     }
 
+    /// One question: the capture status alone (the driver's
+    /// `cuStreamIsCapturing` where the backend has it: no lock shared
+    /// between threads); only a stream that is capturing is asked which
+    /// capture (a second call, on the capture's own path).
     #[cold]
-    fn ask_capturing(&self) -> Result<Option<Capturing>> {
+    pub(crate) fn ask_capturing(&self) -> Result<Option<Capturing>> {
+        match self.ask_capture_status() {
+            Ok(RawStatus::None) => {
+                self.clear_capture_flag(capture_flag::MAY_HAVE_JOINED);
+                return Ok(None);
+            }
+            Ok(_) => {}
+            Err(Error::Unsupported { .. }) => {}
+            Err(e) => return Err(e),
+        }
         match self.ask_capture_info() {
             Ok(info) => match CaptureStatus::from_raw(info.status) {
                 CaptureStatus::None => {

@@ -12,17 +12,30 @@ use super::*;
 /// `stream`.
 #[inline]
 pub(crate) unsafe fn vendor_free(ptr: DevicePtr, stream: &Stream) -> Result<()> {
-    if !graph_allocs_live() && !stream.may_capture() {
+    // SAFETY: the caller's guarantees.
+    unsafe { vendor_free_asked(ptr, stream, Asked::NOT_YET) }
+}
+
+/// [`vendor_free`] with what the caller already knows about `stream`'s
+/// capture (so that a free asks at most once).
+///
+/// # Safety
+/// As for [`vendor_free`].
+#[inline]
+pub(crate) unsafe fn vendor_free_asked(ptr: DevicePtr, stream: &Stream, asked: Asked) -> Result<()> {
+    if !graph_allocs_live() && asked.quiet(stream) {
         // SAFETY: the caller's guarantees.
         return unsafe { Active::free_async(ptr, stream.raw()) };
     }
     // SAFETY: the caller's guarantees.
-    unsafe { vendor_free_slow(ptr, stream) }
+    unsafe { vendor_free_slow(ptr, stream, asked) }
 }
 
 #[cold]
-unsafe fn vendor_free_slow(ptr: DevicePtr, stream: &Stream) -> Result<()> {
-    let capture = stream.capturing()?;
+unsafe fn vendor_free_slow(ptr: DevicePtr, stream: &Stream, asked: Asked) -> Result<()> {
+    // The free's question, unless the caller asked already: memory from
+    // outside a capture freed in it must wait for the graph.
+    let capture = asked.capturing(stream)?;
     let alloc = if graph_allocs_live() {
         graph_alloc(ptr)
     } else {

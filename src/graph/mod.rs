@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::backend::{Backend, CaptureStatus as RawStatus, DevicePtr, GraphMemAttr, RawCaptureMode};
 use crate::device::Device;
 use crate::error::{record_drop_error, Error, InvalidReason, Result, VendorCode};
-use crate::stream::{capture_flag, Event, Stream};
+use crate::stream::{capture_flag, Asked, Event, Stream};
 use crate::Active;
 
 #[cfg(doc)]
@@ -51,7 +51,7 @@ pub(crate) use deferred::{defer, frees_ready, reclaim_if_ready, Deferred};
 pub use deferred::{pending_graph_frees, reclaim_graph_frees};
 pub use exec::{Graph, GraphExec};
 use free::order_after;
-pub(crate) use free::vendor_free;
+pub(crate) use free::{vendor_free, vendor_free_asked};
 pub use mem::GraphMemStats;
 use record::{
     active_record, forget_graph_alloc, graph_alloc, take_active, CaptureRecord, GraphAlloc, RecordState,

@@ -195,6 +195,14 @@ impl Stream {
     /// lives as long as its real owner keeps it, as cudarc's contract for
     /// that call says.
     ///
+    /// The stream is borrowed: cudarc may capture it (`begin_capture`), so
+    /// somalloc asks the driver whether it is capturing on every allocation
+    /// and free. A program that captures it only through somalloc
+    /// ([`Stream::begin_capture`] on this `Stream`; cudarc's launches on the
+    /// stream are recorded into that capture as usual) says so with
+    /// [`Stream::assume_captured_only_by_somalloc`], and the stream then
+    /// costs what a stream somalloc made costs.
+    ///
     /// ```no_run
     /// use somalloc::{DeviceBuffer, Stream};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {

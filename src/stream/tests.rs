@@ -74,3 +74,132 @@ fn keep_alive_lives_as_long_as_the_last_clone() {
     assert!(refused.is_err());
     assert_eq!(Arc::strong_count(&token), 1);
 }
+
+// ---------------------------------------------------------------------------
+// The capture question on borrowed streams: how many times a path asks.
+
+mod questions {
+    use std::sync::Arc;
+
+    use crate::buffer::DeviceBuffer;
+    use crate::cache::{CacheConfig, CacheTier};
+    use crate::graph::CaptureStatus;
+    use crate::resource::MemoryResource;
+    use crate::stream::Stream;
+    use crate::testing::FakeResource;
+
+    /// Runs `n` allocate + free pairs of `bytes` through `f` and returns the
+    /// questions asked about `s` per pair.
+    fn per_pair(s: &Stream, n: usize, mut f: impl FnMut()) -> f64 {
+        let before = s.questions();
+        for _ in 0..n {
+            f();
+        }
+        (s.questions() - before) as f64 / n as f64
+    }
+
+    /// A borrowed stream (made here as a fake one: it reports the capture
+    /// state the test sets), its tier over a fake upstream that asks like
+    /// the pool does unless given the answer, and the resources to use.
+    /// The cache's cap is small (1 MiB), so that frees spill upstream.
+    struct Setup {
+        s: Stream,
+        fake: Arc<FakeResource>,
+        _tier: CacheTier,
+        stats: Arc<crate::StreamCache>,
+        cache: Arc<dyn MemoryResource>,
+        upstream: Arc<dyn MemoryResource>,
+    }
+
+    fn setup(id: usize) -> Setup {
+        let s = Stream::fake(0x7_0000 + 16 * id, 0);
+        assert!(!s.is_owned() && s.may_capture());
+        let fake = FakeResource::new(None);
+        let upstream: Arc<dyn MemoryResource> = fake.clone();
+        let config = CacheConfig::default().per_stream_cap(1 << 20);
+        let tier = CacheTier::new(upstream.clone(), config).unwrap();
+        let stats = tier.for_stream(&s).unwrap();
+        let cache: Arc<dyn MemoryResource> = stats.clone();
+        Setup {
+            s,
+            fake,
+            _tier: tier,
+            stats,
+            cache,
+            upstream,
+        }
+    }
+
+    /// Every allocation and free path of a buffer and of the cache tier,
+    /// `n` pairs each; the questions per pair of each.
+    fn paths(t: &Setup, n: usize) -> [f64; 5] {
+        let (s, cache, upstream) = (&t.s, &t.cache, &t.upstream);
+        [
+            // A cached block under a buffer (the first pair a miss).
+            per_pair(s, n, || {
+                drop(DeviceBuffer::<u8>::new_with(4096, cache, s).unwrap())
+            }),
+            // Above the classes: past the cache to the upstream and back.
+            per_pair(s, n, || {
+                drop(DeviceBuffer::<u8>::new_with(100 << 20, cache, s).unwrap())
+            }),
+            // The stream cache through the resource trait.
+            per_pair(s, n, || {
+                let p = cache.allocate(5000, s).unwrap();
+                // SAFETY: from this cache, freed once, never used.
+                unsafe { cache.deallocate(p, 5000, s) }.unwrap();
+            }),
+            // A buffer on another resource (the fake upstream, as a pool).
+            per_pair(s, n, || {
+                drop(DeviceBuffer::<u8>::new_with(3000, upstream, s).unwrap())
+            }),
+            // Misses, and frees that the cap spills upstream: many live
+            // blocks, then all freed.
+            {
+                let before = s.questions();
+                let live: Vec<_> = (0..n)
+                    .map(|i| DeviceBuffer::<u8>::new_with(1 << (10 + i % 12), cache, s).unwrap())
+                    .collect();
+                drop(live);
+                (s.questions() - before) as f64 / n as f64
+            },
+        ]
+    }
+
+    #[test]
+    fn a_borrowed_stream_is_asked_once_per_allocation_and_once_per_free() {
+        let t = setup(1);
+        assert_eq!(paths(&t, 40), [2.0; 5]);
+        let st = t.stats.stats();
+        assert!(
+            st.hits > 0 && st.misses > 0 && st.bypassed > 0 && st.spilled > 0,
+            "{st:?}"
+        );
+        t.fake.assert_clean();
+    }
+
+    #[test]
+    fn a_promised_borrowed_stream_is_never_asked() {
+        let t = setup(2);
+        // SAFETY: nothing captures this fake stream.
+        unsafe { t.s.assume_captured_only_by_somalloc() };
+        assert!(!t.s.may_capture());
+        assert_eq!(paths(&t, 40), [0.0; 5]);
+        // The promise holds for clones made before and after it.
+        let clone = t.s.clone();
+        assert!(!clone.may_capture());
+        t.fake.assert_clean();
+    }
+
+    /// While the stream captures, each allocation and each free asks one
+    /// question: the status call, then (it is capturing) which capture.
+    #[test]
+    fn a_capturing_borrowed_stream_is_asked_once_per_call() {
+        let t = setup(3);
+        t.s.set_fake_capture(CaptureStatus::Active, 77);
+        assert_eq!(paths(&t, 10), [4.0; 5]);
+        t.s.set_fake_capture(CaptureStatus::None, 0);
+        let _ = crate::graph::reclaim_graph_frees();
+        t.fake.assert_clean();
+    }
+}

@@ -250,6 +250,35 @@ pub(crate) fn emit_set(module: &str, set: &Set, hand: &Hand, gen: &Model, gen_pa
                 &format!("hand {}, header {}", hk.describe(), gk.describe()),
             );
         }
+        // A function pointer (a driver entry point's `PFN_` type): its
+        // parameters and return, as for a loaded function.
+        if let (Some((params, ret)), Some((gparams, gret))) =
+            (fn_sig(hty), gen.aliases.get(name).and_then(fn_sig))
+        {
+            let f = ApiFn {
+                name: name.clone(),
+                origin: format!("{}/sys.rs", v.dir),
+                symbol: syn::parse_quote!(""),
+                since: None,
+                cond: None,
+                params,
+                ret,
+            };
+            let decl = format!("declared as `{name}` in {}", f.origin);
+            check_fn(
+                &mut e,
+                &format!("{what} (function pointer)"),
+                &decl,
+                &f,
+                &gparams,
+                &gret,
+                v.driver_error_type,
+                hand,
+                set,
+                &hand_scope,
+                &gen_scope,
+            );
+        }
         e.compare(
             &format!("{name} size"),
             &format!("::core::mem::size_of::<{sys}::{name}>()"),
@@ -384,6 +413,7 @@ pub(crate) fn emit_set(module: &str, set: &Set, hand: &Hand, gen: &Model, gen_pa
             f,
             gparams,
             gret,
+            v.error_type,
             hand,
             set,
             &hand_scope,
@@ -440,6 +470,7 @@ pub(crate) fn check_fn(
     f: &ApiFn,
     gparams: &[Type],
     gret: &Type,
+    error_type: &str,
     hand: &Hand,
     set: &Set,
     hand_scope: &Scope,
@@ -500,13 +531,13 @@ pub(crate) fn check_fn(
     // The return: the error code as i32, or a value of the same kind.
     let hret = show(&f.ret);
     let ret = if hret == "i32" {
-        if type_name(gret).as_deref() != Some(set.vendor.error_type) {
+        if type_name(gret).as_deref() != Some(error_type) {
             problems.push(format!(
                 "declared `-> i32` (the error code), header returns {}",
                 show(gret)
             ));
         }
-        format!("{} as i32", set.vendor.error_type)
+        format!("{error_type} as i32")
     } else {
         let (hk, gk) = (hand_scope.kind(&f.ret), gen_scope.kind(gret));
         if compatible(&hk, &gk) {
@@ -532,6 +563,35 @@ pub(crate) fn check_fn(
         let _ = writeln!(e.body, "        ({label:?}, {h}, {g}, {holds:?}),");
     }
     let _ = writeln!(e.body, "    ]);");
+}
+
+/// The parameter and return types of a function-pointer type: a bare
+/// `extern "C" fn`, or one in an `Option` (as bindgen writes C function
+/// pointers, which may be null).
+pub(crate) fn fn_sig(ty: &Type) -> Option<(Vec<Type>, Type)> {
+    let bare = match ty {
+        Type::BareFn(f) => f,
+        Type::Path(p) => {
+            let last = p.path.segments.last()?;
+            if last.ident != "Option" {
+                return None;
+            }
+            let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+                return None;
+            };
+            match args.args.first()? {
+                syn::GenericArgument::Type(Type::BareFn(f)) => f,
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    let params = bare.inputs.iter().map(|a| a.ty.clone()).collect();
+    let ret = match &bare.output {
+        syn::ReturnType::Default => syn::parse_quote!(()),
+        syn::ReturnType::Type(_, t) => (**t).clone(),
+    };
+    Some((params, ret))
 }
 
 /// An expression as a reader writes it (`f(a, b)`, not `f (a , b)`).

@@ -198,3 +198,37 @@ fn device_buffers_under_capture() {
     reclaim_until(|| fake.state().live.is_empty());
     fake.assert_clean();
 }
+
+/// Graph memory allocated through the tier in a capture, on a stream that
+/// is then removed and registered again, is freed through the new cache:
+/// it must not be cached (a later allocation would get memory that the
+/// graph allocates again at every launch).
+#[test]
+fn graph_memory_of_a_removed_stream_is_not_cached_by_its_next_cache() {
+    let fake = FakeResource::new(None);
+    let tier = tier_over(&fake, CacheConfig::default());
+    let s = stream(57);
+    let res: &dyn MemoryResource = &tier;
+    s.set_fake_capture(CaptureStatus::Active, 27);
+    let a = res.allocate(5000, &s).unwrap() as usize;
+    s.set_fake_capture(CaptureStatus::None, 0);
+    tier.remove_stream(&s).unwrap();
+    let b = res.allocate(100, &s).unwrap() as usize;
+    // SAFETY: fake addresses from this tier, freed once.
+    unsafe { res.deallocate(a as *mut c_void, 5000, &s) }.unwrap();
+    assert_eq!(
+        tier.for_stream(&s).unwrap().stats().cached_blocks,
+        0,
+        "graph memory was cached"
+    );
+    let c = res.allocate(5000, &s).unwrap() as usize;
+    assert_ne!(c, a, "graph memory handed out again");
+    // SAFETY: as above.
+    unsafe {
+        res.deallocate(b as *mut c_void, 100, &s).unwrap();
+        res.deallocate(c as *mut c_void, 5000, &s).unwrap();
+    }
+    drop(tier);
+    assert!(fake.state().live.is_empty());
+    fake.assert_clean();
+}
