@@ -9,7 +9,9 @@
 #
 # The page writes its state into the DOM: `data-state="drawn"` and
 # `data-first-picture-ms` (performance.now() once both charts are drawn) on
-# #status, and every script error into #errors. A broken copy of the page
+# #status, and every script error into #errors; opened with #selftest it
+# also hovers over two blocks and writes whether the tip showed their size,
+# stream and backtrace (`data-hover`). A broken copy of the page
 # (a script that throws) must be caught the same way, so the check is known
 # to see errors.
 set -euo pipefail
@@ -44,14 +46,19 @@ state() {
 }
 
 page="file://$PWD/$out/synthetic-1m.html"
-browser --dump-dom "$page" >"$out/dom.html"
+# #selftest: the page also hovers over two blocks and checks its tip.
+browser --dump-dom "$page#selftest" >"$out/dom.html"
 st=$(state "$out/dom.html")
+hover=$(grep -o 'data-hover="[^"]*"' "$out/dom.html" | sed -E 's/data-hover="(.*)"/\1/' || true)
 errors=$(sed -n 's/.*<div id="errors">\([^<]*\)<\/div>.*/\1/p' "$out/dom.html")
 ms=$(grep -o 'data-first-picture-ms="[0-9]*"' "$out/dom.html" | grep -o '[0-9]*' || true)
-echo "trace-page: state '$st', first picture after ${ms:-?} ms, errors '${errors}'"
+echo "trace-page: state '$st', first picture after ${ms:-?} ms, hover '$hover', errors '${errors}'"
 failed=0
 if [ "$st" != drawn ] || [ -n "$errors" ] || [ -z "$ms" ]; then
   echo "trace-page: the page did not draw cleanly (see $out/dom.html)"
+  failed=1
+elif [ "$hover" != ok ]; then
+  echo "trace-page: hovering over a block did not show its size, stream and backtrace: $hover"
   failed=1
 elif [ "$ms" -ge "$limit_ms" ]; then
   echo "trace-page: first picture after $ms ms, the limit is $limit_ms ms"
