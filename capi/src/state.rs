@@ -404,7 +404,8 @@ fn recorder(conf: &Conf) -> Result<Option<Arc<Recorder>>, CapiError> {
 }
 
 extern "C" {
-    /// The C library's end-of-process handlers.
+    /// The C library's end-of-process handlers (not somalloc's API: kept
+    /// out of the header by cbindgen.toml).
     fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
 }
 
