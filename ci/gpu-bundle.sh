@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds every test binary of one backend (with the test kernels) and the
 # pipeline example into dist/gpu-<backend>/, with a run.sh that runs them on
-# a machine without cargo:
+# a machine without cargo (and record-traces.sh, which records the traces
+# of benches/data there):
 #
 #   bash ci/gpu-bundle.sh cuda        # -> dist/gpu-cuda/run.sh
 #   (on the GPU machine) bash dist/gpu-cuda/run.sh
@@ -52,6 +53,14 @@ for ex in "${examples[@]}"; do
   cargo build --release --features "$features" --example "$ex"
   cp "${CARGO_TARGET_DIR:-target}/release/examples/$ex" "$out/bin/example-$ex"
 done
+# The trace tool (no backend), the traces the benchmark replays by default
+# (found by the bench beside its binary, in ../traces), and the script that
+# records new ones (ci/record-traces.sh).
+cargo build --release -p somalloc-trace
+cp "${CARGO_TARGET_DIR:-target}/release/somalloc-trace" "$out/bin/somalloc-trace"
+mkdir -p "$out/traces"
+cp benches/data/*.trace benches/data/*.csv "$out/traces/" 2>/dev/null || true
+cp ci/record-traces.sh "$out/record-traces.sh"
 strip "$out"/bin/* 2>/dev/null || true
 # The probe ci/sanitize.sh runs before racecheck (plain CUDA, static runtime).
 if [ "$backend" = cuda ]; then
@@ -68,7 +77,7 @@ total_pass=0 total_fail=0 total_skip=0 bad=0
 printf '%-16s %7s %7s %8s\n' binary passed failed skipped
 for bin in "$here"/bin/*; do
   name=$(basename "$bin")
-  case "$name" in example-*) continue ;; esac
+  case "$name" in example-* | somalloc-trace) continue ;; esac
   log=$(mktemp)
   "$bin" --test-threads="$threads" >"$log" 2>&1
   rc=$?

@@ -98,16 +98,21 @@ cell capi-header quiet bash ci/capi-header.sh
 if [ "$only" = all ] || [ "$only" = cuda ]; then
   cell "check-cuda-12080" quiet bash -c 'cargo check --features cuda-12080 && test -z "$(cargo tree -q --features cuda-12080 -e normal -i cudarc 2>/dev/null)"' # deprecated alias of cuda: builds, and pulls in no cudarc (the tests' dev-dependency on cudarc is no normal edge)
   # The cache tier's unit tests (schedules replaying its races included)
-  # under AddressSanitizer: a use of freed memory fails the cell.
+  # and the trace recorder's (its rings) under AddressSanitizer: a use of
+  # freed memory fails the cell.
   cell asan-cache quiet env RUSTC_BOOTSTRAP=1 RUSTFLAGS="$RUSTFLAGS -Zsanitizer=address" \
     CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/asan" \
-    cargo test --target x86_64-unknown-linux-gnu --features cuda --lib cache
+    cargo test --target x86_64-unknown-linux-gnu --features cuda --lib -- cache trace::
   # The model-checked tests of the lock, the stream cache, the credit and
   # the deferred-free queue (loom, bounded preemptions: ci/loom.sh).
   cell loom show bash ci/loom.sh
   cell "racecheck-probe" quiet bash ci/build-racecheck-probe.sh "${CARGO_TARGET_DIR:-target}/racecheck-probe"
 fi
 cell bench-plots quiet bash ci/bench-plot-check.sh
+# The trace tool (a workspace member without a backend), and its page in
+# headless Chromium on a synthetic trace of 1,000,000 events.
+cell trace-tool show bash -c "cargo clippy -p somalloc-trace --all-targets && cargo test -p somalloc-trace"
+cell trace-page quiet bash ci/trace-page-check.sh
 cell package quiet bash ci/package-check.sh
 # The hand-written bindings of both backends against the HIP and CUDA headers.
 if [ "$only" = all ]; then

@@ -3,23 +3,45 @@
 //!
 //! ```text
 //! cargo run --release --features cuda,kernels --example pipeline
+//! cargo run --release --features cuda,kernels --example pipeline -- --record pipeline.trace
 //! ```
 //!
 //! The pipeline is 100 × (allocate 4 MiB, run a kernel over 1<<20 floats,
 //! free), once with the synchronous `cudaMalloc`/`cudaFree` (`hipMalloc` /
 //! `hipFree`) and once stream-ordered through somalloc, timed with events
 //! around each loop. With no GPU it prints one line and exits.
+//!
+//! `--record FILE` records the stream-ordered loop's allocations into a
+//! trace (a `RecordingAdaptor` over the pool, installed as the device's
+//! current resource, so the loop itself is unchanged), for the benchmark's
+//! replay and the `somalloc-trace` tool.
 
 use std::process::ExitCode;
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use somalloc::adaptors::RecordingAdaptor;
 use somalloc::testkit::{SyncBuffer, TestKernels};
+use somalloc::trace::RecordOptions;
 use somalloc::{Device, DeviceBuffer, Error, Event, MemPool, Stream};
 
 const N: usize = 1 << 20;
 const ITERATIONS: usize = 100;
 
 fn main() -> ExitCode {
-    match run() {
+    let mut args = std::env::args().skip(1);
+    let mut record = None;
+    while let Some(a) = args.next() {
+        match (a.as_str(), args.next()) {
+            ("--record", Some(file)) => record = Some(PathBuf::from(file)),
+            _ => {
+                eprintln!("usage: pipeline [--record FILE]");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    match run(record) {
         Ok(code) => code,
         Err(e @ (Error::RuntimeNotFound { .. } | Error::NoDevice { .. })) => {
             println!("somalloc pipeline: no GPU, nothing to run ({e})");
@@ -32,7 +54,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> somalloc::Result<ExitCode> {
+fn run(record: Option<PathBuf>) -> somalloc::Result<ExitCode> {
     let count = Device::count()?;
     println!(
         "backend {} (runtime {}), {count} device(s)",
@@ -88,6 +110,21 @@ fn run() -> somalloc::Result<ExitCode> {
     stop.synchronize()?;
     let sync_ms = start.elapsed_ms(&stop)?;
 
+    // With --record: every DeviceBuffer::new on this device goes through a
+    // recording adaptor over the pool from here on.
+    let recording = match &record {
+        Some(path) => {
+            let rec = Arc::new(RecordingAdaptor::to_file(
+                Arc::new(pool.clone()),
+                path,
+                RecordOptions::default(),
+            )?);
+            somalloc::set_current_resource(&dev, rec.clone())?;
+            Some(rec)
+        }
+        None => None,
+    };
+
     start.record(&stream)?;
     let mut last = None;
     for i in 0..ITERATIONS {
@@ -128,6 +165,17 @@ fn run() -> somalloc::Result<ExitCode> {
         mib(s.reserved_current),
         mib(s.reserved_peak)
     );
+    if let Some(rec) = recording {
+        somalloc::reset_current_resource(&dev);
+        let recorder = Arc::clone(rec.recorder());
+        drop(rec);
+        // What a replay of the trace compares its reserved peak with.
+        recorder.set_meta("pool_reserved_peak", &s.reserved_peak.to_string());
+        let stats = recorder.finish()?;
+        if let Some(path) = &record {
+            println!("recorded {}: {stats}", path.display());
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -135,6 +135,16 @@ pub enum Error {
         /// The runtime's description of the code.
         message: String,
     },
+    /// A file could not be created, read or written (a trace file, say).
+    #[error("{what}: {message}")]
+    Io {
+        /// What was being done, with the path.
+        what: String,
+        /// The operating system's kind of error.
+        kind: std::io::ErrorKind,
+        /// The operating system's message.
+        message: String,
+    },
 }
 
 /// Why an argument was refused ([`Error::InvalidArgument`]).

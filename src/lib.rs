@@ -36,6 +36,9 @@
 //!   cache tier or an adaptor stack once, and [`DeviceBuffer::new`]
 //!   allocates from it on that device's streams (a process-wide setting,
 //!   like RMM's `set_current_device_resource`).
+//! * Memory history ([`trace`]): record a program's allocations into a
+//!   file ([`adaptors::RecordingAdaptor`]), read it back ([`trace::Trace`]),
+//!   replay it in the benchmark and view it with the `somalloc-trace` tool.
 //! * Stream capture into graphs ([`Stream::begin_capture`], [`Graph`],
 //!   [`GraphExec`]): every allocation path is defined under capture (see
 //!   [Stream capture and graphs](#stream-capture-and-graphs)).
@@ -332,6 +335,7 @@ mod stream;
 mod sync;
 #[cfg(test)]
 mod testing;
+pub mod trace;
 // The test kit of the crate's own tests, examples and benchmarks: hidden,
 // unstable, no semver promise (see its module docs).
 #[cfg(somalloc_kernels)]

@@ -10,6 +10,11 @@
 //!   (and so for the next to take it away), then all at once; a host-side
 //!   registry of live address ranges fails on any overlap, and every buffer
 //!   is filled and verified on the GPU before its free.
+//!
+//! `SOMALLOC_STRESS_TRACE=FILE` records the first test's allocations into a
+//! trace (a `RecordingAdaptor` over the pool) for the benchmark's replay
+//! and the `somalloc-trace` tool; `SOMALLOC_STRESS_SEED` changes its random
+//! choices.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -17,7 +22,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use somalloc::adaptors::RecordingAdaptor;
 use somalloc::testkit::TestKernels;
+use somalloc::trace::RecordOptions;
 use somalloc::{
     CacheConfig, CacheTier, Device, DeviceBuffer, Error, MemPool, MemoryResource, PoolProperties, Stream,
 };
@@ -77,6 +84,16 @@ fn threads_streams_random_sizes_cross_stream_use() {
     let pool = MemPool::create(&dev, PoolProperties::default()).unwrap();
     pool.set_release_threshold(usize::MAX).unwrap();
     let used_at_start = pool.stats().unwrap().used_current;
+    // With SOMALLOC_STRESS_TRACE: every allocation through a recording
+    // adaptor over the pool (else straight from the pool).
+    let recording: Option<Arc<RecordingAdaptor>> = std::env::var_os("SOMALLOC_STRESS_TRACE").map(|path| {
+        let options = RecordOptions::default().buffer_events(1 << 16);
+        Arc::new(RecordingAdaptor::to_file(Arc::new(pool.clone()), path, options).unwrap())
+    });
+    let seed_base: u64 = std::env::var("SOMALLOC_STRESS_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let (threads, ops_per_thread, time_limit) = bounds();
     let seeds = Arc::new(AtomicU32::new(1));
     let corrupt = Arc::new(AtomicU64::new(0));
@@ -91,6 +108,8 @@ fn threads_streams_random_sizes_cross_stream_use() {
     let start = Instant::now();
     let handles: Vec<_> = (0..threads)
         .map(|t| {
+            let recording: Option<Arc<dyn MemoryResource>> =
+                recording.clone().map(|r| r as Arc<dyn MemoryResource>);
             let (k, pool, seeds, corrupt, ops, cross, streams) = (
                 k.clone(),
                 pool.clone(),
@@ -101,7 +120,9 @@ fn threads_streams_random_sizes_cross_stream_use() {
                 streams.clone(),
             );
             std::thread::spawn(move || {
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
+                let mut rng =
+                    Rng(0x9E37_79B9_7F4A_7C15
+                        ^ (t as u64 + 1 + seed_base).wrapping_mul(0xBF58_476D_1CE4_E5B9));
                 let mine = &streams[t * STREAMS_PER_THREAD..(t + 1) * STREAMS_PER_THREAD];
                 let mut live: Vec<(DeviceBuffer<u8>, u32, Stream)> = Vec::new();
                 for _ in 0..ops_per_thread {
@@ -120,7 +141,10 @@ fn threads_streams_random_sizes_cross_stream_use() {
                         let bytes = 1usize << (8 + rng.below(15)); // 256 B .. 4 MiB
                         let bytes = bytes + rng.below(bytes as u64) as usize;
                         let seed = seeds.fetch_add(1, Ordering::Relaxed);
-                        let mut buf = DeviceBuffer::<u8>::new_in(bytes, &pool, owner).unwrap();
+                        let mut buf = match &recording {
+                            Some(r) => DeviceBuffer::<u8>::new_with(bytes, r, owner).unwrap(),
+                            None => DeviceBuffer::<u8>::new_in(bytes, &pool, owner).unwrap(),
+                        };
                         k.fill(&mut buf, seed, owner).unwrap();
                         // Half of the buffers are checked on another stream,
                         // possibly another thread's, through use_on.
@@ -155,6 +179,19 @@ fn threads_streams_random_sizes_cross_stream_use() {
         cross.load(Ordering::Relaxed),
     );
     let used = pool.stats().unwrap().used_current;
+    if let Some(rec) = recording {
+        let recorder = Arc::clone(rec.recorder());
+        drop(rec);
+        recorder.set_meta(
+            "pool_reserved_peak",
+            &pool.stats().unwrap().reserved_peak.to_string(),
+        );
+        recorder.set_meta(
+            "workload",
+            &format!("stress: {threads} threads x {STREAMS_PER_THREAD} streams"),
+        );
+        say(&format!("{name}: recorded {}", recorder.finish().unwrap()));
+    }
     say(&format!(
         "{name}: {threads} threads x {STREAMS_PER_THREAD} streams, {ops} ops ({cross} cross-stream) in {secs:.2} s = {:.0} ops/s, corrupt bytes {corrupt}, pool used after {used} (start {used_at_start})",
         ops as f64 / secs

@@ -31,6 +31,11 @@ pub struct Conf {
     pub max_size: Option<usize>,
     /// The cache tier in front of the pool, or `None` for the pool alone.
     pub cache: Option<CacheConfig>,
+    /// Record every allocation and free into this trace file (`%p`: the
+    /// process id), or `None`.
+    pub trace: Option<String>,
+    /// With a backtrace at every allocation of the trace.
+    pub trace_backtraces: bool,
 }
 
 impl Default for Conf {
@@ -41,13 +46,15 @@ impl Default for Conf {
             reuse: None,
             max_size: None,
             cache: Some(CacheConfig::default()),
+            trace: None,
+            trace_backtraces: false,
         }
     }
 }
 
 /// The keys, for messages and the documentation.
 pub const KEYS: &str = "pool, release_threshold, reuse, max_size, cache, cache_total_cap, \
-                        cache_per_stream_cap, cache_max_block, cache_reuse_larger, trace";
+                        cache_per_stream_cap, cache_max_block, cache_reuse_larger, trace, trace_backtraces";
 
 impl Conf {
     /// Parses `text` over the defaults. Empty text (or only commas and
@@ -108,15 +115,21 @@ impl Conf {
                         }
                     })
                 }
-                // Reserved for the recording of allocations: accepted only
-                // as off until recording exists.
+                // Recording: `off`, or the trace file's path (no commas;
+                // `%p` is the process id).
                 "trace" => {
-                    if parse_switch(value).map_err(|e| bad(&e))? {
-                        return Err(bad(
-                            "tracing is not available in this version (the key is reserved)",
-                        ));
+                    conf.trace = match value {
+                        "off" | "false" | "0" | "False" => None,
+                        "on" | "true" | "1" | "True" => {
+                            return Err(bad(
+                                "expected off or the trace file's path (e.g. trace:/tmp/run-%p.trace)",
+                            ))
+                        }
+                        "" => return Err(bad("expected off or the trace file's path")),
+                        path => Some(path.to_string()),
                     }
                 }
+                "trace_backtraces" => conf.trace_backtraces = parse_switch(value).map_err(|e| bad(&e))?,
                 _ => return Err(format!("unknown key `{key}` (keys: {KEYS})")),
             }
         }
@@ -199,7 +212,8 @@ mod tests {
         assert_eq!(Conf::parse(" , ").unwrap(), Conf::default());
         let c = Conf::parse(
             "pool:default, release_threshold:512MiB,reuse:events+internal,max_size:8G,cache:on,\
-             cache_total_cap:2GiB,cache_per_stream_cap:64M,cache_max_block:16MiB,cache_reuse_larger:250,trace:off",
+             cache_total_cap:2GiB,cache_per_stream_cap:64M,cache_max_block:16MiB,cache_reuse_larger:250,trace:off,\
+             trace_backtraces:on",
         )
         .unwrap();
         assert_eq!(c.pool, PoolChoice::Default);
@@ -213,6 +227,14 @@ mod tests {
             (2 << 30, 64 << 20, 16 << 20)
         );
         assert_eq!(cache.reuse_larger, Some(Headroom::new(0, 250)));
+        assert_eq!((c.trace.as_deref(), c.trace_backtraces), (None, true));
+        let t = Conf::parse("trace:/tmp/run-%p.trace").unwrap();
+        assert_eq!(t.trace.as_deref(), Some("/tmp/run-%p.trace"));
+        assert!(!t.trace_backtraces);
+        assert_eq!(
+            Conf::parse("trace:C:/x.trace").unwrap().trace.as_deref(),
+            Some("C:/x.trace")
+        );
         assert_eq!(Conf::parse("cache:off").unwrap().cache, None);
         assert_eq!(
             Conf::parse("cache_reuse_larger:off")
@@ -243,7 +265,9 @@ mod tests {
             ("reuse:events+sometimes", "unknown reuse flag"),
             ("max_size:0", "above 0"),
             ("pool:mine", "own or default"),
-            ("trace:on", "reserved"),
+            ("trace:on", "the trace file's path"),
+            ("trace:", "the trace file's path"),
+            ("trace_backtraces:maybe", "on or off"),
             ("cache:on,cache:off", "given twice"),
         ] {
             let e = Conf::parse(text).unwrap_err();

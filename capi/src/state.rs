@@ -6,6 +6,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
+use somalloc_rs::trace::{Action, RecordOptions, Recorder};
 use somalloc_rs::{CacheTier, Device, Event, MemPool, MemoryResource, PoolProperties, Stream, StreamCache};
 
 use crate::conf::{Conf, PoolChoice, ENV};
@@ -165,6 +166,8 @@ pub struct DeviceState {
     pub device: Device,
     pub pool: MemPool,
     pub tier: Option<CacheTier>,
+    /// The process's recorder (`trace:PATH`), shared by every device.
+    pub recorder: Option<Arc<Recorder>>,
     /// Streams by key (the legacy stream under 0; never the per-thread
     /// default stream).
     streams: RwLock<AddrMap<Arc<Entry>>>,
@@ -201,10 +204,14 @@ impl DeviceState {
             Some(c) => Some(CacheTier::new(Arc::new(pool.clone()), c)?),
             None => None,
         };
+        // Made after the runtime is loaded: its end-of-process handler then
+        // runs before the runtime's own.
+        let recorder = recorder(conf)?;
         Ok(DeviceState {
             device,
             pool,
             tier,
+            recorder,
             streams: RwLock::new(AddrMap::default()),
             counters: Counters::default(),
         })
@@ -369,6 +376,63 @@ impl DeviceState {
     }
 }
 
+/// The process's recorder: made with the first device state when the
+/// configuration has `trace:PATH`, shared by every device, finished (its
+/// end record written) when the process exits.
+static RECORDER: OnceLock<Result<Option<Arc<Recorder>>, CapiError>> = OnceLock::new();
+
+fn recorder(conf: &Conf) -> Result<Option<Arc<Recorder>>, CapiError> {
+    RECORDER
+        .get_or_init(|| {
+            let Some(template) = &conf.trace else {
+                return Ok(None);
+            };
+            let path = template.replace("%p", &std::process::id().to_string());
+            let options = RecordOptions::default().backtraces(conf.trace_backtraces);
+            let recorder = Recorder::to_file(&path, options)
+                .map_err(|e| CapiError::new(Status::Config, format!("trace:{template}: {e}")))?;
+            recorder.set_meta("recorded_through", "the C ABI (SOMALLOC_CONF trace)");
+            // SAFETY: `finish_trace` is a plain function of this library
+            // that stays loaded while it can be called (glibc runs the
+            // handlers a shared library registers when it is unloaded).
+            if unsafe { atexit(finish_trace) } != 0 {
+                recorder.set_meta("note", "no end-of-process handler: the end record may be missing");
+            }
+            Ok(Some(recorder))
+        })
+        .clone()
+}
+
+extern "C" {
+    /// The C library's end-of-process handlers (not somalloc's API: kept
+    /// out of the header by cbindgen.toml).
+    fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
+}
+
+/// At exit: the pools' reserved peaks of the recorded run (what a replay
+/// compares with), then the trace's end record.
+extern "C" fn finish_trace() {
+    let Some(Ok(Some(recorder))) = RECORDER.get() else {
+        return;
+    };
+    let mut total = 0usize;
+    if let Some(g) = GLOBAL.get() {
+        for dev in g.devices_in_use() {
+            if let Ok(s) = dev.pool.stats() {
+                total += s.reserved_peak;
+                recorder.set_meta(
+                    &format!("pool_reserved_peak.device{}", dev.device.ordinal()),
+                    &s.reserved_peak.to_string(),
+                );
+            }
+        }
+    }
+    recorder.set_meta("pool_reserved_peak", &total.to_string());
+    // Nobody is left to tell about an error here; the file keeps what
+    // was written.
+    let _ = recorder.finish();
+}
+
 /// Makes a device current on the calling thread for as long as it lives,
 /// then the previous one again. Every entry point that touches a device's
 /// state holds one: the legacy and per-thread default streams are read by
@@ -416,6 +480,16 @@ pub fn allocate(size: usize, device: i32, stream: *mut c_void) -> Result<*mut c_
         Ok(p) => p,
         Err(e) => {
             dev.counters.failed_allocations.fetch_add(1, Ordering::Relaxed);
+            if let Some(r) = &dev.recorder {
+                r.record(
+                    r.now_ns(),
+                    Action::FailedAllocate,
+                    dev.device.ordinal(),
+                    Some(key as u64),
+                    size,
+                    0,
+                );
+            }
             return Err(e);
         }
     };
@@ -433,6 +507,17 @@ pub fn allocate(size: usize, device: i32, stream: *mut c_void) -> Result<*mut c_
             Status::Internal,
             format!("the allocator returned the live address {ptr:p} again"),
         ));
+    }
+    if let Some(r) = &dev.recorder {
+        // After the allocator answered (see `Recorder::record`).
+        r.record(
+            r.now_ns(),
+            Action::Allocate,
+            dev.device.ordinal(),
+            Some(key as u64),
+            size,
+            ptr as usize,
+        );
     }
     let c = &dev.counters;
     c.allocations.fetch_add(1, Ordering::Relaxed);
@@ -461,6 +546,8 @@ pub unsafe fn deallocate(
     }
     let g = global();
     let dev = g.device(device)?;
+    // Before the memory is given back (see `Recorder::record`).
+    let recorded_at = dev.recorder.as_ref().map(|r| r.now_ns());
     let result = (|| {
         let live = g
             .registry
@@ -489,6 +576,17 @@ pub unsafe fn deallocate(
     let c = &dev.counters;
     match result {
         Ok(live) => {
+            if let (Some(r), Some(t)) = (&dev.recorder, recorded_at) {
+                let key = key_of(stream) as u64;
+                r.record(
+                    t,
+                    Action::Free,
+                    dev.device.ordinal(),
+                    Some(key),
+                    live.size,
+                    ptr as usize,
+                );
+            }
             c.frees.fetch_add(1, Ordering::Relaxed);
             c.live_bytes.fetch_sub(live.size as u64, Ordering::Relaxed);
             Ok(())

@@ -3,11 +3,14 @@
 //! passes on its verdict: one SKIP line without a GPU; on a GPU, its checks
 //! (allocations on the legacy, per-thread and created streams with their
 //! contents read back, statistics, refused frees, out of memory, threads,
-//! flush / trim / empty-cache) must all pass.
+//! flush / trim / empty-cache) must all pass, and pass again while recording
+//! a trace (`trace:PATH`), which must then hold the program's allocations.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use somalloc_rs::trace::{Action, Trace};
 
 fn say(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
@@ -66,19 +69,65 @@ fn the_c_program_passes_or_skips() {
         String::from_utf8_lossy(&built.stdout),
         String::from_utf8_lossy(&built.stderr)
     );
-    let ran = Command::new(&exe)
-        .env_remove("SOMALLOC_CONF")
-        .output()
-        .expect("the C program runs");
+    let verdict = run(&exe, None);
+    if verdict.starts_with("SKIP") {
+        let _ = std::fs::remove_dir_all(&out);
+        return;
+    }
+    // Again, recording into a trace (SOMALLOC_CONF's `trace:PATH`, `%p` the
+    // process id): the file is complete at exit, with every allocation and
+    // free the program made, the markers of its flush and trims, and the
+    // pool's reserved peak.
+    let template = out.join("run-%p.trace");
+    run(&exe, Some(&template));
+    let traces: Vec<PathBuf> = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "trace"))
+        .collect();
+    assert_eq!(traces.len(), 1, "one trace file, named with the pid: {traces:?}");
+    let t = Trace::read(&traces[0]).expect("the trace reads");
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(t.complete, "the end record was written at exit");
+    let count = |a: Action| t.events.iter().filter(|e| e.action == a).count();
+    let (allocs, frees) = (count(Action::Allocate), count(Action::Free));
+    say(&format!(
+        "c_program: trace of {} events ({allocs} allocations, {frees} frees, {} threads, {} streams), {} dropped",
+        t.events.len(),
+        t.threads.len(),
+        t.streams.len(),
+        t.dropped
+    ));
+    assert!(allocs > 100 && frees > 100, "{allocs} allocations, {frees} frees");
+    assert!(
+        count(Action::FailedAllocate) >= 1,
+        "the out-of-memory check is recorded"
+    );
+    assert!(count(Action::Flush) >= 1 && count(Action::Trim) >= 1, "markers");
+    assert!(t.threads.len() > 1, "the program's threads");
+    assert!(t
+        .meta("pool_reserved_peak")
+        .is_some_and(|v| v.parse::<u64>().is_ok_and(|n| n > 0)));
+}
+
+/// Runs the C program (recording into `trace` when given) and checks its
+/// verdict; returns the verdict line.
+fn run(exe: &Path, trace: Option<&Path>) -> String {
+    let mut cmd = Command::new(exe);
+    cmd.env_remove("SOMALLOC_CONF").env_remove("CAPI_PROGRAM_TRACE");
+    if let Some(t) = trace {
+        cmd.env("CAPI_PROGRAM_TRACE", t);
+    }
+    let ran = cmd.output().expect("the C program runs");
     let stdout = String::from_utf8_lossy(&ran.stdout);
     for line in stdout.lines().chain(String::from_utf8_lossy(&ran.stderr).lines()) {
         say(line);
     }
-    let _ = std::fs::remove_dir_all(&out);
     assert!(ran.status.success(), "the C program failed: {:?}", ran.status);
-    let verdict = stdout.lines().last().unwrap_or_default();
+    let verdict = stdout.lines().last().unwrap_or_default().to_string();
     assert!(
         verdict.starts_with("SKIP capi_program: no GPU") || verdict.ends_with(" passed, 0 failed"),
         "unexpected last line: {verdict}"
     );
+    verdict
 }

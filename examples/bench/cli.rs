@@ -51,11 +51,14 @@ pub struct Args {
     pub repeats: Option<usize>,
     pub only: Option<Vec<String>>,
     pub device: usize,
+    /// Traces for the replay workload (default: those in benches/data).
+    pub traces: Vec<PathBuf>,
     pub help: bool,
 }
 
 pub const USAGE: &str = "\
 usage: bench [--quick] [--out DIR] [--seed N] [--repeats N] [--only W1,W2,...] [--device N]
+             [--trace FILE]...
        bench --plot-only RESULTS.json [--out DIR]
        bench --format-test [--out DIR]
 
@@ -64,8 +67,10 @@ usage: bench [--quick] [--out DIR] [--seed N] [--repeats N] [--only W1,W2,...] [
   --seed N          seed of the churn workload's RNG (default 42)
   --repeats N       repeats per measurement; the median is reported (default 7, --quick 3)
   --only LIST       run only these workloads (comma-separated): seed_pipeline, graph_pipeline,
-                    pair, churn, threads, threshold, synchronous, host_pair, h2d
+                    pair, churn, threads, threshold, synchronous, host_pair, h2d, replay, recording
   --device N        device ordinal (default 0)
+  --trace FILE      a trace to replay (somalloc's format or RMM's logging CSV; repeat for more);
+                    default: the *.trace and *.csv files in benches/data
   --plot-only FILE  draw the pictures (and print the table) of a results file; no GPU needed
   --format-test     write a results file of placeholder values (labelled \"format test\"), read it
                     back, draw it, and check every picture is there and non-empty; no GPU needed
@@ -88,6 +93,7 @@ fn parse(mut p: lexopt::Parser) -> Result<Args, String> {
         repeats: None,
         only: None,
         device: 0,
+        traces: Vec::new(),
         help: false,
     };
     let err = |e: lexopt::Error| e.to_string();
@@ -106,6 +112,7 @@ fn parse(mut p: lexopt::Parser) -> Result<Args, String> {
                 a.repeats = Some(n);
             }
             Long("device") => a.device = p.value().map_err(err)?.parse().map_err(err)?,
+            Long("trace") => a.traces.push(p.value().map_err(err)?.into()),
             Long("only") => {
                 let text = p.value().map_err(err)?.string().map_err(err)?;
                 let list: Vec<String> = text.split(',').map(|s| s.trim().to_string()).collect();
@@ -137,10 +144,19 @@ mod tests {
     #[test]
     fn parses_the_options() {
         let a = args(&["--quick", "--seed", "7", "--only", "pair,churn", "--out", "x"]).unwrap();
+        assert!(a.traces.is_empty());
         assert!(a.quick);
         assert_eq!(a.seed, 7);
         assert_eq!(a.only.unwrap(), vec!["pair", "churn"]);
         assert_eq!(a.out, PathBuf::from("x"));
+    }
+
+    #[test]
+    fn takes_traces_to_replay() {
+        let a = args(&["--only", "replay", "--trace", "a.trace", "--trace", "b.csv"]).unwrap();
+        assert_eq!(a.only.unwrap(), vec!["replay"]);
+        assert_eq!(a.traces, vec![PathBuf::from("a.trace"), PathBuf::from("b.csv")]);
+        assert!(args(&["--trace"]).is_err());
     }
 
     #[test]

@@ -29,6 +29,7 @@ mod host;
 mod output;
 mod placeholder;
 mod plot;
+mod replay;
 mod results;
 mod workloads;
 
@@ -111,6 +112,9 @@ pub fn run(args: &Args) -> somalloc::Result<ExitCode> {
     let kernels = TestKernels::load(&dev)?;
 
     let workloads: Vec<&str> = WORKLOADS.iter().copied().filter(|w| selected(args, w)).collect();
+    if workloads.contains(&"replay") {
+        replay::prepare(&args.traces)?;
+    }
     let count = |f: fn(Kind) -> bool| Kind::ALL.iter().filter(|k| f(**k)).count() as u64;
     let n_timelines = count(Kind::has_timeline);
     let units: u64 = workloads
@@ -126,6 +130,8 @@ pub fn run(args: &Args) -> somalloc::Result<ExitCode> {
                 "threshold" => 2 * count(Kind::runs_threshold),
                 "host_pair" => (host::HOST_SIZES.len() * host::HOST_PAIR_ALLOCATORS.len()) as u64,
                 "h2d" => host::H2D_SOURCES.len() as u64,
+                "replay" => replay::replay_units(),
+                "recording" => 2,
                 _ => PAIR_SIZES.len() as u64,
             }
         })
@@ -175,6 +181,7 @@ pub fn run(args: &Args) -> somalloc::Result<ExitCode> {
     let mut checks = results::compute_checks(&rows, &checked);
     checks.extend(results::compute_tier_checks(&rows, &timelines, &tiered));
     checks.extend(results::compute_borrowed_checks(&rows, &alloc::borrowed()));
+    checks.extend(replay::checks(&rows));
     let drop_errors = somalloc::drop_errors();
     let res = Results {
         format: FORMAT.into(),

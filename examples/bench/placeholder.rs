@@ -145,6 +145,36 @@ pub fn placeholder_results(seed: u64) -> Results {
             &[("bytes", bytes), ("gb_per_s", gbs)],
         );
     }
+    // Recorded traces (replay.rs): two traces on every replay allocator,
+    // and the recording's cost over the cache tier.
+    for (trace, ops, live) in [
+        ("pipeline.trace", 200.0, 4.0 * MIB as f64),
+        ("stress.trace", 16_000.0, 60.0 * MIB as f64),
+    ] {
+        for (i, k) in crate::replay::REPLAY_KINDS.into_iter().enumerate() {
+            let reserved = live * (1.1 + 0.07 * i as f64);
+            let extra = [
+                ("peak_reserved_bytes", reserved),
+                ("live_peak_bytes", live),
+                ("fragmentation", reserved / live),
+            ];
+            row(
+                "replay",
+                format!("{trace} ({ops} ops)"),
+                k.name(),
+                700.0 * scale(k).max(0.03),
+                &extra,
+            );
+        }
+    }
+    row("recording", "64 KiB pairs".into(), "cache", 10.0, &[]);
+    row(
+        "recording",
+        "64 KiB pairs".into(),
+        crate::replay::CACHE_REC,
+        60.0,
+        &[("ns_per_event_over_cache", 25.0), ("events_dropped", 0.0)],
+    );
     results::fill_ratios(&mut rows);
     let timelines: Vec<Timeline> = Kind::ALL
         .into_iter()
@@ -193,6 +223,7 @@ pub fn placeholder_results(seed: u64) -> Results {
         .collect();
     checks.extend(results::compute_tier_checks(&rows, &timelines, &tiered));
     checks.extend(results::compute_borrowed_checks(&rows, &crate::alloc::borrowed()));
+    checks.extend(crate::replay::checks(&rows));
     Results {
         format: FORMAT.into(),
         label: "format test: placeholder values, not measurements".into(),

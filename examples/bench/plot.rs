@@ -26,6 +26,8 @@ pub const PICTURES: &[&str] = &[
     "host_pair.svg",
     "h2d.svg",
     "borrowed.svg",
+    "replay.svg",
+    "recording.svg",
 ];
 
 const FONT: &str = "sans-serif";
@@ -94,6 +96,8 @@ pub fn plot_all(res: &Results, out: &Path) -> Out<Vec<PathBuf>> {
         "graph_pipeline",
         "host_pair",
         "h2d",
+        "replay",
+        "recording",
     ] {
         if let Some(spec) = bar_spec(res, family) {
             let path = out.join(format!("{family}.svg"));
@@ -256,6 +260,14 @@ fn bar_spec(res: &Results, family: &str) -> Option<BarSpec> {
         "h2d" => (
             "h2d: one 64 MiB host-to-device copy, enqueued and waited for, by source memory".to_string(),
             "GB/s (host clock, higher is better)",
+        ),
+        "replay" => (
+            "replay: recorded traces, their threads, streams, sizes and order, on every allocator".to_string(),
+            "host ns per allocation or free",
+        ),
+        "recording" => (
+            "recording: 64 KiB pairs on the cache tier, without and with a RecordingAdaptor".to_string(),
+            "host ns per alloc+free pair",
         ),
         other => (other.to_string(), "ns per operation"),
     };

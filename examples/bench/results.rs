@@ -206,10 +206,12 @@ fn reference_key(row: &Row) -> (&str, &str) {
 }
 
 /// The allocator a workload's rows are compared with: `raw`, except `h2d`,
-/// whose copies are compared with the copy from pageable memory.
+/// whose copies are compared with the copy from pageable memory, and
+/// `recording`, whose recorded pairs are compared with the cache tier's.
 pub fn reference_allocator(workload: &str) -> &'static str {
     match workload {
         "h2d" => crate::host::PAGEABLE,
+        "recording" => CACHE,
         _ => RAW,
     }
 }
@@ -494,7 +496,7 @@ pub fn compute_borrowed_checks(rows: &[Row], borrowed: &[Borrowed]) -> Vec<Check
 
 impl Check {
     /// `value` against the target `<= limit`.
-    fn at_most(name: String, value: f64, limit: f64, unit: &str) -> Check {
+    pub fn at_most(name: String, value: f64, limit: f64, unit: &str) -> Check {
         Check {
             name,
             value,
@@ -591,6 +593,11 @@ fn notes(row: &Row) -> String {
             "host_loop_ms" => parts.push(format!("host {v:.3} ms")),
             "speedup" => parts.push(format!("speedup {v:.2}x")),
             "peak_reserved_bytes" => parts.push(format!("peak reserved: {}", fmt_bytes(v))),
+            "live_peak_bytes" => parts.push(format!("live peak: {}", fmt_bytes(v))),
+            "fragmentation" => parts.push(format!("reserved/live {v:.3}")),
+            "recorded_reserved_bytes" => parts.push(format!("recorded run reserved: {}", fmt_bytes(v))),
+            "reserved_vs_recorded" => parts.push(format!("reserved/recorded {v:.3}")),
+            "ns_per_event_over_cache" => parts.push(format!("{v:.1} ns per event over cache")),
             "gb_per_s" => parts.push(format!("{v:.1} GB/s")),
             "x_faster_than_mallochost" => parts.push(format!("{v:.0}x faster than mallochost")),
             "x_faster_than_hostalloc" => parts.push(format!("{v:.0}x faster than hostalloc")),
@@ -631,7 +638,7 @@ pub fn table(res: &Results) -> String {
     );
     let _ = writeln!(
         s,
-        "figures: host ns per operation, {}; ratio: / raw in the same run (h2d: / pageable); spread: (max-min)/median",
+        "figures: host ns per operation, {}; ratio: / raw in the same run (h2d: / pageable, recording: / cache); spread: (max-min)/median",
         m.statistic
     );
     for (name, what) in &m.allocators {

@@ -26,7 +26,7 @@ pub const PIPELINE_FLOATS: usize = 1 << 20;
 /// Churn: at most this many live buffers.
 pub const CHURN_MAX_LIVE: usize = 1000;
 /// Every workload, in the order they run.
-pub const WORKLOADS: [&str; 9] = [
+pub const WORKLOADS: [&str; 11] = [
     "seed_pipeline",
     "graph_pipeline",
     "pair",
@@ -36,6 +36,8 @@ pub const WORKLOADS: [&str; 9] = [
     "synchronous",
     "host_pair",
     "h2d",
+    "replay",
+    "recording",
 ];
 
 // ---------------------------------------------------------------------------
@@ -633,6 +635,9 @@ pub fn run_workload(
         // Pinned host memory (examples/bench/host.rs).
         "host_pair" => crate::host::host_pair(ctx, rows)?,
         "h2d" => crate::host::h2d(ctx, rows)?,
+        // Recorded traces (examples/bench/replay.rs).
+        "replay" => crate::replay::run(ctx, rows)?,
+        "recording" => crate::replay::recording(ctx, rows)?,
         _ => unreachable!("checked when parsing --only"),
     }
     Ok(())

@@ -36,6 +36,11 @@ part() {
   [ "$rc" -eq 0 ] || status=1
 }
 part capi "$dir/capi_program"
+# The C program again, recording (SOMALLOC_CONF's trace key through its
+# configuration): the trace must read back whole, with allocations in it.
+rm -f "$out"/capi-*.trace
+part capi-trace env CAPI_PROGRAM_TRACE="$out/capi-%p.trace" "$dir/capi_program"
+part capi-trace-read bash -c 'f=$(ls "$1"/capi-*.trace) && "$2/somalloc-trace" summary "$f" | tee /dev/stderr | grep -q "events: allocate [1-9]" && ! "$2/somalloc-trace" summary "$f" | grep -q "no end record" && echo "1 passed, 0 failed"' _ "$out" "$dir"
 part torch-cache python3 "$dir/torch_gpu.py"
 part torch-pool python3 "$dir/torch_gpu.py" cache:off
 part cupy python3 "$dir/cupy_gpu.py"

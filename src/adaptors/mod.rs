@@ -7,6 +7,7 @@
 //! | [`LimitingAdaptor`] | a byte cap: above it, [`Error::OutOfMemory`](crate::Error::OutOfMemory) |
 //! | [`TrackingAdaptor`] | the outstanding allocations (optionally with backtraces), a leak report |
 //! | [`RetryAdaptor`] | on out of memory: recovery steps (flush a cache, trim a pool, a callback), then one retry |
+//! | [`RecordingAdaptor`] | every allocation and free into a trace file ([`trace`](crate::trace)), for replay and viewing |
 //!
 //! Each holds its inner resource as an `Arc<dyn MemoryResource>` and is one
 //! itself, so a stack is built inside out and used through its outermost
@@ -54,11 +55,13 @@
 //! ```
 
 mod limit;
+mod record;
 mod retry;
 mod stats;
 mod tracking;
 
 pub use limit::LimitingAdaptor;
+pub use record::RecordingAdaptor;
 pub use retry::{RetryAdaptor, RetryStats};
 pub use stats::{ResourceStats, StatisticsAdaptor};
 pub use tracking::{Backtraces, Outstanding, TrackingAdaptor};

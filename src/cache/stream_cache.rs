@@ -108,6 +108,12 @@ impl StreamCache {
     /// (stream-ordered frees on this stream). Does nothing while the stream
     /// is capturing (the frees would be recorded into the graph).
     pub fn flush(&self) -> Result<()> {
+        crate::trace::note(
+            crate::trace::Action::Flush,
+            self.stream.device().ordinal(),
+            Some(&self.stream),
+            0,
+        );
         self.release_all().map(|_| ())
     }
 
@@ -115,6 +121,12 @@ impl StreamCache {
     /// stay cached for this stream. Does nothing while the stream is
     /// capturing.
     pub fn trim(&self, bytes_to_keep: usize) -> Result<()> {
+        crate::trace::note(
+            crate::trace::Action::Trim,
+            self.stream.device().ordinal(),
+            Some(&self.stream),
+            bytes_to_keep,
+        );
         if self.stream.capturing()?.is_some() {
             return Ok(());
         }

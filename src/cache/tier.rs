@@ -180,6 +180,7 @@ impl CacheTier {
     /// the first error. A stream that is capturing keeps its cached blocks
     /// (its frees would be recorded into the graph).
     pub fn flush(&self) -> Result<()> {
+        crate::trace::note(crate::trace::Action::Flush, self.shared.device.ordinal(), None, 0);
         let mut first_error = None;
         for cache in self.shared.snapshot() {
             if let Err(e) = cache.release_all() {

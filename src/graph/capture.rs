@@ -123,6 +123,12 @@ impl Stream {
                     state: Mutex::new(RecordState::default()),
                 });
                 lock(&ACTIVE).push((self.raw(), info.id, record));
+                crate::trace::note(
+                    crate::trace::Action::CaptureBegin,
+                    self.device().ordinal(),
+                    Some(self),
+                    0,
+                );
                 Ok(())
             }
             other => {
@@ -154,6 +160,14 @@ impl Stream {
             before.and_then(|c| active_record(c.id))
         };
         let result = self.end_capture_raw();
+        if result.is_ok() {
+            crate::trace::note(
+                crate::trace::Action::CaptureEnd,
+                self.device().ordinal(),
+                Some(self),
+                0,
+            );
+        }
         // After a failed end: is the stream still capturing? `None` when
         // that cannot be known, which counts as "still capturing": owned
         // streams then keep asking the runtime (slower, never wrong) until a

@@ -372,6 +372,12 @@ impl MemPool {
     /// (memory backing live allocations is never released). On a shared
     /// pool this releases what other libraries freed, too.
     pub fn trim_to(&self, keep_bytes: usize) -> Result<()> {
+        crate::trace::note(
+            crate::trace::Action::Trim,
+            self.device().ordinal(),
+            None,
+            keep_bytes,
+        );
         Active::pool_trim_to(self.inner.raw, keep_bytes)
     }
 
