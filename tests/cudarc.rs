@@ -480,6 +480,7 @@ fn cublas_gemm_on_somalloc_buffers_and_views() {
     // SAFETY: column-major matrices of exactly these sizes.
     unsafe { own.gemm(gemm_config(m, n, k), &a, &b, &mut c) }.unwrap();
     assert_eq!(c.to_vec().unwrap(), want, "GEMM on the buffers' stream");
+    drop((a, b, c)); // not shadowed: their frees go now
 
     // 2. On a cudarc stream the buffers were never given to, while their
     // stream is still busy: the GEMM must wait for the allocation and the
