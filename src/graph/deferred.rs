@@ -32,7 +32,9 @@ use crate::sync;
 // ---------------------------------------------------------------------------
 // Frees that wait for graphs to go away.
 
-type FreeFn = Box<dyn FnOnce(&Stream) -> Result<()> + Send>;
+/// The free; called again later when it fails (a failed call freed
+/// nothing), so it must be callable more than once.
+type FreeFn = Box<dyn FnMut(&Stream) -> Result<()> + Send>;
 
 /// A free that must wait: until every graph that may use the memory is
 /// destroyed, and until neither its stream nor the streams that used the
@@ -294,17 +296,24 @@ pub fn reclaim_graph_frees() -> Result<usize> {
                 continue;
             }
         }
-        queue.pending.fetch_sub(1, sync::Ordering::Relaxed);
-        done += 1;
-        let Deferred { stream, users, free } = item;
-        // If ordering fails the memory is leaked rather than freed under
-        // running work.
-        let result = users
+        // If ordering fails nothing is freed (never under running work);
+        // if the free fails, it freed nothing. Either way the item stays
+        // queued and is tried again at the next reclaim: nothing is lost.
+        let mut item = item;
+        let result = item
+            .users
             .iter()
-            .try_for_each(|u| order_after(&stream, u))
-            .and_then(|()| free(&stream));
-        if let Err(e) = result {
-            first_error.get_or_insert(e);
+            .try_for_each(|u| order_after(&item.stream, u))
+            .and_then(|()| (item.free)(&item.stream));
+        match result {
+            Ok(()) => {
+                queue.pending.fetch_sub(1, sync::Ordering::Relaxed);
+                done += 1;
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+                blocked.push(item);
+            }
         }
     }
     if !blocked.is_empty() {

@@ -102,3 +102,38 @@ fn an_unknown_end_keeps_the_capture_counted() {
     assert_eq!(CAPTURES.load(Ordering::SeqCst), before - 1);
     assert!(!s.take_capture_flag(capture_flag::API_CAPTURE));
 }
+
+/// A deferred free whose call fails freed nothing: it stays queued and is
+/// tried again at a later reclaim, so the memory is not lost.
+#[test]
+fn a_deferred_free_that_fails_is_tried_again() {
+    let s = Stream::fake(0x9300, 0);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    defer(
+        Deferred {
+            stream: s,
+            users: Vec::new(),
+            free: Box::new(move |_| {
+                if c.fetch_add(1, Ordering::Relaxed) == 0 {
+                    Err(Error::invalid("the first try fails"))
+                } else {
+                    Ok(())
+                }
+            }),
+        },
+        &[],
+    )
+    .unwrap();
+    // Other tests may drain the queue too; either way it is tried twice.
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while calls.load(Ordering::Relaxed) < 2 && std::time::Instant::now() < end {
+        let _ = reclaim_graph_frees();
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        2,
+        "tried once more after its failure, then done"
+    );
+}
