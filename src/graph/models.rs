@@ -56,18 +56,18 @@ fn loom_deferred_free_waits_for_every_graph_and_runs_once() {
             }),
         };
         // Another thread drains the queue meanwhile.
-        let drainer = thread::spawn(|| reclaim_graph_frees().unwrap());
+        let drainer = thread::spawn(|| reclaim_graph_frees().unwrap()); // ok: a loom model (test code), a failure is the finding
         let mut destructors = Vec::new();
         defer_with(item, vec![0usize, 1], |g, release, data| {
             destructors.push(destroyed_on_its_own_thread(gone[g].clone(), release, data));
             Ok(())
         })
-        .unwrap();
+        .unwrap(); // ok: a loom model (test code), a failure is the finding
         for d in destructors {
-            d.join().unwrap();
+            d.join().unwrap(); // ok: a loom model (test code), a failure is the finding
         }
-        let drained = drainer.join().unwrap();
-        let here = reclaim_graph_frees().unwrap();
+        let drained = drainer.join().unwrap(); // ok: a loom model (test code), a failure is the finding
+        let here = reclaim_graph_frees().unwrap(); // ok: a loom model (test code), a failure is the finding
         assert_eq!(drained + here, 1);
         assert_eq!(done.load(sync::Ordering::Relaxed), 1);
         assert_eq!(pending_graph_frees(), 0);
@@ -108,9 +108,9 @@ fn loom_deferred_free_whose_registration_fails_never_runs() {
         });
         assert!(r.is_err());
         for d in destructors {
-            d.join().unwrap();
+            d.join().unwrap(); // ok: a loom model (test code), a failure is the finding
         }
-        assert_eq!(reclaim_graph_frees().unwrap(), 0);
+        assert_eq!(reclaim_graph_frees().unwrap(), 0); // ok: a loom model (test code), a failure is the finding
         assert_eq!(
             dropped.load(sync::Ordering::Relaxed),
             1,
@@ -123,6 +123,6 @@ fn loom_deferred_free_whose_registration_fails_never_runs() {
 /// (ready items, `ready_len`) of the queue.
 fn queue_len() -> (usize, usize) {
     let q = queue();
-    let ready = q.ready.lock().unwrap().len();
+    let ready = q.ready.lock().unwrap().len(); // ok: a loom model (test code), a failure is the finding
     (ready, q.ready_len.load(sync::Ordering::Relaxed))
 }
