@@ -230,38 +230,46 @@ impl<T: Pod> fmt::Debug for DeviceViewMut<'_, T> {
     }
 }
 
+/// The accessors that a shared and a mutable view have alike (the same
+/// fields, the same meaning).
+macro_rules! view_accessors {
+    () => {
+        /// Number of elements.
+        pub fn len(&self) -> usize {
+            self.len
+        }
+
+        /// Whether the view has no elements.
+        pub fn is_empty(&self) -> bool {
+            self.len == 0
+        }
+
+        /// Size in bytes.
+        pub fn size_in_bytes(&self) -> usize {
+            self.len * size_of::<T>()
+        }
+
+        /// The device address of the first element (null when the buffer has
+        /// no memory), valid as the buffer's is ([`DeviceBuffer::as_raw`]).
+        pub fn as_raw(&self) -> *mut c_void {
+            self.ptr.as_mut_ptr()
+        }
+
+        /// The buffer's stream (which owns the memory and will free it).
+        pub fn stream(&self) -> &'a Stream {
+            self.owner.stream()
+        }
+
+        /// Whether work on `stream` may use the view: as for its buffer
+        /// ([`DeviceBuffer::is_usable_on`]).
+        pub fn is_usable_on(&self, stream: &Stream) -> bool {
+            self.owner.is_usable_on(stream)
+        }
+    };
+}
+
 impl<'a, T: Pod> DeviceView<'a, T> {
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the view has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Size in bytes.
-    pub fn size_in_bytes(&self) -> usize {
-        self.len * size_of::<T>()
-    }
-
-    /// The device address of the first element (null when the buffer has
-    /// no memory), valid as the buffer's is ([`DeviceBuffer::as_raw`]).
-    pub fn as_raw(&self) -> *mut c_void {
-        self.ptr.as_mut_ptr()
-    }
-
-    /// The buffer's stream (which owns the memory and will free it).
-    pub fn stream(&self) -> &'a Stream {
-        self.owner.stream()
-    }
-
-    /// Whether work on `stream` may use the view: as for its buffer
-    /// ([`DeviceBuffer::is_usable_on`]).
-    pub fn is_usable_on(&self, stream: &Stream) -> bool {
-        self.owner.is_usable_on(stream)
-    }
+    view_accessors!();
 
     /// The buffer the view is of.
     #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
@@ -328,37 +336,7 @@ impl<'a, T: Pod> DeviceView<'a, T> {
 }
 
 impl<'a, T: Pod> DeviceViewMut<'a, T> {
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the view has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Size in bytes.
-    pub fn size_in_bytes(&self) -> usize {
-        self.len * size_of::<T>()
-    }
-
-    /// The device address of the first element (null when the buffer has
-    /// no memory), valid as the buffer's is ([`DeviceBuffer::as_raw`]).
-    pub fn as_raw(&self) -> *mut c_void {
-        self.ptr.as_mut_ptr()
-    }
-
-    /// The buffer's stream (which owns the memory and will free it).
-    pub fn stream(&self) -> &'a Stream {
-        self.owner.stream()
-    }
-
-    /// Whether work on `stream` may use the view: as for its buffer
-    /// ([`DeviceBuffer::is_usable_on`]).
-    pub fn is_usable_on(&self, stream: &Stream) -> bool {
-        self.owner.is_usable_on(stream)
-    }
+    view_accessors!();
 
     /// A shared view of the same elements, for as long as it is borrowed.
     pub fn as_view(&self) -> DeviceView<'_, T> {
