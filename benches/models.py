@@ -18,6 +18,9 @@ Modes, one process each (per workload), all in one run:
   somalloc-pool    somalloc through CUDAPluggableAllocator, pool only (cache:off)
   somalloc-cache   somalloc with its cache tier (caps of 2 GiB per stream, 4 GiB in all)
 --somalloc-conf adds keys to both somalloc modes (e.g. pool:default).
+--mode NAME=CONF (repeatable) adds a somalloc mode with its own keys, e.g.
+  --mode "guarded=cache:on,cache_headroom:on"; name it in --modes too or it
+  runs after the others.
 
 Prints a table with the loss check (step 0 equal to caching's, last step
 within 1e-3 relative), writes models.json and models.svg to --out.
@@ -49,6 +52,7 @@ WORKLOADS = ["resnet50", "gpt2", "both"]
 
 def child(mode, workload, steps, extra):
     kind, conf = MODES[mode]
+    extra = extra or ""
     if kind == "somalloc":
         import somalloc.torch
 
@@ -155,9 +159,9 @@ def child(mode, workload, steps, extra):
 
 def svg(rows, workloads, modes, path):
     """Two grouped bar charts (ms/step, peak MiB), written by hand."""
-    colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3"]
+    colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]
     w, h, pad, gap = 900, 330, 60, 30
-    parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">' % (w, 2 * h + 40)]
+    parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">' % (w, 2 * h + 40 + 16 * ((len(modes) - 1) // 5))]
     parts.append('<rect width="100%" height="100%" fill="white"/>')
     for panel, (key, title) in enumerate([("ms_per_step", "ms per step (median of the last 20)"), ("peak_mib", "peak device memory (MiB)")]):
         top = panel * (h + 20) + 20
@@ -180,7 +184,8 @@ def svg(rows, workloads, modes, path):
                 parts.append('<text x="%.1f" y="%.1f" text-anchor="middle" font-size="9">%.0f</text>' % (x + bar_w / 2, base - bh - 3, r[key]))
         parts.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>' % (pad, base, w - pad, base))
     for mi, m in enumerate(modes):
-        parts.append('<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d">%s</text>' % (pad + mi * 160, 2 * h + 25, colors[mi % len(colors)], pad + mi * 160 + 14, 2 * h + 34, m))
+        lx, ly = pad + (mi % 5) * 160, 2 * h + 25 + (mi // 5) * 16
+        parts.append('<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d">%s</text>' % (lx, ly, colors[mi % len(colors)], lx + 14, ly + 9, m))
     parts.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(parts))
@@ -193,13 +198,23 @@ def main():
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--somalloc-conf", default="", help="keys added to both somalloc modes")
+    ap.add_argument("--mode", action="append", default=[], metavar="NAME=CONF", help="a somalloc mode of your own")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "WORKLOAD"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    for m in args.mode:
+        name, sep, conf = m.partition("=")
+        if not sep or not name:
+            ap.error("--mode takes NAME=CONF, got %r" % m)
+        MODES[name] = ("somalloc", conf)
     if args.child:
         child(args.child[0], args.child[1], args.steps, args.somalloc_conf)
         return 0
     workloads = args.workloads.split(",")
     modes = args.modes.split(",")
+    modes += [m.partition("=")[0] for m in args.mode if m.partition("=")[0] not in modes]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        ap.error("unknown modes: %s" % ", ".join(unknown))
     rows = {}
     for wl in workloads:
         for m in modes:
@@ -209,7 +224,10 @@ def main():
             if kind == "torch" and conf:
                 env["PYTORCH_CUDA_ALLOC_CONF"] = conf
             t0 = time.time()
-            p = subprocess.run([sys.executable, __file__, "--child", m, wl, "--steps", str(args.steps), "--somalloc-conf", args.somalloc_conf], env=env, capture_output=True, text=True)
+            cmd = [sys.executable, __file__, "--child", m, wl, "--steps", str(args.steps), "--somalloc-conf", args.somalloc_conf]
+            for extra in args.mode:
+                cmd += ["--mode", extra]
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True)
             res = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
             if p.returncode != 0 or not res:
                 print("%-9s %-15s FAILED (rc %d)\n%s" % (wl, m, p.returncode, (p.stdout + p.stderr)[-3000:]), flush=True)

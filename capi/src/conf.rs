@@ -54,7 +54,8 @@ impl Default for Conf {
 
 /// The keys, for messages and the documentation.
 pub const KEYS: &str = "pool, release_threshold, reuse, max_size, cache, cache_total_cap, \
-                        cache_per_stream_cap, cache_max_block, cache_reuse_larger, trace, trace_backtraces";
+                        cache_per_stream_cap, cache_max_block, cache_reuse_larger, cache_headroom, trace, \
+                        trace_backtraces";
 
 impl Conf {
     /// Parses `text` over the defaults. Empty text (or only commas and
@@ -112,6 +113,25 @@ impl Conf {
                                     bad("expected on, off or a budget in permille of the live peak")
                                 })?;
                             Some(Headroom::new(0, p))
+                        }
+                    })
+                }
+                // The footprint guard: `off`, `on` (4 MiB or 3.2 % of the
+                // live peak), or a share of the live peak in permille.
+                "cache_headroom" => {
+                    cache = cache.headroom(match value {
+                        "off" | "false" | "0" => None,
+                        "on" | "true" => Some(Headroom::default()),
+                        permille => {
+                            let p: u32 = permille
+                                .strip_suffix("permille")
+                                .unwrap_or(permille)
+                                .trim()
+                                .parse()
+                                .map_err(|_| {
+                                    bad("expected on, off or a headroom in permille of the live peak")
+                                })?;
+                            Some(Headroom::default().peak_per_mille(p))
                         }
                     })
                 }
@@ -212,7 +232,7 @@ mod tests {
         assert_eq!(Conf::parse(" , ").unwrap(), Conf::default());
         let c = Conf::parse(
             "pool:default, release_threshold:512MiB,reuse:events+internal,max_size:8G,cache:on,\
-             cache_total_cap:2GiB,cache_per_stream_cap:64M,cache_max_block:16MiB,cache_reuse_larger:250,trace:off,\
+             cache_total_cap:2GiB,cache_per_stream_cap:64M,cache_max_block:16MiB,cache_reuse_larger:250,cache_headroom:64,trace:off,\
              trace_backtraces:on",
         )
         .unwrap();
@@ -227,6 +247,12 @@ mod tests {
             (2 << 30, 64 << 20, 16 << 20)
         );
         assert_eq!(cache.reuse_larger, Some(Headroom::new(0, 250)));
+        assert_eq!(cache.headroom, Some(Headroom::new(4 << 20, 64)));
+        assert_eq!(
+            Conf::parse("cache_headroom:on").unwrap().cache.unwrap().headroom,
+            Some(Headroom::default())
+        );
+        assert_eq!(Conf::parse("").unwrap().cache.unwrap().headroom, None);
         assert_eq!((c.trace.as_deref(), c.trace_backtraces), (None, true));
         let t = Conf::parse("trace:/tmp/run-%p.trace").unwrap();
         assert_eq!(t.trace.as_deref(), Some("/tmp/run-%p.trace"));
@@ -269,6 +295,7 @@ mod tests {
             ("trace:", "the trace file's path"),
             ("trace_backtraces:maybe", "on or off"),
             ("cache:on,cache:off", "given twice"),
+            ("cache_headroom:lots", "permille of the live peak"),
         ] {
             let e = Conf::parse(text).unwrap_err();
             assert!(e.contains(says), "{text}: {e}");
