@@ -166,30 +166,28 @@ def test_graph_training_step():
 
 
 def test_out_of_memory():
-    """An allocation larger than the device. PyTorch's pluggable allocator
-    API has no error path: the entry point can only return NULL."""
+    """An allocation larger than the device: PyTorch's own OutOfMemoryError
+    (through the raising entry points that enable() builds), counted and
+    explained by somalloc, and the allocator still serves afterwards."""
     free, total = torch.cuda.mem_get_info()
     before = somalloc.stats()["failed_allocations"]
+    name = "an allocation larger than the device is torch.cuda.OutOfMemoryError"
+    check("enable() built the raising entry points", somalloc.torch.raises_oom())
     try:
         t = torch.empty(total * 2, dtype=torch.uint8, device="cuda")
     except torch.cuda.OutOfMemoryError as e:
-        check("an allocation larger than the device is torch.cuda.OutOfMemoryError", True, str(e).splitlines()[0][:100])
-        return
+        text = str(e).splitlines()[0]
+        check(name, "somalloc: out of memory" in text and str(total * 2) in text, text[:160])
     except RuntimeError as e:
-        check("an allocation larger than the device is torch.cuda.OutOfMemoryError", False, "RuntimeError instead: %s" % str(e)[:200])
-        return
-    ptr = t.data_ptr()
+        check(name, False, "RuntimeError instead: %s" % str(e)[:200])
+    else:
+        check(name, False, "PyTorch returned a tensor with data_ptr %#x" % t.data_ptr())
+        del t  # never touched; dropping it frees NULL with its size (refused, counted)
     why = somalloc.torch.last_error()
     failed = somalloc.stats()["failed_allocations"] - before
-    check(
-        "an allocation larger than the device is torch.cuda.OutOfMemoryError",
-        False,
-        "PyTorch returned a tensor with data_ptr %#x (somalloc refused it: %d failed allocation(s), '%s'); "
-        "the pluggable API turns a NULL into an empty storage, not an error" % (ptr, failed, why[:120]),
-    )
-    check("somalloc refused it and said why", failed == 1 and "out of memory" in why, why[:120])
-    # Never touch `t`; dropping it frees NULL with its size (refused, counted).
-    del t
+    check("somalloc refused it and said why", failed == 1 and "out of memory" in why, "%d, %s" % (failed, why[:120]))
+    x = torch.arange(1 << 20, device="cuda", dtype=torch.int64)
+    check("allocations go on after it", int(x.sum()) == (1 << 20) * ((1 << 20) - 1) // 2)
 
 
 def main():
