@@ -7,6 +7,7 @@
 #   bash ci/wheel-check.sh [cuda|rocm]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+repo=$(pwd)
 vendor=${1:-cuda}
 maturin_version=1.16.0
 work=$(mktemp -d)
@@ -59,3 +60,6 @@ check("the configuration stays free while no device was used", True)
 print("%d passed, %d failed" % (sum(checks), len(checks) - sum(checks)))
 sys.exit(0 if all(checks) else 1)
 PY
+# How the package builds its raising entry points for PyTorch (no PyTorch
+# needed: a stand-in with the two headers' worth it uses).
+"$work/venv/bin/python" "$repo/python/tests/oom_shim_check.py" "$work"
