@@ -360,6 +360,11 @@ unsafe impl MemoryResource for FakeResource {
     ) -> Result<()> {
         asked.capturing(stream)?;
         if self.fail_frees.load(Ordering::Relaxed) {
+            let addr = ptr as usize;
+            let mut s = self.state();
+            if s.live.contains_key(&addr) {
+                s.failed_frees.insert(addr);
+            }
             return Err(Error::Vendor {
                 call: "fakeFreeAsync",
                 code: crate::VendorCode(1),

@@ -6,7 +6,7 @@ use std::mem::ManuallyDrop;
 
 use bytemuck::Pod;
 
-use super::origin::free_via;
+use super::origin::{abandon, free_via};
 use super::{order_after, DeviceBuffer};
 use crate::backend::DevicePtr;
 use crate::cache::StreamCache;
@@ -17,7 +17,9 @@ use crate::stream::{Asked, Stream};
 impl<T: Pod> DeviceBuffer<T> {
     /// Frees the memory (stream-ordered), once: only `Drop` and `release`
     /// call it, each on a buffer that is gone afterwards. Writes nothing
-    /// into the buffer.
+    /// into the buffer. An error means that nothing was freed or handed on
+    /// (a question, an ordering, a registration or the free itself failed):
+    /// the caller gives the block up (`give_up`).
     #[inline(always)]
     pub(super) fn free(&self) -> Result<()> {
         let ptr = self.ptr;
@@ -69,7 +71,7 @@ impl<T: Pod> DeviceBuffer<T> {
             return self.free_under_capture(ptr, asked);
         }
         // Order the free after every other stream's use. If that fails the
-        // block is leaked rather than freed under running work.
+        // block is given up (leaked) rather than freed under running work.
         for user in self.users.iter() {
             order_after(&self.stream, user)?;
         }
@@ -146,12 +148,26 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 }
 
+impl<T: Pod> DeviceBuffer<T> {
+    /// `free`'s error, after giving the block up: every failing free path
+    /// did nothing, and the buffer is going away, so nothing will try again.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn give_up(&self, e: crate::Error) -> crate::Error {
+        // SAFETY: this buffer's live allocation, whose free just failed
+        // doing nothing; given up once (the buffer is being dropped or
+        // released).
+        unsafe { abandon(&self.origin, self.ptr, self.size_in_bytes()) };
+        e
+    }
+}
+
 impl<T: Pod> Drop for DeviceBuffer<T> {
     #[inline]
     fn drop(&mut self) {
         // Nothing to free after `release` or for a 0-byte buffer.
         if self.ptr != DevicePtr::NULL {
-            record_drop_error(self.free());
+            record_drop_error(self.free().map_err(|e| self.give_up(e)));
         }
         self.drop_handles();
     }

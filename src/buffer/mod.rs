@@ -535,7 +535,7 @@ impl<T: Pod> DeviceBuffer<T> {
         let this = ManuallyDrop::new(self);
         // Nothing is written into the buffer on the way: the compiler may
         // read its fields where the caller has them, without a copy.
-        let result = this.free();
+        let result = this.free().map_err(|e| this.give_up(e));
         let own_stream = this.origin.cache.is_none();
         // SAFETY: what `Drop` drops after its free, each once; `this` is
         // not used again (and not dropped: ManuallyDrop).

@@ -135,3 +135,21 @@ pub(super) unsafe fn free_via(
         None => unsafe { graph::vendor_free_asked(ptr, stream, asked) },
     }
 }
+
+/// Gives up on a buffer's block whose free failed (the error was
+/// reported) and that nothing will try to free again: its memory stays
+/// allocated (leaked rather than freed under work that may still use it).
+/// A stream cache that pinned it stops counting it, so that the cache is
+/// not kept alive for it.
+///
+/// # Safety
+/// `ptr` and `bytes` are a live allocation of `origin` whose free failed
+/// and doing nothing (the contract of every free path here), given up once.
+#[cold]
+pub(super) unsafe fn abandon(origin: &Origin, ptr: DevicePtr, bytes: usize) {
+    if let Some(cache) = origin.cache {
+        // SAFETY: the block is pinned by this cache, which its count keeps
+        // alive (the caller's guarantees).
+        unsafe { StreamCache::forget_pinned(cache.0, ptr.as_mut_ptr(), bytes) }
+    }
+}

@@ -41,19 +41,28 @@ impl StreamCache {
     ) -> Result<()> {
         let shared = &*self.shared;
         let class = shared.class_of(bytes);
-        let size = {
+        let addr = ptr as usize;
+        // (the size freed, and how to put the books back if the free fails)
+        let (size, undo) = {
             let mut state = self.lock();
-            match state.captured.remove(&(ptr as usize)) {
-                Some(size) => size,
+            match state.captured.remove(&addr) {
+                Some(size) => (size, Undo::Captured(size)),
                 None => match class {
                     // Allocated before the capture: it counted as live, in
                     // its class or the larger one it was handed out in.
                     Some(idx) => {
-                        let size = class_size(state.real_class(ptr as usize, idx));
+                        let real = state.real_class(addr, idx);
+                        let size = class_size(real);
                         state.live = state.live.saturating_sub(size);
-                        size
+                        (
+                            size,
+                            Undo::Live {
+                                real,
+                                larger: real != idx,
+                            },
+                        )
                     }
-                    None => bytes,
+                    None => (bytes, Undo::Nothing),
                 },
             }
         };
@@ -61,7 +70,24 @@ impl StreamCache {
         // captured allocation in the size remembered, an ordinary one in its
         // class size, or one above the classes unrounded); the caller's
         // guarantees carry over; it is not cached.
-        unsafe { shared.upstream.deallocate_asked(ptr, size, &self.stream, asked) }
+        let r = unsafe { shared.upstream.deallocate_asked(ptr, size, &self.stream, asked) };
+        if r.is_err() {
+            // Nothing was freed: the books as they were, for a later attempt.
+            let mut state = self.lock();
+            match undo {
+                Undo::Captured(size) => {
+                    state.captured.insert(addr, size);
+                }
+                Undo::Live { real, larger } => {
+                    state.live += class_size(real);
+                    if larger {
+                        state.larger.insert(addr, real);
+                    }
+                }
+                Undo::Nothing => {}
+            }
+        }
+        r
     }
 
     /// Frees blocks taken out of the cache of a capturing stream (or one
@@ -86,4 +112,11 @@ impl StreamCache {
             record_drop_error(crate::graph::defer(item, &[]));
         }
     }
+}
+
+/// How `deallocate_captured` puts a block's books back when its free fails.
+enum Undo {
+    Captured(usize),
+    Live { real: usize, larger: bool },
+    Nothing,
 }

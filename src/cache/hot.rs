@@ -185,12 +185,44 @@ impl StreamCache {
             let this = unsafe { cache.as_ref() };
             // SAFETY: forwarded from the caller.
             let result = unsafe { this.give_slow(ptr, bytes, stream, asked) };
-            (result, this.unpin_one())
+            // A failed free did nothing (see `give_slow`): the block stays
+            // pinned, for the caller to try again or to give up on it
+            // (`forget_pinned`).
+            let keep = if result.is_ok() { this.unpin_one() } else { None };
+            (result, keep)
         };
         // Maybe the cache's last reference: dropped only now that nothing
         // refers into it.
         drop(keep);
         result
+    }
+
+    /// Gives up on a pinned block whose free failed and will not be tried
+    /// again (its buffer is gone): the cache stops counting it as live and
+    /// as pinned, so that it is not kept alive for it. The memory stays
+    /// allocated upstream (leaked; the failure was reported).
+    ///
+    /// # Safety
+    /// As for [`StreamCache::free_pinned`]: `cache` pinned the block, which
+    /// is counted; `ptr` and `bytes` are the block's.
+    #[cold]
+    pub(crate) unsafe fn forget_pinned(cache: NonNull<StreamCache>, ptr: *mut c_void, bytes: usize) {
+        let keep = {
+            // SAFETY: as in `free_pinned`; not used after this block.
+            let this = unsafe { cache.as_ref() };
+            let addr = ptr as usize;
+            {
+                let mut state = this.lock();
+                if state.captured.remove(&addr).is_none() {
+                    if let Some(idx) = this.shared.class_of(bytes) {
+                        let size = class_size(state.real_class(addr, idx));
+                        state.live = state.live.saturating_sub(size);
+                    }
+                }
+            }
+            this.unpin_one()
+        };
+        drop(keep);
     }
 
     /// Counts a pinned block back; the tier's reference when it was the
@@ -319,6 +351,10 @@ impl StreamCache {
     /// a capture, or one the caps or the credit do not let in. `asked`:
     /// what the caller knows about the stream's capture.
     ///
+    /// An error means that nothing was done: the block is still the
+    /// caller's, and the books are as before (the caller may try again, or
+    /// give the block up).
+    ///
     /// # Safety
     /// As for [`MemoryResource::deallocate`](crate::MemoryResource::deallocate).
     #[cold]
@@ -338,39 +374,67 @@ impl StreamCache {
         // answer goes upstream with the free).
         let capture = asked.capturing(&self.stream)?;
         let asked = Asked::answer(capture);
+        let shared = &*self.shared;
+        let addr = ptr as usize;
+        if self.lock().detached {
+            if let Some(size) = shared.take_removed_capture(self.key, addr) {
+                // Graph memory this cache handed out before its stream was
+                // removed: upstream (never cached), in the size asked.
+                // SAFETY: allocated upstream in `size` on this stream (see
+                // `allocate_captured`); the caller's guarantees carry over.
+                let r = unsafe { shared.upstream.deallocate_asked(ptr, size, &self.stream, asked) };
+                if r.is_err() {
+                    shared.return_removed_capture(self.key, addr, size);
+                }
+                return r;
+            }
+        }
         if capture.is_some() {
             // SAFETY: forwarded from the caller.
             return unsafe { self.deallocate_captured(ptr, bytes, asked) };
         }
-        let shared = &*self.shared;
-        let addr = ptr as usize;
         let Some(idx) = shared.class_of(bytes) else {
             // A block allocated during a capture is not remembered any more.
-            self.lock().captured.remove(&addr);
+            let was = self.lock().captured.remove(&addr);
             // SAFETY: a request above max_block_bytes went to
             // `upstream.allocate(bytes, stream)` unrounded; the caller's
             // guarantees (freed once, uses ordered before this point of this
             // stream) carry over.
-            return unsafe { shared.upstream.deallocate_asked(ptr, bytes, &self.stream, asked) };
+            let r = unsafe { shared.upstream.deallocate_asked(ptr, bytes, &self.stream, asked) };
+            if let (Err(_), Some(size)) = (&r, was) {
+                self.lock().captured.insert(addr, size);
+            }
+            return r;
         };
-        let (mut put, idx, size) = {
+        let (mut put, idx, size, first) = {
             let mut state = self.lock();
-            if !state.captured.is_empty() && state.captured.remove(&addr).is_some() {
+            let was = if state.captured.is_empty() {
+                None
+            } else {
+                state.captured.remove(&addr)
+            };
+            if let Some(was) = was {
                 // Graph memory from a capture: upstream, never cached.
                 drop(state);
                 // SAFETY: allocated upstream in its class size (see
                 // `allocate_captured`); the caller's guarantees carry over.
-                return unsafe {
+                let r = unsafe {
                     shared
                         .upstream
                         .deallocate_asked(ptr, class_size(idx), &self.stream, asked)
                 };
+                if r.is_err() {
+                    // Still graph memory, for a later attempt.
+                    self.lock().captured.insert(addr, was);
+                }
+                return r;
             }
             // The class the block was handed out in (larger, if it was).
+            let first = idx;
             let idx = state.real_class(addr, idx);
             let size = class_size(idx);
             state.live = state.live.saturating_sub(size);
-            (state.put(idx, size, addr, shared), idx, size)
+            (state.put(idx, size, addr, shared), idx, size, first)
         };
         if put == Put::NoCredit {
             shared.reclaim_slack(self.key);
@@ -388,6 +452,16 @@ impl StreamCache {
         // class, remembered if larger than `bytes`'); the caller frees it once and
         // ordered every use before this point of this stream; it was not
         // cached.
-        unsafe { shared.upstream.deallocate_asked(ptr, size, &self.stream, asked) }
+        let r = unsafe { shared.upstream.deallocate_asked(ptr, size, &self.stream, asked) };
+        if r.is_err() {
+            // Nothing was freed: the books as they were.
+            let mut state = self.lock();
+            state.spilled -= 1;
+            state.live += size;
+            if idx != first {
+                state.larger.insert(addr, idx);
+            }
+        }
+        r
     }
 }

@@ -93,6 +93,44 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// Graph memory that the cache of a removed stream (`key`) handed out
+    /// and that comes back through that old cache: its entry, taken out of
+    /// the stream's next cache if one took it over, else out of
+    /// `captured_of_removed`; `None` when `addr` is no such block. The
+    /// caller holds no stream lock (the lock order above).
+    pub(super) fn take_removed_capture(&self, key: usize, addr: usize) -> Option<usize> {
+        let registry = lock(&self.registry);
+        if let Some(next) = registry.get(&key) {
+            if let Some(size) = next.lock().captured.remove(&addr) {
+                return Some(size);
+            }
+        }
+        let mut removed = lock(&self.captured_of_removed);
+        let blocks = removed.get_mut(&key)?;
+        let size = blocks.remove(&addr);
+        if blocks.is_empty() {
+            removed.remove(&key);
+        }
+        size
+    }
+
+    /// Puts back an entry that `take_removed_capture` gave, after its free
+    /// failed (nothing was freed).
+    pub(super) fn return_removed_capture(&self, key: usize, addr: usize, size: usize) {
+        let registry = lock(&self.registry);
+        match registry.get(&key) {
+            Some(next) => {
+                next.lock().captured.insert(addr, size);
+            }
+            None => {
+                lock(&self.captured_of_removed)
+                    .entry(key)
+                    .or_default()
+                    .insert(addr, size);
+            }
+        }
+    }
+
     /// The class of a cacheable request, `None` above `max_block_bytes`.
     pub(super) fn class_of(&self, bytes: usize) -> Option<usize> {
         (bytes <= self.config.max_block_bytes).then(|| class_index(bytes))

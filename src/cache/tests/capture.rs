@@ -260,3 +260,86 @@ fn a_failed_remove_stream_leaves_no_blocks_in_the_detached_cache() {
     reclaim_until(|| fake.state().live.is_empty());
     fake.assert_clean();
 }
+
+/// A deferred free of a pinned block whose upstream free fails did
+/// nothing: the block stays pinned, so its cache (detached, with no other
+/// owner) stays alive for the retry, which frees it. Before, the failed
+/// attempt unpinned the block and could drop the cache, and the retry then
+/// reached into the freed cache.
+#[test]
+fn a_deferred_pinned_free_that_fails_keeps_its_cache_for_the_retry() {
+    let fake = FakeResource::new(None);
+    // Cap 0: every free goes upstream.
+    let tier = tier_over(&fake, CacheConfig::default().per_stream_cap(0));
+    let s = stream(47);
+    let cache = tier.for_stream(&s).unwrap();
+    let res: Arc<dyn MemoryResource> = cache.clone();
+    let buf = DeviceBuffer::<u8>::new_with(3000, &res, &s).unwrap();
+    let addr = buf.as_raw() as usize;
+    // Dropped during a capture that made no graph: deferred until it ends.
+    s.set_fake_capture(CaptureStatus::Invalidated, 17);
+    drop(buf);
+    // Nothing holds the cache but the pinned block.
+    let weak = Arc::downgrade(&cache);
+    drop((res, cache));
+    assert!(tier.remove_stream(&s).unwrap());
+    drop(tier);
+    assert!(weak.upgrade().is_some(), "pinned by the deferred block");
+    fake.fail_frees(true);
+    s.set_fake_capture(CaptureStatus::None, 0);
+    reclaim_until(|| fake.state().failed_frees.contains(&addr));
+    assert!(
+        weak.upgrade().is_some(),
+        "a failed attempt keeps the block pinned and its cache alive"
+    );
+    assert!(fake.state().live.contains_key(&addr));
+    fake.fail_frees(false);
+    reclaim_until(|| !fake.state().live.contains_key(&addr));
+    assert!(
+        weak.upgrade().is_none(),
+        "the retry freed it, and the cache went with it"
+    );
+}
+
+/// Graph memory that a stream's cache handed out, freed through that cache
+/// after the stream was removed, is forgotten everywhere: the tier's record
+/// for the removed stream, or the stream's next cache that took it over.
+/// Before, the old cache freed it without looking, and the record stayed
+/// for ever (the next cache would refuse to cache a later block that the
+/// pool happened to place at that address).
+#[test]
+fn graph_memory_freed_through_a_removed_streams_cache_is_forgotten() {
+    let fake = FakeResource::new(None);
+    let tier = tier_over(&fake, CacheConfig::default());
+    let s = stream(58);
+    let old = tier.for_stream(&s).unwrap();
+    s.set_fake_capture(CaptureStatus::Active, 28);
+    let a = alloc(&old, 5000);
+    let b = alloc(&old, 7000);
+    s.set_fake_capture(CaptureStatus::None, 0);
+    assert!(tier.remove_stream(&s).unwrap());
+    assert_eq!(
+        lock(&tier.shared.captured_of_removed)[&(s.as_raw() as usize)].len(),
+        2
+    );
+    // Through the old handle while the stream has no cache: the record goes.
+    free(&old, a, 5000);
+    assert_eq!(
+        lock(&tier.shared.captured_of_removed)[&(s.as_raw() as usize)].len(),
+        1
+    );
+    assert_eq!(old.stats().live_bytes, 0, "graph memory never counted as live");
+    // The next cache takes the rest over; the old handle's free clears it there.
+    let next = tier.for_stream(&s).unwrap();
+    assert!(lock(&tier.shared.captured_of_removed).is_empty());
+    assert_eq!(next.lock().captured.len(), 1);
+    free(&old, b, 7000);
+    assert!(
+        next.lock().captured.is_empty(),
+        "the next cache still remembers it"
+    );
+    assert_eq!(next.stats().cached_blocks, 0, "graph memory was cached");
+    drop((old, next, tier));
+    assert!(fake.state().live.is_empty());
+    fake.assert_clean();
+}

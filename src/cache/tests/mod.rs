@@ -541,3 +541,51 @@ fn a_miss_whose_victims_cannot_be_freed_still_allocates() {
     assert!(fake.state().live.is_empty());
     fake.assert_clean();
 }
+
+/// A buffer from a stream cache whose free fails before anything is freed
+/// (here the question of whether its stream captures) is given up: its
+/// memory stays allocated and the error is counted, but the cache stops
+/// counting it, so the cache is not kept alive for it. Before, the block
+/// stayed pinned for ever: the removed stream's cache, its cached blocks
+/// and the tier's shared state were never freed.
+#[test]
+fn a_buffer_whose_free_fails_before_freeing_does_not_keep_its_cache() {
+    const DOMAIN: u64 = 0x5EED_0024;
+    let fake = FakeResource::in_domain(None, DOMAIN);
+    let tier = tier_over(&fake, CacheConfig::default());
+    let s = Stream::fake_in(0x6600_0000, 0, DOMAIN);
+    let cache = tier.for_stream(&s).unwrap();
+    let kept = alloc(&cache, 4 * KIB);
+    free(&cache, kept, 4 * KIB);
+    let res: Arc<dyn MemoryResource> = cache.clone();
+    let buf = DeviceBuffer::<u8>::new_with(1000, &res, &s).unwrap();
+    let lost = buf.as_raw() as usize;
+    assert_eq!(cache.stats().live_bytes, 1024);
+    let weak = Arc::downgrade(&cache);
+    drop(res);
+    drop(cache);
+    let errors = crate::error::drop_errors_here();
+    crate::testing::arm(DOMAIN, 0, crate::testing::Fault::Vendor, false);
+    drop(buf);
+    let (injected, _) = crate::testing::disarm();
+    assert_eq!(injected, 1, "the free's capture question failed");
+    assert_eq!(
+        crate::error::drop_errors_here(),
+        errors + 1,
+        "and the failure is counted"
+    );
+    let cache = weak.upgrade().expect("the tier still holds the cache");
+    assert_eq!(
+        cache.stats().live_bytes,
+        0,
+        "the given-up block is not live any more"
+    );
+    assert_eq!(cache.lock().pinned, 0, "nor pinned");
+    drop(cache);
+    assert!(tier.remove_stream(&s).unwrap());
+    assert!(weak.upgrade().is_none(), "the removed stream's cache is gone");
+    drop(tier);
+    // Only the given-up block is still allocated: the cached one went back.
+    let live: Vec<usize> = fake.state().live.keys().copied().collect();
+    assert_eq!(live, vec![lost]);
+}

@@ -566,11 +566,33 @@ impl World {
     /// failed): graph memory it remembers is forgotten, any other block
     /// comes off its live bytes (`size`, for a cacheable request).
     fn reached(&mut self, cache: usize, addr: usize, size: Option<usize>) {
-        if self.captured.get(&addr) == Some(&Owner::Cache(cache)) {
+        if self.captured.get(&addr) == Some(&Owner::Cache(cache)) || self.removed_capture_of(cache, addr) {
             self.captured.remove(&addr);
         } else if let Some(size) = size {
             let books = self.books.entry(cache).or_default();
             books.live = books.live.saturating_sub(size);
+        }
+    }
+
+    /// Whether `addr` is graph memory that `cache`, detached since, handed
+    /// out before its stream was removed: remembered for the stream (or
+    /// taken over by the stream's next cache), and forgotten when it comes
+    /// back through the old cache.
+    fn removed_capture_of(&self, cache: usize, addr: usize) -> bool {
+        let Some(c) = self.caches.iter().find(|c| key(c) == cache) else {
+            return false;
+        };
+        if !c.lock().detached {
+            return false;
+        }
+        let raw = c.stream.as_raw();
+        match self.captured.get(&addr) {
+            Some(Owner::Removed(s)) => self.streams[*s].as_raw() == raw,
+            Some(Owner::Cache(other)) => self
+                .caches
+                .iter()
+                .any(|n| key(n) == *other && n.stream.as_raw() == raw && !n.lock().detached),
+            None => false,
         }
     }
 
@@ -580,14 +602,15 @@ impl World {
         if self.deferred.is_empty() {
             return;
         }
-        // Done: back in the pool, refused by it, or back in a cache's bins.
+        // Done: back in the pool or in a cache's bins. A free that the pool
+        // refused did nothing: it stays queued and is tried again.
         let cached: HashSet<usize> = self.caches.iter().flat_map(|c| bins_of(c)).map(|b| b.0).collect();
         let done: Vec<usize> = {
             let fake = self.fake.state();
             self.deferred
                 .keys()
                 .copied()
-                .filter(|a| !fake.live.contains_key(a) || fake.failed_frees.contains(a) || cached.contains(a))
+                .filter(|a| !fake.live.contains_key(a) || cached.contains(a))
                 .inspect(|a| {
                     if std::env::var("SOMALLOC_PROPTEST_TRACE").is_ok() {
                         eprintln!(
