@@ -123,11 +123,17 @@ pub unsafe trait MemoryResource: Send + Sync {
 
     /// Frees `ptr` in the order of `stream`.
     ///
+    /// An error means that nothing was freed (part of the trait's
+    /// contract): the block is still the caller's, who may call
+    /// `deallocate` for it again (somalloc tries a deferred free again at a
+    /// later safe point) or give it up (its memory then stays allocated; a
+    /// dropped buffer does this and counts the error).
+    ///
     /// # Safety
     /// `ptr` and `bytes` come from one call of this resource's
-    /// [`allocate`](MemoryResource::allocate), `ptr` is freed once, and every
-    /// use of the memory (on any stream) is ordered before this point of
-    /// `stream`.
+    /// [`allocate`](MemoryResource::allocate), `ptr` is freed once (a call
+    /// that failed freed nothing), and every use of the memory (on any
+    /// stream) is ordered before this point of `stream`.
     unsafe fn deallocate(&self, ptr: *mut c_void, bytes: usize, stream: &Stream) -> Result<()>;
 
     /// The device whose streams this resource serves (for device memory:
