@@ -37,12 +37,15 @@
 //! full ring does not wait: the event is dropped and counted.
 //!
 //! The schedule tests (`tests.rs`) stop the consumer inside its read window
-//! and drive the producer against it.
+//! and drive the producer against it; the loom models at the end of this
+//! file run a producer against the consumer under every interleaving (with
+//! wrap-around, a full ring and the final drain), checking each slot access
+//! against the happens-before order.
 
-use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+
+// loom's primitives in the model-checked build (`models` below).
+use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering, UnsafeCell};
 
 /// A value on a cache line of its own, so that the producer's and the
 /// consumer's counters do not share one.
@@ -75,14 +78,15 @@ impl<T> Drop for Shared<T> {
     fn drop(&mut self) {
         // Both sides are gone (this is the last `Arc`): drop the events
         // that were never drained.
-        let head = *self.head.0.get_mut();
-        let tail = *self.tail.0.get_mut();
+        // (Relaxed: `&mut self`, no other access exists.)
+        let head = self.head.0.load(Ordering::Relaxed);
+        let tail = self.tail.0.load(Ordering::Relaxed);
         for i in tail..head {
-            let slot = self.slots[(i & self.mask) as usize].get_mut();
+            let slot = self.slots[(i & self.mask) as usize].get();
             // SAFETY: slots `tail..head` hold initialised events that were
             // never moved out (the consumer advances `tail` past every
-            // event it reads).
-            unsafe { slot.assume_init_drop() };
+            // event it reads); nothing else accesses them now.
+            unsafe { (*slot).assume_init_drop() };
         }
     }
 }
@@ -106,14 +110,15 @@ pub(crate) struct Consumer<T> {
 /// A ring of `capacity` slots (rounded up to a power of two, at least 2).
 pub(crate) fn ring<T: Send>(capacity: usize) -> (Producer<T>, Consumer<T>) {
     let n = capacity.max(2).next_power_of_two();
-    let mut slots: Box<[UnsafeCell<MaybeUninit<T>>]> =
+    let slots: Box<[UnsafeCell<MaybeUninit<T>>]> =
         (0..n).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect();
     // Touch every page now, so that pushes never take a page fault for
     // memory the allocator handed out untouched.
-    for slot in slots.iter_mut() {
+    for slot in slots.iter() {
         // SAFETY: writing zero bytes over a slot that holds no value (all
-        // are uninitialised here, and `MaybeUninit` accepts any bytes).
-        unsafe { std::ptr::write_bytes(slot.get_mut().as_mut_ptr(), 0, 1) };
+        // are uninitialised here, and `MaybeUninit` accepts any bytes); the
+        // ring is not shared yet.
+        unsafe { std::ptr::write_bytes((*slot.get()).as_mut_ptr(), 0, 1) };
     }
     let ring = Arc::new(Shared {
         slots,
@@ -221,5 +226,79 @@ impl<T: Send> Consumer<T> {
 impl<T> Drop for Producer<T> {
     fn drop(&mut self) {
         self.ring.producer_gone.store(true, Ordering::Release);
+    }
+}
+
+/// Model-checked (`ci/loom.sh`): loom runs these under every interleaving
+/// of the two sides' atomic operations (up to the preemption bound), with
+/// every load free to return any store the memory model allows, and checks
+/// each slot access (a `crate::sync::UnsafeCell`) against the
+/// happens-before order: a producer writing a slot the consumer may still
+/// be reading, or a consumer reading a slot before its event was published,
+/// fails the model. With the `Release` store of `head` made `Relaxed`, the
+/// first model reports "Causality violation: Concurrent write accesses to
+/// `UnsafeCell`"; with that of `tail`, both do; with the producer's
+/// `producer_gone` store `Relaxed`, the final drain misses an event.
+#[cfg(all(loom, test))]
+mod models {
+    use loom::thread;
+
+    use super::ring;
+    use crate::sync::{Arc, AtomicUsize, Ordering};
+
+    /// Two slots and four pushes: the ring wraps around, may be full
+    /// (pushes refused and counted), and the consumer drains while the
+    /// producer pushes, then everything left once the producer is gone.
+    #[test]
+    fn loom_ring_producer_against_the_consumer() {
+        loom::model(|| {
+            let (mut producer, mut consumer) = ring::<u64>(2);
+            let drainer = thread::spawn(move || {
+                let mut got = Vec::new();
+                while !consumer.producer_gone() {
+                    consumer.drain(|v| got.push(v));
+                    thread::yield_now();
+                }
+                consumer.drain(|v| got.push(v));
+                (got, consumer.dropped())
+            });
+            let mut accepted = Vec::new();
+            for i in 0..4u64 {
+                if producer.push(i).is_ok() {
+                    accepted.push(i);
+                }
+            }
+            drop(producer);
+            let (got, dropped) = drainer.join().unwrap();
+            assert_eq!(got, accepted, "every accepted event once, in order");
+            assert_eq!(dropped as usize + accepted.len(), 4, "every refused push counted");
+        });
+    }
+
+    /// An event that is dropped (not moved out).
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Events never drained are dropped by the ring once both sides are
+    /// gone, and a drained one by whoever took it: each exactly once.
+    #[test]
+    fn loom_ring_events_left_behind_are_dropped_once() {
+        loom::model(|| {
+            let drops = Arc::new(AtomicUsize::new(0));
+            let (mut producer, mut consumer) = ring::<Counted>(2);
+            let drainer = thread::spawn(move || {
+                consumer.drain(drop);
+            });
+            for _ in 0..3 {
+                let _ = producer.push(Counted(drops.clone()));
+            }
+            drop(producer);
+            drainer.join().unwrap();
+            assert_eq!(drops.load(Ordering::Relaxed), 3);
+        });
     }
 }
