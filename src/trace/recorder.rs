@@ -11,8 +11,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::clock::Clock;
 use super::format::{Action, Event, TraceWriter};
 use super::ring::{ring, Consumer, Producer};
 use crate::error::{record_drop_error, Error, Result};
@@ -140,7 +141,7 @@ struct Control {
 
 pub(crate) struct Shared {
     id: u64,
-    start: Instant,
+    clock: Clock,
     ring_events: usize,
     next_thread: AtomicU32,
     /// Set by `finish`: later events are dropped (and counted in `late`).
@@ -195,7 +196,7 @@ impl Shared {
     /// Nanoseconds since the recording started.
     #[inline]
     pub(crate) fn now_ns(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
+        self.clock.now_ns()
     }
 
     /// Hands `event` to this thread's ring of this recorder; never waits
@@ -424,7 +425,7 @@ impl Recorder {
     pub fn to_writer(out: impl Write + Send + 'static, options: RecordOptions) -> Result<Arc<Recorder>> {
         let shared = Arc::new(Shared {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            start: Instant::now(),
+            clock: Clock::start(),
             ring_events: options.buffer_events.max(2),
             next_thread: AtomicU32::new(0),
             closed: AtomicBool::new(false),
@@ -452,6 +453,15 @@ impl Recorder {
             ("start_unix_ns".to_string(), unix_ns.to_string()),
             ("backtraces".to_string(), options.backtraces.to_string()),
             ("markers".to_string(), options.markers.to_string()),
+            (
+                "clock".to_string(),
+                if shared.clock.uses_tsc() {
+                    "tsc"
+                } else {
+                    "monotonic"
+                }
+                .to_string(),
+            ),
         ];
         let writer_shared = Arc::clone(&shared);
         let handle = std::thread::Builder::new()
