@@ -93,11 +93,29 @@ pub(crate) enum RawAlloc {
     Managed,
 }
 
+/// What kind of memory an address belongs to, as the runtime reports it
+/// (`cudaPointerGetAttributes` / `hipPointerGetAttributes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MemoryType {
+    /// Host memory the runtime does not know: pageable (`malloc`, a `Vec`).
+    Pageable,
+    /// Pinned (page-locked) host memory: from a host pool,
+    /// `cudaMallocHost`, `cudaHostAlloc`, or registered.
+    PinnedHost,
+    /// Device memory.
+    Device,
+    /// Managed (unified) memory.
+    Managed,
+    /// A type this version of somalloc does not know (the runtime's number).
+    Other(i32),
+}
+
 /// What the runtime says about an address (`cudaPointerGetAttributes` /
 /// `hipPointerGetAttributes`), decoded by the backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RawPointerInfo {
-    pub kind: crate::host::MemoryType,
+    pub kind: MemoryType,
     /// The device the runtime names (-1 or another negative: none).
     pub device: i32,
     /// Whether the runtime gave a device address for it (the current

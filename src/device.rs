@@ -1,46 +1,8 @@
 //! Devices.
 
-use std::fmt;
-
 use crate::backend::Backend;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Vendor};
 use crate::Active;
-
-/// The GPU vendor whose runtime this crate was built for; see
-/// [`Device::backend`].
-///
-/// More vendors may be added, so a `match` needs a `_` arm.
-///
-/// ```
-/// use somalloc::Vendor;
-/// assert_eq!(Vendor::Rocm.as_str(), "rocm");
-/// assert_eq!(Vendor::Cuda.to_string(), "cuda");
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Vendor {
-    /// NVIDIA, through the CUDA runtime (`libcudart`; feature `cuda`).
-    Cuda,
-    /// AMD, through the HIP runtime (`libamdhip64`; feature `rocm`).
-    Rocm,
-}
-
-impl Vendor {
-    /// The feature's name: `"cuda"` or `"rocm"` (also how
-    /// [`Error::NoDevice`] and [`Error::Unsupported`] show their `backend`).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Vendor::Cuda => "cuda",
-            Vendor::Rocm => "rocm",
-        }
-    }
-}
-
-impl fmt::Display for Vendor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// One GPU, by ordinal.
 ///

@@ -4,8 +4,43 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::device::Vendor;
 use crate::pool_stats::PoolStats;
+
+/// The GPU vendor whose runtime this crate was built for; see
+/// [`Device::backend`](crate::Device::backend).
+///
+/// More vendors may be added, so a `match` needs a `_` arm.
+///
+/// ```
+/// use somalloc::Vendor;
+/// assert_eq!(Vendor::Rocm.as_str(), "rocm");
+/// assert_eq!(Vendor::Cuda.to_string(), "cuda");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Vendor {
+    /// NVIDIA, through the CUDA runtime (`libcudart`; feature `cuda`).
+    Cuda,
+    /// AMD, through the HIP runtime (`libamdhip64`; feature `rocm`).
+    Rocm,
+}
+
+impl Vendor {
+    /// The feature's name: `"cuda"` or `"rocm"` (also how
+    /// [`Error::NoDevice`] and [`Error::Unsupported`] show their `backend`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Vendor::Cuda => "cuda",
+            Vendor::Rocm => "rocm",
+        }
+    }
+}
+
+impl fmt::Display for Vendor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// A result whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -35,31 +35,13 @@ use std::ptr::NonNull;
 
 use bytemuck::Pod;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, MemoryType};
 use crate::buffer::{AsDeviceView, AsDeviceViewMut, DeviceBuffer};
 use crate::error::{Error, InvalidReason, Result};
 use crate::pool::{MemPool, Placement};
 use crate::resource::{MemoryResource, SharedResource};
 use crate::stream::Stream;
 use crate::Active;
-
-/// What kind of memory an address belongs to, as the runtime reports it
-/// (`cudaPointerGetAttributes` / `hipPointerGetAttributes`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum MemoryType {
-    /// Host memory the runtime does not know: pageable (`malloc`, a `Vec`).
-    Pageable,
-    /// Pinned (page-locked) host memory: from a host pool,
-    /// `cudaMallocHost`, `cudaHostAlloc`, or registered.
-    PinnedHost,
-    /// Device memory.
-    Device,
-    /// Managed (unified) memory.
-    Managed,
-    /// A type this version of somalloc does not know (the runtime's number).
-    Other(i32),
-}
 
 /// What the runtime says about an address; see [`pointer_info`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

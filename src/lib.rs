@@ -315,6 +315,26 @@
 //! only through somalloc: it then costs what an owned stream costs. So:
 //! **capture owned (and promised) streams only through
 //! [`Stream::begin_capture`]**.
+//!
+//! # Layers
+//!
+//! The crate's modules form layers that only point down (a module uses
+//! only modules below it; `python3 ci/layers.py` checks this and prints the
+//! layers). From the bottom: `error` (the error type, the vendor names);
+//! `backend`, the contract a vendor backend fulfils, with the vendor-blind
+//! values it speaks in (pointers, memory types, capture states); `common`
+//! and the one vendor backend built (`cuda` or `rocm`), which load the
+//! runtime and implement the contract; `device` and `capture` (what
+//! somalloc knows about stream capture below the streams: the status types
+//! and the count of captures in progress); `stream`; `trace` (recording,
+//! which notes stream handles); `pool` and `graph` (captures, graphs, the
+//! deferred frees); `resource`, the [`MemoryResource`] trait with its
+//! implementations for the pools; `cache`, the stream cache tier, and
+//! `current`, the current resource per device; `buffer` and the
+//! [`adaptors`]; and at the top `host` (host buffers, which wrap device
+//! buffers' bookkeeping) and `interop` (cudarc, hip-sys). So a change to the
+//! cache cannot reach the backend contract, and the crate can be read from
+//! the bottom up.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 #![warn(missing_debug_implementations)]
@@ -323,6 +343,7 @@ pub mod adaptors;
 mod backend;
 mod buffer;
 mod cache;
+mod capture;
 mod current;
 mod device;
 mod error;
@@ -367,16 +388,17 @@ cfg_if::cfg_if! {
     }
 }
 
+pub use backend::MemoryType;
 pub use buffer::{AsDeviceView, AsDeviceViewMut, DeviceBuffer, DeviceView, DeviceViewMut, ExportedBuffer};
 pub use bytemuck::Pod;
 pub use cache::{CacheConfig, CacheStats, CacheTier, Headroom, StreamCache, StreamCacheStats};
 pub use current::{current_resource, reset_current_resource, set_current_resource};
-pub use device::{Device, Vendor};
-pub use error::{drop_errors, DropErrors, Error, InvalidReason, Result, VendorCode};
+pub use device::Device;
+pub use error::{drop_errors, DropErrors, Error, InvalidReason, Result, Vendor, VendorCode};
 pub use graph::{
     pending_graph_frees, reclaim_graph_frees, CaptureMode, CaptureStatus, Graph, GraphExec, GraphMemStats,
 };
-pub use host::{pointer_info, HostBuffer, MemoryType, PointerInfo};
+pub use host::{pointer_info, HostBuffer, PointerInfo};
 pub use pool::{
     AllocationType, ExportHandle, Location, MemPool, PeerAccess, Placement, PoolProperties, ReusePolicy,
 };

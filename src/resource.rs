@@ -31,6 +31,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::any::Any;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -41,6 +42,16 @@ use crate::graph;
 use crate::pool::{with_stats, MemPool, Placement};
 use crate::stream::{Asked, Stream};
 use crate::Active;
+
+/// A type that only this crate can name: the argument of the hidden hooks
+/// of [`MemoryResource`] (`stream_cache`, `cache_for`, the asked forms), so
+/// that no implementation outside the crate can override them.
+pub(crate) mod only_here {
+    /// See the module.
+    #[derive(Clone, Copy, Debug)]
+    pub struct OnlyHere(pub(crate) ());
+}
+pub(crate) use only_here::OnlyHere;
 
 /// A source of stream-ordered device memory.
 ///
@@ -157,9 +168,12 @@ pub unsafe trait MemoryResource: Send + Sync {
     /// handed to a buffer is live). Only somalloc's
     /// [`StreamCache`](crate::StreamCache) answers; no other implementation
     /// can override this (its argument cannot be named outside the crate).
+    ///
+    /// (The answer is the cache as `Any`: this module sits below the cache
+    /// tier's and does not name its types.)
     #[doc(hidden)]
     #[inline]
-    fn stream_cache(&self, _: crate::cache::Sealed) -> Option<&crate::StreamCache> {
+    fn stream_cache(&self, _: OnlyHere) -> Option<&(dyn Any + Send + Sync)> {
         None
     }
 
@@ -202,11 +216,7 @@ pub unsafe trait MemoryResource: Send + Sync {
     /// override this (its argument cannot be named outside the crate).
     #[doc(hidden)]
     #[inline]
-    fn cache_for(
-        &self,
-        _stream: &Stream,
-        _: crate::cache::Sealed,
-    ) -> Option<Result<Arc<crate::StreamCache>>> {
+    fn cache_for(&self, _stream: &Stream, _: OnlyHere) -> Option<Result<Arc<dyn Any + Send + Sync>>> {
         None
     }
 }

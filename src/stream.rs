@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::backend::{Backend, CaptureInfo};
+use crate::capture::Capturing;
 use crate::device::Device;
 use crate::error::{record_drop_error, Error, InvalidReason, Result};
-use crate::graph::Capturing;
 use crate::Active;
 
 type RawStream = <Active as Backend>::Stream;
@@ -37,7 +37,7 @@ pub(crate) mod capture_flag {
 /// can make or name (it is an argument of hidden methods of
 /// [`MemoryResource`](crate::MemoryResource)).
 pub(crate) mod asked {
-    use crate::graph::Capturing;
+    use crate::capture::Capturing;
 
     /// See the module.
     #[derive(Clone, Copy, Debug)]
@@ -93,7 +93,7 @@ struct StreamInner {
     pub(crate) cudarc: std::sync::OnceLock<Arc<::cudarc::driver::CudaStream>>,
     /// Unit tests: the capture state a fake stream reports, `(status, id)`.
     #[cfg(test)]
-    fake_capture: std::sync::Mutex<(crate::graph::CaptureStatus, u64)>,
+    fake_capture: std::sync::Mutex<(crate::capture::CaptureStatus, u64)>,
     /// Unit tests: `Some(domain)` for a fake stream (see `Stream::fake_in`).
     #[cfg(test)]
     fake_domain: Option<u64>,
@@ -126,7 +126,7 @@ impl StreamInner {
             #[cfg(feature = "cudarc")]
             cudarc: std::sync::OnceLock::new(),
             #[cfg(test)]
-            fake_capture: std::sync::Mutex::new((crate::graph::CaptureStatus::None, 0)),
+            fake_capture: std::sync::Mutex::new((crate::capture::CaptureStatus::None, 0)),
             #[cfg(test)]
             fake_domain: None,
             #[cfg(test)]
@@ -142,14 +142,14 @@ impl Drop for StreamInner {
         if self.capture_flags.load(Ordering::Relaxed) & capture_flag::API_CAPTURE != 0 {
             // The last handle went away during a capture begun through
             // somalloc: end it and throw the graph away.
-            crate::graph::abandon_capture(self.raw);
+            crate::capture::abandon(self.raw);
         }
         if self.owned {
             // A cudarc handle that the program still holds keeps the
             // stream: it is destroyed once cudarc lets go of it.
             #[cfg(feature = "cudarc")]
             if let Some(handle) = self.cudarc.take() {
-                if crate::interop::cudarc::park_if_shared(self.raw, handle) {
+                if cudarc_parking::park_if_shared(self.raw, handle) {
                     return;
                 }
             }
@@ -237,7 +237,7 @@ impl Stream {
     /// Creates a non-blocking stream on `device`.
     pub fn new(device: &Device) -> Result<Stream> {
         #[cfg(feature = "cudarc")]
-        crate::interop::cudarc::destroy_released();
+        cudarc_parking::destroy_released();
         let raw = Active::stream_create(device.ordinal())?;
         Ok(Stream {
             inner: Arc::new(StreamInner::new(raw, *device, true, None)),
@@ -541,7 +541,7 @@ impl Stream {
     /// somalloc's API); `true` means "ask the runtime".
     #[inline]
     pub(crate) fn may_capture(&self) -> bool {
-        self.inner.capture_flags.load(Ordering::Relaxed) != 0 || crate::graph::captures_in_progress()
+        self.inner.capture_flags.load(Ordering::Relaxed) != 0 || crate::capture::captures_in_progress()
     }
 
     /// [`Stream::capturing`] for this stream's handle, asked (of this
@@ -632,7 +632,7 @@ impl Stream {
 
     /// Unit tests: makes a fake stream report `status` in capture `id`.
     #[cfg(test)]
-    pub(crate) fn set_fake_capture(&self, status: crate::graph::CaptureStatus, id: u64) {
+    pub(crate) fn set_fake_capture(&self, status: crate::capture::CaptureStatus, id: u64) {
         *self.inner.fake_capture.lock().unwrap_or_else(|p| p.into_inner()) = (status, id);
     }
 
@@ -807,3 +807,81 @@ impl Drop for Event {
 
 #[cfg(test)]
 mod tests;
+
+/// `waiter` waits for everything queued so far on `target`.
+pub(crate) fn order_after(waiter: &Stream, target: &Stream) -> Result<()> {
+    // Unit tests: fake streams order through the fake runtime.
+    #[cfg(test)]
+    if let Some(domain) = waiter.fake_domain().or(target.fake_domain()) {
+        return crate::testing::fault_point(Some(domain), crate::testing::Call::Event);
+    }
+    let event = Event::new(&target.device())?;
+    event.record(target)?;
+    waiter.wait_event(&event)
+    // Destroying a recorded event is fine: the runtime keeps it until the
+    // wait is satisfied.
+}
+
+/// Owned streams whose cudarc handle outlives their last somalloc handle
+/// (feature `cudarc`; see `Stream::cudarc_stream`).
+#[cfg(feature = "cudarc")]
+mod cudarc_parking {
+    use std::sync::{Arc, Mutex, MutexGuard};
+
+    use cudarc::driver::CudaStream;
+
+    use super::RawStream;
+    use crate::backend::Backend;
+    use crate::error::record_drop_error;
+    use crate::Active;
+
+    /// Streams made by `Stream::new` whose last somalloc handle is gone while
+    /// the program still holds their cudarc handle: destroyed once it does not.
+    ///
+    /// The argument: a stream is destroyed only after `Arc::try_unwrap` of its
+    /// cudarc handle succeeded, which happens only when this list holds the one
+    /// strong reference; from then on no clone exists and none can be made (a
+    /// `Weak` no longer upgrades), so nothing can use the stream afterwards.
+    static RELEASED: Mutex<Vec<(RawStream, Arc<CudaStream>)>> = Mutex::new(Vec::new());
+
+    fn released() -> MutexGuard<'static, Vec<(RawStream, Arc<CudaStream>)>> {
+        // No code panics while holding the lock; the list stays consistent.
+        RELEASED.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// For an owned stream whose last somalloc handle is gone: `true` when the
+    /// program still holds its cudarc `handle` (the stream is then kept, and
+    /// destroyed by a later `destroy_released`), `false` when the stream may be
+    /// destroyed now.
+    pub(crate) fn park_if_shared(raw: RawStream, handle: Arc<CudaStream>) -> bool {
+        match Arc::try_unwrap(handle) {
+            // The wrapper never destroys the stream; the caller does.
+            Ok(_unique) => false,
+            Err(shared) => {
+                released().push((raw, shared));
+                true
+            }
+        }
+    }
+
+    /// Destroys the kept streams whose cudarc handles the program has let go.
+    pub(crate) fn destroy_released() {
+        let free = {
+            let mut kept = released();
+            if kept.is_empty() {
+                return;
+            }
+            let mut free = Vec::new();
+            for (raw, handle) in std::mem::take(&mut *kept) {
+                match Arc::try_unwrap(handle) {
+                    Ok(_unique) => free.push(raw),
+                    Err(shared) => kept.push((raw, shared)),
+                }
+            }
+            free
+        };
+        for raw in free {
+            record_drop_error(Active::stream_destroy(raw));
+        }
+    }
+}

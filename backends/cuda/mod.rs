@@ -67,9 +67,9 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use std::sync::OnceLock;
 
 use super::common::{self, backend_impl, handle, ordinal, shared_runtime_api};
+use crate::backend::MemoryType;
 use crate::backend::{CaptureInfo, DevicePtr, RawAlloc, RawLocation, RawPointerInfo, RawPoolProps};
 use crate::error::{Error, Result};
-use crate::host::MemoryType;
 
 const BACKEND: crate::Vendor = crate::Vendor::Cuda;
 const LIBRARY: &str = "libcudart";

@@ -248,7 +248,7 @@ fn rocm_pools_take_device_locations_only() {
 
 #[test]
 fn pointer_types_by_rocm_numbering() {
-    use crate::host::MemoryType;
+    use crate::backend::MemoryType;
     let attr = |t: i32, managed: i32| sys::hipPointerAttribute_t {
         memoryType: t,
         isManaged: managed,

@@ -7,11 +7,12 @@ use std::mem::ManuallyDrop;
 use bytemuck::Pod;
 
 use super::origin::{abandon, free_via};
-use super::{order_after, DeviceBuffer};
+use super::DeviceBuffer;
 use crate::backend::DevicePtr;
 use crate::cache::StreamCache;
 use crate::error::{record_drop_error, Result};
 use crate::graph::{self, CaptureStatus, Capturing, Deferred};
+use crate::stream::order_after;
 use crate::stream::{Asked, Stream};
 
 impl<T: Pod> DeviceBuffer<T> {

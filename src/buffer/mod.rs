@@ -23,7 +23,7 @@ use crate::error::{Error, InvalidReason, Result};
 use crate::graph::{self, Capturing};
 use crate::pool::{with_stats, MemPool, Placement};
 use crate::resource::{MemoryResource, SharedResource};
-use crate::stream::{Asked, Event, Stream};
+use crate::stream::{order_after, Asked, Stream};
 use crate::Active;
 
 mod copy;
@@ -216,7 +216,10 @@ impl<T: Pod> DeviceBuffer<T> {
     #[inline(always)]
     pub fn new_with<S: SharedResource>(len: usize, resource: &S, stream: &Stream) -> Result<Self> {
         let r = resource.resource();
-        match r.stream_cache(Sealed(())) {
+        match r
+            .stream_cache(Sealed(()))
+            .and_then(|c| c.downcast_ref::<StreamCache>())
+        {
             Some(cache) => {
                 if cache.serves_pinned_host() {
                     refuse_host_memory(cache.placement(), "resource")?;
@@ -255,7 +258,11 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// `new_with` for any placement (`HostBuffer` holds its memory in one).
     pub(crate) fn alloc_with<S: SharedResource>(len: usize, resource: &S, stream: &Stream) -> Result<Self> {
-        match resource.resource().stream_cache(Sealed(())) {
+        match resource
+            .resource()
+            .stream_cache(Sealed(()))
+            .and_then(|c| c.downcast_ref::<StreamCache>())
+        {
             Some(cache) => Self::alloc_cached(len, cache, resource, stream),
             None => Self::alloc_other(len, resource, stream),
         }
@@ -313,10 +320,11 @@ impl<T: Pod> DeviceBuffer<T> {
     /// for the stream, or the resource itself.
     fn alloc_other<S: SharedResource + ?Sized>(len: usize, resource: &S, stream: &Stream) -> Result<Self> {
         match resource.resource().cache_for(stream, Sealed(())) {
-            Some(cache) => {
-                let cache = cache?;
-                Self::alloc_cached(len, &cache, &cache, stream)
-            }
+            Some(cache) => match cache?.downcast::<StreamCache>() {
+                Ok(cache) => Self::alloc_cached(len, &cache, &cache, stream),
+                // Only the tier answers, with one of its stream caches.
+                Err(_) => Self::alloc_any(len, &resource.to_dyn(), stream),
+            },
             None => Self::alloc_any(len, &resource.to_dyn(), stream),
         }
     }
@@ -548,20 +556,6 @@ impl<T: Pod> DeviceBuffer<T> {
         }
         result
     }
-}
-
-/// `waiter` waits for everything queued so far on `target`.
-pub(crate) fn order_after(waiter: &Stream, target: &Stream) -> Result<()> {
-    // Unit tests: fake streams order through the fake runtime.
-    #[cfg(test)]
-    if let Some(domain) = waiter.fake_domain().or(target.fake_domain()) {
-        return crate::testing::fault_point(Some(domain), crate::testing::Call::Event);
-    }
-    let event = Event::new(&target.device())?;
-    event.record(target)?;
-    waiter.wait_event(&event)
-    // Destroying a recorded event is fine: the runtime keeps it until the
-    // wait is satisfied.
 }
 
 /// A `DeviceBuffer` never holds pinned host memory (a `HostBuffer` does).

@@ -46,15 +46,9 @@ const MIB: usize = 1 << 20;
 /// request's class).
 const LARGER_CLASSES: usize = 8;
 
-/// A type that only this crate can name: the argument of
-/// [`MemoryResource::stream_cache`](crate::MemoryResource), so that no
-/// implementation outside the crate can override that method.
-pub(crate) mod seal {
-    /// See the module.
-    #[derive(Clone, Copy, Debug)]
-    pub struct Sealed(pub(crate) ());
-}
-pub(crate) use seal::Sealed;
+/// The token of [`MemoryResource`](crate::MemoryResource)'s hidden hooks,
+/// under the name the tier's code uses.
+pub(crate) use crate::resource::OnlyHere as Sealed;
 
 /// Locks a mutex whether or not a panic poisoned it: no code here panics
 /// while holding one, so the data is consistent either way.

@@ -346,7 +346,7 @@ unsafe impl MemoryResource for StreamCache {
         self.shared.upstream.placement()
     }
 
-    fn stream_cache(&self, _: Sealed) -> Option<&StreamCache> {
+    fn stream_cache(&self, _: Sealed) -> Option<&(dyn std::any::Any + Send + Sync)> {
         Some(self)
     }
 }

@@ -309,8 +309,15 @@ unsafe impl MemoryResource for CacheTier {
         self.shared.upstream.placement()
     }
 
-    fn cache_for(&self, stream: &Stream, _: super::Sealed) -> Option<Result<Arc<StreamCache>>> {
-        Some(self.for_stream(stream))
+    fn cache_for(
+        &self,
+        stream: &Stream,
+        _: super::Sealed,
+    ) -> Option<Result<Arc<dyn std::any::Any + Send + Sync>>> {
+        Some(
+            self.for_stream(stream)
+                .map(|c| c as Arc<dyn std::any::Any + Send + Sync>),
+        )
     }
 }
 

@@ -104,6 +104,8 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn begin_capture(&self, mode: CaptureMode) -> Result<()> {
+        // A stream dropped during the capture ends it through this.
+        crate::capture::set_abandon(abandon_capture);
         // Counted before the capture begins, so that no allocation on an
         // owned stream can miss it.
         CAPTURES.fetch_add(1, Ordering::SeqCst);

@@ -136,15 +136,3 @@ unsafe fn free_graph_output(ptr: DevicePtr, stream: &Stream, alloc: GraphAlloc) 
     }
     freed
 }
-
-/// `waiter` waits for everything queued so far on `target`.
-pub(super) fn order_after(waiter: &Stream, target: &Stream) -> Result<()> {
-    // Unit tests: fake streams order through the fake runtime.
-    #[cfg(test)]
-    if let Some(domain) = waiter.fake_domain().or(target.fake_domain()) {
-        return crate::testing::fault_point(Some(domain), crate::testing::Call::Event);
-    }
-    let event = Event::new(&target.device())?;
-    event.record(target)?;
-    waiter.wait_event(&event)
-}

@@ -13,10 +13,10 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::backend::{Backend, CaptureStatus as RawStatus, DevicePtr, GraphMemAttr, RawCaptureMode};
+use crate::backend::{Backend, CaptureStatus as RawStatus, DevicePtr, GraphMemAttr};
 use crate::device::Device;
 use crate::error::{record_drop_error, Error, InvalidReason, Result, VendorCode};
-use crate::stream::{capture_flag, Asked, Event, Stream};
+use crate::stream::{capture_flag, Asked, Stream};
 use crate::Active;
 
 #[cfg(doc)]
@@ -44,21 +44,20 @@ mod mem;
 #[cfg(all(loom, test))]
 mod models;
 mod record;
-mod status;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use capture::abandon_capture;
+pub(crate) use crate::capture::Capturing;
+use crate::capture::CAPTURES;
+pub use crate::capture::{CaptureMode, CaptureStatus};
+use crate::stream::order_after;
 pub(crate) use deferred::{defer, frees_ready, reclaim_if_ready, Deferred};
 pub use deferred::{pending_graph_frees, reclaim_graph_frees};
 pub use exec::{Graph, GraphExec};
-use free::order_after;
 pub(crate) use free::{vendor_free, vendor_free_asked};
 pub use mem::GraphMemStats;
 use record::{
     active_record, forget_graph_alloc, graph_alloc, take_active, CaptureRecord, GraphAlloc, RecordState,
-    ACTIVE, CAPTURES,
+    ACTIVE,
 };
-pub(crate) use record::{captures_in_progress, graph_allocs_live, note_graph_alloc};
-pub(crate) use status::Capturing;
-pub use status::{CaptureMode, CaptureStatus};
+pub(crate) use record::{graph_allocs_live, note_graph_alloc};

@@ -1,18 +1,9 @@
-//! The process-wide capture knowledge: how many captures were begun
-//! through the API, what somalloc remembers about each, and which vendor
-//! allocations were made during a capture (graph memory).
+//! The process-wide capture knowledge: what somalloc remembers about each
+//! capture begun through the API, and which vendor allocations were made
+//! during a capture (graph memory). How many are in progress is counted in
+//! `crate::capture`.
 
 use super::*;
-
-/// Captures begun through `Stream::begin_capture` and not ended yet.
-pub(super) static CAPTURES: AtomicUsize = AtomicUsize::new(0);
-
-/// Whether a capture begun through somalloc's API is in progress anywhere
-/// in the process (one relaxed load).
-#[inline]
-pub(crate) fn captures_in_progress() -> bool {
-    CAPTURES.load(Ordering::Relaxed) != 0
-}
 
 // ---------------------------------------------------------------------------
 // What somalloc remembers about a capture begun through its API.

@@ -1,6 +1,7 @@
 //! Tests of the capture bookkeeping on fake streams.
 
 use super::*;
+use crate::capture::captures_in_progress;
 
 #[test]
 fn fake_streams_report_their_capture() {

@@ -144,7 +144,7 @@
 //! ```
 
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use ::cudarc::driver::sys::CUresult;
 use ::cudarc::driver::sys::{CUdeviceptr, CUevent_flags, CUstream};
@@ -155,10 +155,10 @@ use ::cudarc::driver::{
 use bytemuck::Pod;
 
 use crate::backend::Backend;
-use crate::buffer::{order_after, DeviceBuffer, DeviceView, DeviceViewMut};
+use crate::buffer::{DeviceBuffer, DeviceView, DeviceViewMut};
 use crate::device::Device;
-use crate::error::{record_drop_error, Error, InvalidReason, Result, VendorCode};
-use crate::stream::{special_handle, Stream};
+use crate::error::{Error, InvalidReason, Result, VendorCode};
+use crate::stream::{order_after, special_handle, Stream};
 use crate::Active;
 
 /// A cudarc [`DriverError`] as an [`Error::Vendor`] of `call`.
@@ -300,58 +300,6 @@ impl Stream {
         // as long (the contract of `Stream::from_raw`).
         let handle = unsafe { ctx.wrap_borrowed_stream(self.as_raw() as CUstream) };
         Ok(self.inner_cudarc().get_or_init(|| handle))
-    }
-}
-
-/// Streams made by `Stream::new` whose last somalloc handle is gone while
-/// the program still holds their cudarc handle: destroyed once it does not.
-///
-/// The argument: a stream is destroyed only after `Arc::try_unwrap` of its
-/// cudarc handle succeeded, which happens only when this list holds the one
-/// strong reference; from then on no clone exists and none can be made (a
-/// `Weak` no longer upgrades), so nothing can use the stream afterwards.
-static RELEASED: Mutex<Vec<(RawStream, Arc<CudaStream>)>> = Mutex::new(Vec::new());
-
-type RawStream = <Active as Backend>::Stream;
-
-fn released() -> MutexGuard<'static, Vec<(RawStream, Arc<CudaStream>)>> {
-    // No code panics while holding the lock; the list stays consistent.
-    RELEASED.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// For an owned stream whose last somalloc handle is gone: `true` when the
-/// program still holds its cudarc `handle` (the stream is then kept, and
-/// destroyed by a later `destroy_released`), `false` when the stream may be
-/// destroyed now.
-pub(crate) fn park_if_shared(raw: RawStream, handle: Arc<CudaStream>) -> bool {
-    match Arc::try_unwrap(handle) {
-        // The wrapper never destroys the stream; the caller does.
-        Ok(_unique) => false,
-        Err(shared) => {
-            released().push((raw, shared));
-            true
-        }
-    }
-}
-
-/// Destroys the kept streams whose cudarc handles the program has let go.
-pub(crate) fn destroy_released() {
-    let free = {
-        let mut kept = released();
-        if kept.is_empty() {
-            return;
-        }
-        let mut free = Vec::new();
-        for (raw, handle) in std::mem::take(&mut *kept) {
-            match Arc::try_unwrap(handle) {
-                Ok(_unique) => free.push(raw),
-                Err(shared) => kept.push((raw, shared)),
-            }
-        }
-        free
-    };
-    for raw in free {
-        record_drop_error(Active::stream_destroy(raw));
     }
 }
 

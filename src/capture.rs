@@ -1,7 +1,18 @@
-//! The capture mode and status types, and what a stream's capture is
-//! for somalloc's decisions (`Capturing`).
+//! What somalloc knows about stream capture below the streams themselves:
+//! the capture mode and status types, what a stream's capture is for
+//! somalloc's decisions (`Capturing`), how many captures begun through the
+//! API are in progress, and what a stream dropped during such a capture
+//! does about it. The graph module (above the streams) keeps the rest: the
+//! records of each capture, the graphs, the deferred frees.
 
-use super::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use crate::backend::{Backend, CaptureStatus as RawStatus, RawCaptureMode};
+use crate::Active;
+
+type RawGraph = <Active as Backend>::Graph;
+type RawStream = <Active as Backend>::Stream;
 
 /// How a capture guards against calls from other threads that the runtime
 /// cannot record (`cudaStreamCaptureMode` / `hipStreamCaptureMode`).
@@ -33,7 +44,7 @@ impl CaptureMode {
 }
 
 /// What a stream is doing with respect to capture; see
-/// [`Stream::capture_status`].
+/// [`Stream::capture_status`](crate::Stream::capture_status).
 ///
 /// ```
 /// assert_eq!(somalloc::CaptureStatus::None, somalloc::CaptureStatus::default());
@@ -46,12 +57,12 @@ pub enum CaptureStatus {
     /// Capturing: work is recorded into a graph.
     Active,
     /// The capture was invalidated by a call it does not allow; it must
-    /// still be ended, which yields [`Error::CaptureInvalidated`].
+    /// still be ended, which yields [`Error::CaptureInvalidated`](crate::Error::CaptureInvalidated).
     Invalidated,
 }
 
 impl CaptureStatus {
-    pub(super) fn from_raw(raw: RawStatus) -> CaptureStatus {
+    pub(crate) fn from_raw(raw: RawStatus) -> CaptureStatus {
         match raw {
             RawStatus::None => CaptureStatus::None,
             RawStatus::Active => CaptureStatus::Active,
@@ -75,4 +86,32 @@ pub(crate) struct Capturing {
     pub status: CaptureStatus,
     pub id: u64,
     pub graph: Option<RawGraph>,
+}
+
+/// Captures begun through `Stream::begin_capture` and not ended yet.
+pub(crate) static CAPTURES: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether a capture begun through somalloc's API is in progress anywhere
+/// in the process (one relaxed load).
+#[inline]
+pub(crate) fn captures_in_progress() -> bool {
+    CAPTURES.load(Ordering::Relaxed) != 0
+}
+
+/// What a stream whose last handle goes away during a capture begun
+/// through the API does: end it, destroy its graph, stop counting it. The
+/// graph module installs it when it begins the first capture (only such a
+/// capture sets the stream's flag that leads here).
+static ABANDON: OnceLock<fn(RawStream)> = OnceLock::new();
+
+/// Installs the graph module's `abandon_capture` (once; later calls keep it).
+pub(crate) fn set_abandon(f: fn(RawStream)) {
+    let _ = ABANDON.set(f);
+}
+
+/// Ends the capture of a dropped stream (see `ABANDON`).
+pub(crate) fn abandon(raw: RawStream) {
+    if let Some(f) = ABANDON.get() {
+        f(raw);
+    }
 }
