@@ -11,8 +11,15 @@
 //! `kernels` feature, `impl TestSupport`), the error-text type,
 //! `check`/`check_alloc`, the current-device hooks.
 //!
-//! The macro body is long because it is the whole shared backend; it is one
-//! piece of code, not a list, so it stays in one file.
+//! Why one file and not several: a `macro_rules!` body cannot be split
+//! across files, and splitting it into several macros (pools, streams,
+//! graphs, errors) would make each take the same long list of vendor types
+//! and names and call the others, for no gain to a reader: the `impl
+//! Backend` it writes must be one `impl` block. The body is ordered by
+//! concern instead, each part under a `// ---- ... ----` line naming it:
+//! (after the symbol table of `shared_runtime_api!`) errors and codes,
+//! devices and the runtime, streams and events, pools, peer access and IPC,
+//! allocation in stream order, capture and graphs, the test support.
 
 /// Declares (through `runtime_api!`) the functions both runtimes have, under
 /// `prefix`, with the vendor's handle and struct types, followed by the
@@ -183,6 +190,7 @@ macro_rules! backend_impl {
         specific { $($specific:tt)* }
         test_support { $($test_support:tt)* }
     ) => {
+        // ---- Errors and codes ----
         // The codes with their own `Error` variant and every shared enum
         // value, as `common` numbers them.
         const _: () = {
@@ -274,6 +282,7 @@ macro_rules! backend_impl {
 
             $($specific)*
 
+            // ---- Devices and the runtime ----
             fn init() -> crate::error::Result<()> {
                 api().map(|_| ())
             }
@@ -312,6 +321,7 @@ macro_rules! backend_impl {
                 Ok(v != 0)
             }
 
+            // ---- Streams and events ----
             fn stream_create(device: usize) -> crate::error::Result<$stream> {
                 let _device = crate::common::DeviceGuard::<Self>::set(device)?;
                 let mut s: $raw_stream = std::ptr::null_mut();
@@ -386,6 +396,7 @@ macro_rules! backend_impl {
                 event.0.cast()
             }
 
+            // ---- Pools: the default and current pool, creation, attributes, trimming ----
             fn default_pool(device: usize) -> crate::error::Result<$pool> {
                 let mut p: $raw_pool = std::ptr::null_mut();
                 // SAFETY: valid out-pointer.
@@ -496,6 +507,7 @@ macro_rules! backend_impl {
                 pool.0.cast()
             }
 
+            // ---- Peer access and IPC ----
             fn can_access_peer(device: usize, peer: usize) -> crate::error::Result<bool> {
                 let mut v: std::ffi::c_int = 0;
                 // SAFETY: valid out-pointer.
@@ -578,6 +590,7 @@ macro_rules! backend_impl {
                 Ok(crate::backend::DevicePtr(p as usize))
             }
 
+            // ---- Allocation, free, copies and fills in stream order ----
             #[inline]
             fn malloc_async(bytes: usize, stream: $stream) -> crate::error::Result<crate::backend::DevicePtr> {
                 refuse_zero_bytes(bytes, "a stream-ordered allocation of 0 bytes")?;
@@ -643,6 +656,7 @@ macro_rules! backend_impl {
                 })
             }
 
+            // ---- Capture and graphs ----
             fn stream_begin_capture(stream: $stream, mode: crate::backend::RawCaptureMode) -> crate::error::Result<()> {
                 // SAFETY: the runtime validates the stream; the mode is one
                 // of the three enum values.
@@ -755,6 +769,7 @@ macro_rules! backend_impl {
 
             $($test_support)*
 
+            // ---- Synchronous allocation and the rest of the test support ----
             fn malloc_sync(device: usize, bytes: usize) -> crate::error::Result<crate::backend::DevicePtr> {
                 refuse_zero_bytes(bytes, "a synchronous allocation of 0 bytes")?;
                 let _device = crate::common::DeviceGuard::<Self>::set(device)?;

@@ -1,5 +1,10 @@
 //! `somalloc._native`: the functions the Python package calls, over the
 //! same state as the C entry points (which this module exports too).
+//!
+//! The extension module of the `somalloc-cuda` / `somalloc-rocm` wheels
+//! (built by maturin, see `python/build-wheel.sh`). Depends on the C ABI
+//! crate (`capi/`, for the per-device state and the entry points PyTorch
+//! loads) and on pyo3; the Python side is in `python/somalloc/`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 

@@ -11,6 +11,9 @@
 //! The trace format is read with the library's own code
 //! (`src/trace/format.rs`, compiled in here), so the tool builds without a
 //! GPU backend and runs anywhere.
+//!
+//! Depends on that one file of the library and on clap; `analysis` reads a
+//! trace into peaks and live sets, `html` draws the page.
 
 #[path = "../../src/trace/format.rs"]
 #[allow(dead_code)]
