@@ -135,7 +135,7 @@ if [ "$only" = all ] || [ "$only" = cuda ]; then
   source ci/setup.sh cuda >/dev/null 2>&1 || true
   cell check-cudarc quiet cargo check --features cuda,cudarc,cudarc/cuda-13000
   cell clippy-cudarc quiet cargo clippy --features cuda,cudarc,kernels --all-targets
-  cell test-cudarc show bash -c 'cargo test --features cuda,cudarc,kernels --test cudarc && cargo test --features cuda,cudarc,kernels --doc interop'
+  cell test-cudarc show bash -c 'cargo test --features cuda,cudarc,kernels --test cudarc && cargo test --features cuda,cudarc,kernels --doc -- interop guide::cudarc'
   cell doc-cudarc quiet cargo doc --no-deps --features cuda,cudarc,cudarc/cuda-13000
   for v in 12080 13000; do
     cell "downstream-$v" quiet env CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/downstream/cudarc-$v" \
@@ -145,7 +145,7 @@ fi
 # hip-sys links libamdhip64 (from the apt ROCm that setup installs).
 if [ "$only" = all ] || [ "$only" = rocm ]; then
   source ci/setup.sh rocm >/dev/null 2>&1 || true
-  cell hip-sys show bash -c 'cargo clippy --features rocm,hip-sys --all-targets && cargo test --features rocm,hip-sys --lib && cargo test --features rocm,hip-sys --doc interop && cargo doc --no-deps --features rocm,hip-sys'
+  cell hip-sys show bash -c 'cargo clippy --features rocm,hip-sys --all-targets && cargo test --features rocm,hip-sys --lib && cargo test --features rocm,hip-sys --doc -- interop guide::hip_sys && cargo doc --no-deps --features rocm,hip-sys'
 fi
 
 echo

@@ -8,8 +8,9 @@
 //! loaded at run time, not linked: `libcudart.so.13` or `.so.12` (which the
 //! NVIDIA driver does not ship: it comes with a CUDA toolkit, a distribution
 //! package or the `nvidia-cuda-runtime` wheel; `SOMALLOC_CUDART` names the
-//! file), or `libamdhip64.so.*` from ROCm (`SOMALLOC_AMDHIP`). The README's
-//! Deployment section says what each vendor needs installed.
+//! file), or `libamdhip64.so.*` from ROCm (`SOMALLOC_AMDHIP`). The guide's
+//! [Deployment](crate::guide::deployment) page says what each vendor needs
+//! installed.
 //!
 //! * [`Device`], [`Stream`], [`Event`]: the minimum needed to order work.
 //! * [`MemPool`]: the vendor's stream-ordered memory pool (default, current,
@@ -152,7 +153,7 @@
 //!   with an `Option` or a `bool`; the misses, the caps and capture go
 //!   through `#[cold]` functions.
 //!
-//! The README's Measured section gives the costs on a real device.
+//! The guide's [Measured](crate::guide::measured) page gives the costs on a real device.
 //!
 //! ## Size classes and waste
 //!
@@ -304,7 +305,7 @@
 //! ## Which streams are asked
 //!
 //! Asking whether a stream is capturing costs more than a whole cached
-//! allocation of the cache tier (see the README's Measured section). somalloc
+//! allocation of the cache tier (see the guide's [Measured](crate::guide::measured) page). somalloc
 //! counts the captures begun through [`Stream::begin_capture`]; an owned
 //! stream ([`Stream::new`]) is asked only while that count is not zero or
 //! after it waited on an event recorded during a capture. A borrowed stream
@@ -348,6 +349,7 @@ mod current;
 mod device;
 mod error;
 mod graph;
+pub mod guide;
 mod host;
 mod pool;
 mod pool_stats;

@@ -190,8 +190,8 @@ impl Drop for StreamInner {
 ///   the runtime; about 25 ns, with no lock shared between threads), else
 ///   (HIP, or a runtime that cannot give the driver's entry point) to the
 ///   runtime. A cached allocate + free pair then costs about two questions
-///   more than on an owned stream (figures in the README's Measured
-///   section);
+///   more than on an owned stream (figures on the guide's
+///   [Measured](crate::guide::measured) page);
 /// * a borrowed stream whose program promised, with
 ///   [`Stream::assume_captured_only_by_somalloc`], that it captures the
 ///   stream only through [`Stream::begin_capture`] is treated as an owned

@@ -10,7 +10,7 @@ refuses to swap an allocator that has been used)::
 Every CUDA (or ROCm) tensor of the process is then allocated by somalloc on
 the stream that is current when it is made, and freed on that stream when
 PyTorch drops it. PyTorch gives a pluggable allocator no ``record_stream``
-hook from Python: see the README for what that means for
+hook from Python: see ``docs/c_abi.md`` in the repository for what that means for
 ``Tensor.record_stream``.
 
 Out of memory: PyTorch's pluggable path has no error channel (a NULL from

@@ -50,7 +50,7 @@
 //!
 //! Recording an event costs a clock read and a write into the thread's own
 //! buffer: no lock, no atomic read-modify-write, no system call (the
-//! README's Measured section gives the cost over the cache tier). Memory
+//! [Measured](crate::guide::measured) page gives the cost over the cache tier). Memory
 //! is bounded: [`RecordOptions::buffer_events`] events per recording
 //! thread (56 bytes each). The writer thread takes the events every
 //! millisecond or so; a thread that records faster than that until its

@@ -1,4 +1,4 @@
-//! Rows of the bad-input table (README) not covered elsewhere.
+//! Rows of the bad-input table (`docs/bad_input.md`) not covered elsewhere.
 
 use somalloc::{DeviceBuffer, Error, Stream};
 
