@@ -42,8 +42,9 @@ fi
 logs=${SANITIZE_LOGS:-$(mktemp -d)}
 mkdir -p "$logs"
 bins=()
+# (Not test binaries: the examples and the trace tool.)
 for b in "$bundle"/bin/*; do
-  case "$(basename "$b")" in example-* | oom | unit | environment | compile_fail | bench) continue ;; esac
+  case "$(basename "$b")" in example-* | somalloc-trace | oom | unit | environment | compile_fail | bench) continue ;; esac
   bins+=("$b")
 done
 declare -A flags=(
