@@ -36,6 +36,10 @@ pub struct Conf {
     pub trace: Option<String>,
     /// With a backtrace at every allocation of the trace.
     pub trace_backtraces: bool,
+    /// Grant every device that can reach a device's pool read-write access
+    /// to it (so that copies between devices, which PyTorch makes, can read
+    /// and write pool memory).
+    pub peer_access: bool,
 }
 
 impl Default for Conf {
@@ -48,6 +52,7 @@ impl Default for Conf {
             cache: Some(CacheConfig::default()),
             trace: None,
             trace_backtraces: false,
+            peer_access: true,
         }
     }
 }
@@ -55,7 +60,7 @@ impl Default for Conf {
 /// The keys, for messages and the documentation.
 pub const KEYS: &str = "pool, release_threshold, reuse, max_size, cache, cache_total_cap, \
                         cache_per_stream_cap, cache_max_block, cache_reuse_larger, cache_headroom, trace, \
-                        trace_backtraces";
+                        trace_backtraces, peer_access";
 
 impl Conf {
     /// Parses `text` over the defaults. Empty text (or only commas and
@@ -150,6 +155,7 @@ impl Conf {
                     }
                 }
                 "trace_backtraces" => conf.trace_backtraces = parse_switch(value).map_err(|e| bad(&e))?,
+                "peer_access" => conf.peer_access = parse_switch(value).map_err(|e| bad(&e))?,
                 _ => return Err(format!("unknown key `{key}` (keys: {KEYS})")),
             }
         }
@@ -262,6 +268,8 @@ mod tests {
             Some("C:/x.trace")
         );
         assert_eq!(Conf::parse("cache:off").unwrap().cache, None);
+        assert!(Conf::parse("").unwrap().peer_access);
+        assert!(!Conf::parse("peer_access:off").unwrap().peer_access);
         assert_eq!(
             Conf::parse("cache_reuse_larger:off")
                 .unwrap()
@@ -294,6 +302,7 @@ mod tests {
             ("trace:on", "the trace file's path"),
             ("trace:", "the trace file's path"),
             ("trace_backtraces:maybe", "on or off"),
+            ("peer_access:sometimes", "on or off"),
             ("cache:on,cache:off", "given twice"),
             ("cache_headroom:lots", "permille of the live peak"),
         ] {

@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use somalloc_rs::trace::{Action, RecordOptions, Recorder};
-use somalloc_rs::{CacheTier, Device, Event, MemPool, MemoryResource, PoolProperties, Stream, StreamCache};
+use somalloc_rs::{
+    CacheTier, Device, Event, MemPool, MemoryResource, PeerAccess, PoolProperties, Stream, StreamCache,
+};
 
 use crate::conf::{Conf, PoolChoice, ENV};
 use crate::error::{CapiError, Status};
@@ -199,6 +201,17 @@ impl DeviceState {
         pool.set_release_threshold(usize::try_from(conf.release_threshold).unwrap_or(usize::MAX))?;
         if let Some(policy) = conf.reuse {
             pool.set_reuse_policy(policy)?;
+        }
+        if conf.peer_access {
+            // Every device that can reach this one may read and write its
+            // pool's memory: a copy between devices (PyTorch's `x.to("cuda:1")`)
+            // runs on one device and reads or writes the other's.
+            for other in 0..Device::count()? {
+                let peer = Device::get(other)?;
+                if other != ordinal && peer.can_access_peer(&device)? {
+                    pool.set_access(&peer, PeerAccess::ReadWrite)?;
+                }
+            }
         }
         let tier = match conf.cache {
             Some(c) => Some(CacheTier::new(Arc::new(pool.clone()), c)?),
