@@ -105,39 +105,19 @@ impl Conf {
                 }
                 "cache_max_block" => cache = cache.max_block_bytes(parse_usize(value).map_err(|e| bad(&e))?),
                 "cache_reuse_larger" => {
-                    cache = cache.reuse_larger(match value {
-                        "off" | "false" | "0" => None,
-                        "on" | "true" => CacheConfig::default().reuse_larger,
-                        permille => {
-                            let p: u32 = permille
-                                .strip_suffix("permille")
-                                .unwrap_or(permille)
-                                .trim()
-                                .parse()
-                                .map_err(|_| {
-                                    bad("expected on, off or a budget in permille of the live peak")
-                                })?;
-                            Some(Headroom::new(0, p))
-                        }
+                    cache = cache.reuse_larger(match parse_share(value, "a budget").map_err(|e| bad(&e))? {
+                        Share::Off => None,
+                        Share::On => CacheConfig::default().reuse_larger,
+                        Share::PerMille(p) => Some(Headroom::new(0, p)),
                     })
                 }
                 // The footprint guard: `off`, `on` (4 MiB or 3.2 % of the
                 // live peak), or a share of the live peak in permille.
                 "cache_headroom" => {
-                    cache = cache.headroom(match value {
-                        "off" | "false" | "0" => None,
-                        "on" | "true" => Some(Headroom::default()),
-                        permille => {
-                            let p: u32 = permille
-                                .strip_suffix("permille")
-                                .unwrap_or(permille)
-                                .trim()
-                                .parse()
-                                .map_err(|_| {
-                                    bad("expected on, off or a headroom in permille of the live peak")
-                                })?;
-                            Some(Headroom::default().peak_per_mille(p))
-                        }
+                    cache = cache.headroom(match parse_share(value, "a headroom").map_err(|e| bad(&e))? {
+                        Share::Off => None,
+                        Share::On => Some(Headroom::default()),
+                        Share::PerMille(p) => Some(Headroom::default().peak_per_mille(p)),
                     })
                 }
                 // Recording: `off`, or the trace file's path (no commas;
@@ -161,6 +141,28 @@ impl Conf {
         }
         conf.cache = cache_on.then_some(cache);
         Ok(conf)
+    }
+}
+
+/// `off`, `on`, or a share of the live peak in permille (`250` or
+/// `250permille`).
+enum Share {
+    Off,
+    On,
+    PerMille(u32),
+}
+
+fn parse_share(value: &str, what: &str) -> Result<Share, String> {
+    match value {
+        "off" | "false" | "0" => Ok(Share::Off),
+        "on" | "true" => Ok(Share::On),
+        n => n
+            .strip_suffix("permille")
+            .unwrap_or(n)
+            .trim()
+            .parse()
+            .map(Share::PerMille)
+            .map_err(|_| format!("expected on, off or {what} in permille of the live peak")),
     }
 }
 

@@ -60,6 +60,22 @@ def _use_loaded_runtime():
         pass
 
 
+def _start(framework, conf):
+    """What every ``enable`` does once its framework has loaded the vendor
+    runtime: points somalloc at that runtime, applies ``conf``, and checks
+    that a device answers, or raises :class:`SomallocError` saying that
+    somalloc cannot serve ``framework`` here, and why."""
+    _use_loaded_runtime()
+    if conf is not None:
+        _native.configure(conf)
+    try:
+        _native.device_count()
+    except SomallocError as e:
+        raise SomallocError(
+            "somalloc cannot serve %s here: %s" % (framework, e.args[0]), e.args[1]
+        ) from None
+
+
 def library_path():
     """The shared object that holds the C entry points (this package's
     extension module), for ``CUDAPluggableAllocator`` and ``ctypes``."""

@@ -66,21 +66,13 @@ def enable(conf=None):
     with somalloc's text where there is no runtime or no GPU."""
     import cupy
 
-    from . import _use_loaded_runtime
+    from . import _start
 
     try:
         cupy.cuda.runtime.getDeviceCount()  # loads CuPy's runtime
     except Exception:
         pass
-    _use_loaded_runtime()
-    if conf is not None:
-        _native.configure(conf)
-    try:
-        _native.device_count()
-    except SomallocError as e:
-        raise SomallocError(
-            "somalloc cannot serve CuPy here: " + e.args[0], e.args[1]
-        ) from None
+    _start("CuPy", conf)
     cupy.cuda.set_allocator(malloc)
 
 

@@ -139,19 +139,11 @@ def enable(conf=None, raise_oom=True):
         return _allocator
     import torch
 
-    from . import _use_loaded_runtime
+    from . import _start
 
     # Importing PyTorch loaded its runtime (initialising CUDA here would
     # initialise PyTorch's own allocator, which then cannot be swapped).
-    _use_loaded_runtime()
-    if conf is not None:
-        _native.configure(conf)
-    try:
-        _native.device_count()
-    except SomallocError as e:
-        raise SomallocError(
-            "somalloc cannot serve PyTorch here: " + e.args[0], e.args[1]
-        ) from None
+    _start("PyTorch", conf)
     hip = getattr(torch.version, "hip", None) is not None
     if hip != (_native.backend() == "rocm"):
         raise SomallocError(

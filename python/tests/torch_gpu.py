@@ -12,7 +12,6 @@ results; and an allocation larger than the device, last.
 """
 
 import copy
-import os
 import sys
 
 import torch
