@@ -211,7 +211,10 @@ impl StreamCache {
             // SAFETY: as in `free_pinned`; not used after this block.
             let this = unsafe { cache.as_ref() };
             let addr = ptr as usize;
-            {
+            // Graph memory this cache handed out before its stream was
+            // removed is in the tier's record (no stream lock held here).
+            let detached = this.lock().detached;
+            if !detached || this.shared.take_removed_capture(this.key, addr).is_none() {
                 let mut state = this.lock();
                 if state.captured.remove(&addr).is_none() {
                     if let Some(idx) = this.shared.class_of(bytes) {

@@ -343,3 +343,40 @@ fn graph_memory_freed_through_a_removed_streams_cache_is_forgotten() {
     assert!(fake.state().live.is_empty());
     fake.assert_clean();
 }
+
+/// A buffer of graph memory from a stream cache, given up after its stream
+/// was removed (its free failed before freeing anything), is forgotten by
+/// the tier's record of the removed stream's graph memory, and the old
+/// cache's live bytes are not touched (graph memory never counted there).
+#[test]
+fn a_given_up_graph_memory_buffer_of_a_removed_stream_is_forgotten() {
+    use crate::testing::{arm, disarm, Fault};
+    const DOMAIN: u64 = 0x5EED_0025;
+    let fake = FakeResource::in_domain(None, DOMAIN);
+    let tier = tier_over(&fake, CacheConfig::default());
+    let s = Stream::fake_in(0x6700_0000, 0, DOMAIN);
+    let cache = tier.for_stream(&s).unwrap();
+    let live = alloc(&cache, 4096);
+    let res: Arc<dyn MemoryResource> = cache.clone();
+    s.set_fake_capture(CaptureStatus::Active, 29);
+    let buf = DeviceBuffer::<u8>::new_with(3000, &res, &s).unwrap();
+    s.set_fake_capture(CaptureStatus::None, 0);
+    let key = s.as_raw() as usize;
+    assert!(tier.remove_stream(&s).unwrap());
+    assert_eq!(lock(&tier.shared.captured_of_removed)[&key].len(), 1);
+    let before = cache.stats().live_bytes;
+    arm(DOMAIN, 0, Fault::Vendor, false);
+    drop(buf);
+    assert_eq!(disarm().0, 1, "the free's first question failed");
+    assert!(
+        lock(&tier.shared.captured_of_removed).get(&key).is_none(),
+        "the record still holds the given-up block"
+    );
+    assert_eq!(
+        cache.stats().live_bytes,
+        before,
+        "graph memory taken off the live bytes"
+    );
+    free(&cache, live, 4096);
+    drop((res, cache, tier));
+}
