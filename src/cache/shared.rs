@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::class::class_index;
@@ -105,6 +105,18 @@ impl Shared {
                 return Some(size);
             }
         }
+        self.take_removed_capture_locked(&registry, key, addr)
+    }
+
+    /// `addr`'s entry in `captured_of_removed` for the stream `key`, if
+    /// any, taken out; the caller holds the registry's lock (`_registry`),
+    /// so no cache registered for the stream meanwhile takes it over.
+    pub(super) fn take_removed_capture_locked(
+        &self,
+        _registry: &MutexGuard<'_, HashMap<usize, Arc<StreamCache>>>,
+        key: usize,
+        addr: usize,
+    ) -> Option<usize> {
         let mut removed = lock(&self.captured_of_removed);
         let blocks = removed.get_mut(&key)?;
         let size = blocks.remove(&addr);

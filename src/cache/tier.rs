@@ -284,21 +284,40 @@ unsafe impl MemoryResource for CacheTier {
     /// Through the stream's cache; for a stream removed since the
     /// allocation, straight to the upstream resource.
     unsafe fn deallocate(&self, ptr: *mut c_void, bytes: usize, stream: &Stream) -> Result<()> {
-        let cache = lock(&self.shared.registry)
-            .get(&(stream.as_raw() as usize))
-            .cloned();
-        match cache {
+        let key = stream.as_raw() as usize;
+        let addr = ptr as usize;
+        let (cache, graph) = {
+            let registry = lock(&self.shared.registry);
+            match registry.get(&key) {
+                Some(cache) => (Some(Arc::clone(cache)), None),
+                // Graph memory of the removed stream's cache comes out of
+                // the tier's record for the stream, in the same access to
+                // the registry: a cache registered for the stream afterwards
+                // does not take the entry over.
+                None => (
+                    None,
+                    self.shared.take_removed_capture_locked(&registry, key, addr),
+                ),
+            }
+        };
+        if let Some(cache) = cache {
             // SAFETY: forwarded from the caller; the stream's cache frees
             // the block in its class size, as it was allocated.
-            Some(cache) => unsafe { cache.deallocate(ptr, bytes, stream) },
-            // SAFETY: forwarded from the caller; the block was allocated
-            // upstream with `block_size(bytes)` bytes on this stream.
-            None => unsafe {
-                self.shared
-                    .upstream
-                    .deallocate(ptr, self.block_size(bytes), stream)
-            },
+            return unsafe { cache.deallocate(ptr, bytes, stream) };
         }
+        // SAFETY: forwarded from the caller; the block was allocated
+        // upstream with `block_size(bytes)` bytes on this stream (graph
+        // memory in the size its cache remembered, which is the same).
+        let r = unsafe {
+            self.shared
+                .upstream
+                .deallocate(ptr, graph.unwrap_or_else(|| self.block_size(bytes)), stream)
+        };
+        if let (Err(_), Some(size)) = (&r, graph) {
+            // Nothing was freed: the record as it was, for a later attempt.
+            self.shared.return_removed_capture(key, addr, size);
+        }
+        r
     }
 
     fn device(&self) -> Device {

@@ -380,3 +380,51 @@ fn a_given_up_graph_memory_buffer_of_a_removed_stream_is_forgotten() {
     free(&cache, live, 4096);
     drop((res, cache, tier));
 }
+
+/// Graph memory allocated through the tier in a capture, freed through the
+/// tier after its stream was removed (so no cache is registered for it), is
+/// forgotten by the tier's record for the stream. Before, the record stayed
+/// for ever: the stream's next cache took it over, so that a later block at
+/// that address went upstream instead of into the cache, and every free of
+/// that cache took the slow path.
+#[test]
+fn graph_memory_freed_through_the_tier_after_its_stream_was_removed_is_forgotten() {
+    let fake = FakeResource::new(None);
+    let tier = tier_over(&fake, CacheConfig::default());
+    let s = stream(59);
+    let key = s.as_raw() as usize;
+    let res: &dyn MemoryResource = &tier;
+    s.set_fake_capture(CaptureStatus::Active, 29);
+    let a = res.allocate(5000, &s).unwrap() as usize;
+    let b = res.allocate(700, &s).unwrap() as usize;
+    s.set_fake_capture(CaptureStatus::None, 0);
+    assert!(tier.remove_stream(&s).unwrap());
+    assert_eq!(lock(&tier.shared.captured_of_removed)[&key].len(), 2);
+    // No cache for the stream: straight upstream, and out of the record.
+    // SAFETY: fake addresses from this tier, freed once.
+    unsafe { res.deallocate(a as *mut c_void, 5000, &s) }.unwrap();
+    assert!(!fake.state().live.contains_key(&a));
+    assert_eq!(lock(&tier.shared.captured_of_removed)[&key].len(), 1);
+    // A failed free keeps the entry (nothing was freed), for the retry.
+    fake.fail_frees(true);
+    // SAFETY: as above (the failed free freed nothing).
+    assert!(unsafe { res.deallocate(b as *mut c_void, 700, &s) }.is_err());
+    fake.fail_frees(false);
+    assert_eq!(lock(&tier.shared.captured_of_removed)[&key].len(), 1);
+    // SAFETY: as above.
+    unsafe { res.deallocate(b as *mut c_void, 700, &s) }.unwrap();
+    assert!(
+        lock(&tier.shared.captured_of_removed).is_empty(),
+        "the record of the removed stream stayed"
+    );
+    // The stream's next cache remembers no graph memory: its frees cache.
+    let next = tier.for_stream(&s).unwrap();
+    assert!(next.lock().captured.is_empty());
+    assert_eq!(next.stats().captured_live, 0);
+    let c = alloc(&next, 5000);
+    free(&next, c, 5000);
+    assert_eq!(next.stats().cached_blocks, 1);
+    drop((next, tier));
+    assert!(fake.state().live.is_empty());
+    fake.assert_clean();
+}

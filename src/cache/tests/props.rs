@@ -883,7 +883,13 @@ impl World {
                 self.deferred.insert(held.addr, (key(c), size));
             }
             (Some(c), false) => self.reached(key(c), held.addr, size),
-            (None, _) => {}
+            // Through the tier to a removed stream that has no cache now:
+            // its graph memory comes out of the tier's record.
+            (None, _) => {
+                if result.is_ok() && self.captured.get(&held.addr) == Some(&Owner::Removed(held.stream)) {
+                    self.captured.remove(&held.addr);
+                }
+            }
         }
         result
     }
