@@ -170,7 +170,7 @@ impl Analysis {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::format::{Event, Source, StreamInfo, ThreadInfo};
 

@@ -6,6 +6,7 @@
 //! somalloc-trace html run.trace -o run.html     # one self-contained page: open it in a browser
 //! somalloc-trace convert rmm-log.csv -o run.trace
 //! somalloc-trace synth --events 1000000 -o big.trace
+//! somalloc-trace simulate run.trace           # what PyTorch's allocators would have reserved
 //! ```
 //!
 //! The trace format is read with the library's own code
@@ -21,6 +22,7 @@ mod format;
 
 mod analysis;
 mod html;
+mod simulate;
 mod summary;
 mod synth;
 
@@ -81,6 +83,17 @@ enum Command {
         #[arg(short, long)]
         out: PathBuf,
     },
+    /// Replays the trace's allocations and frees through models of other
+    /// allocators (PyTorch's caching allocator, with and without expandable
+    /// segments, and a bound for an arena of 2 MiB pages) and prints the
+    /// device memory each would have reserved.
+    Simulate {
+        /// A somalloc trace or an RMM logging-adaptor CSV.
+        trace: PathBuf,
+        /// The models, comma-separated: caching, expandable, pages.
+        #[arg(long, default_value = "caching,expandable,pages", value_delimiter = ',')]
+        models: Vec<String>,
+    },
     /// Writes a synthetic trace (threads, streams, random sizes, address
     /// reuse), to try the tool and the page on a trace of any size.
     Synth {
@@ -139,6 +152,18 @@ fn run(cli: Cli) -> Result<(), String> {
                 t.events.len(),
                 started.elapsed().as_secs_f64()
             );
+        }
+        Command::Simulate { trace, models } => {
+            let models = models
+                .iter()
+                .map(|m| {
+                    simulate::Model::parse(m.trim())
+                        .ok_or_else(|| format!("unknown model {m:?}: expected caching, expandable or pages"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let t = read(&trace)?;
+            let sim = simulate::simulate(&t, &models);
+            print!("{}", simulate::report(&t, &sim));
         }
         Command::Convert { trace, out } => {
             let t = read(&trace)?;
