@@ -10,8 +10,9 @@
 #   gpt2.trace      3 GPT-2 training steps through the C ABI
 #   mix.trace       3 steps of GPT-2 and ResNet-50 together, each on a
 #                   stream of its own, through the C ABI
+#   resnet50.trace  3 ResNet-50 training steps through the C ABI
 #
-# The last two need PYDIR, the folder python/tests/gpu-bundle.sh made (the
+# The last three need PYDIR, the folder python/tests/gpu-bundle.sh made (the
 # wheel and benches/models.py), and PyTorch, torchvision and transformers;
 # without them they are skipped. Each trace is summarised with
 # somalloc-trace into OUT/NAME.txt. Copy OUT/*.trace into benches/data/
@@ -43,7 +44,7 @@ if [ -n "$pydir" ] && python3 -c 'import torch, torchvision, transformers' 2>/de
   mkdir -p /tmp/somalloc-site
   python3 -m zipfile -e "$pydir"/somalloc_*.whl /tmp/somalloc-site
   export PYTHONPATH=/tmp/somalloc-site${PYTHONPATH:+:$PYTHONPATH}
-  for w in gpt2:gpt2 both:mix; do
+  for w in gpt2:gpt2 both:mix resnet50:resnet50; do
     workload=${w%%:*} name=${w##*:}
     rm -rf "$out/models-$name"
     step "$name" python3 "$pydir/models.py" --workloads "$workload" --modes somalloc-cache --steps 3 \
@@ -54,7 +55,7 @@ if [ -n "$pydir" ] && python3 -c 'import torch, torchvision, transformers' 2>/de
     done
   done
 else
-  echo "=== gpt2, mix: skipped (no PYDIR, or no PyTorch, torchvision and transformers)"
+  echo "=== gpt2, mix, resnet50: skipped (no PYDIR, or no PyTorch, torchvision and transformers)"
 fi
 
 echo "=== traces"

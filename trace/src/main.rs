@@ -85,13 +85,18 @@ enum Command {
     },
     /// Replays the trace's allocations and frees through models of other
     /// allocators (PyTorch's caching allocator, with and without expandable
-    /// segments, and a bound for an arena of 2 MiB pages) and prints the
+    /// segments; an arena of 2 MiB pages, ideal and lazy) and prints the
     /// device memory each would have reserved.
     Simulate {
         /// A somalloc trace or an RMM logging-adaptor CSV.
         trace: PathBuf,
-        /// The models, comma-separated: caching, expandable, pages.
-        #[arg(long, default_value = "caching,expandable,pages", value_delimiter = ',')]
+        /// The models, comma-separated: caching, expandable, pages, remap,
+        /// remap:MIB (remap with a slack of MIB MiB; remap is remap:0).
+        #[arg(
+            long,
+            default_value = "caching,expandable,pages,remap,remap:256",
+            value_delimiter = ','
+        )]
         models: Vec<String>,
     },
     /// Writes a synthetic trace (threads, streams, random sizes, address
@@ -157,8 +162,11 @@ fn run(cli: Cli) -> Result<(), String> {
             let models = models
                 .iter()
                 .map(|m| {
-                    simulate::Model::parse(m.trim())
-                        .ok_or_else(|| format!("unknown model {m:?}: expected caching, expandable or pages"))
+                    simulate::Model::parse(m.trim()).ok_or_else(|| {
+                        format!(
+                            "unknown model {m:?}: expected caching, expandable, pages, remap or remap:MIB"
+                        )
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let t = read(&trace)?;
