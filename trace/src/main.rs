@@ -170,7 +170,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let t = read(&trace)?;
-            let sim = simulate::simulate(&t, &models);
+            let sim = simulate::simulate(&t, &models).map_err(|e| format!("{}: {e}", trace.display()))?;
             print!("{}", simulate::report(&t, &sim));
         }
         Command::Convert { trace, out } => {

@@ -70,7 +70,10 @@ const PAGE: u64 = 2 * MIB;
 /// are ever neighbours.
 const GAP: u64 = 1 << 30;
 /// The address range of one expandable pool.
-const RANGE: u64 = 1 << 44;
+const RANGE: u64 = 1 << 48;
+/// The largest allocation the models take (larger ones are not device
+/// memory a trace of a real program holds).
+pub const MAX_ALLOCATION: u64 = 1 << 40;
 
 /// An allocator model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,6 +226,10 @@ fn round_up(n: u64, to: u64) -> u64 {
     n.div_ceil(to) * to
 }
 
+fn out_of_addresses() -> String {
+    "the trace has more streams and segments than the models' address space holds".into()
+}
+
 fn request_size(bytes: u64) -> u64 {
     round_up(bytes.max(1), ROUND)
 }
@@ -268,7 +275,7 @@ impl Arena {
 
     /// Allocates `bytes` on `stream` of `device`; returns the simulated
     /// address.
-    fn allocate(&mut self, device: u32, stream: Option<u32>, bytes: u64) -> u64 {
+    fn allocate(&mut self, device: u32, stream: Option<u32>, bytes: u64) -> Result<u64, String> {
         let size = request_size(bytes);
         let small = size <= SMALL;
         let key = (device, stream, small);
@@ -288,7 +295,10 @@ impl Arena {
                     round_up(size, LARGE_ROUND)
                 };
                 let addr = self.next_address;
-                self.next_address += round_up(segment, GAP) + GAP;
+                self.next_address = self
+                    .next_address
+                    .checked_add(round_up(segment, GAP) + GAP)
+                    .ok_or_else(out_of_addresses)?;
                 self.blocks.insert(
                     addr,
                     Block {
@@ -301,21 +311,30 @@ impl Arena {
                 self.hold(segment);
                 addr
             }
-            None => self.grow_range(key, size),
+            None => self.grow_range(key, size)?,
         };
         self.take(addr, size, small);
-        addr
+        Ok(addr)
     }
 
     /// Expandable models: room for `size` at the end of the pool's range.
-    fn grow_range(&mut self, key: PoolKey, size: u64) -> u64 {
+    fn grow_range(&mut self, key: PoolKey, size: u64) -> Result<u64, String> {
         let pool = self.pools.get_mut(&key).expect("the pool was made by allocate");
         if pool.base == 0 {
             pool.base = self.next_address;
             pool.top = pool.base;
-            self.next_address += RANGE;
+            self.next_address = self
+                .next_address
+                .checked_add(RANGE)
+                .ok_or_else(out_of_addresses)?;
         }
         let (base, top) = (pool.base, pool.top);
+        if top - base + size > RANGE {
+            return Err(format!(
+                "a stream's blocks outgrow the {} TiB the models give a stream",
+                RANGE >> 40
+            ));
+        }
         // The blocks tile [base, top): the last one ends at `top`. A free
         // last block is smaller than `size` (else it was a fit): it grows.
         let last = self
@@ -353,7 +372,7 @@ impl Arena {
                 self.hold(more);
             }
         }
-        addr
+        Ok(addr)
     }
 
     /// Marks the block at `addr` used for `size` bytes, splitting off the
@@ -492,8 +511,10 @@ impl Arena {
     }
 }
 
-/// Replays `trace` through each of `models`.
-pub fn simulate(trace: &Trace, models: &[Model]) -> Simulation {
+/// Replays `trace` through each of `models`. A trace the models cannot
+/// hold (an allocation over [`MAX_ALLOCATION`], more memory in one stream
+/// than its simulated range) is an error naming the event.
+pub fn simulate(trace: &Trace, models: &[Model]) -> Result<Simulation, String> {
     let mut arenas: Vec<Arena> = models.iter().map(|&m| Arena::new(m)).collect();
     // The trace's address → (bytes requested, each arena's address).
     let mut live: HashMap<u64, (u64, Vec<u64>)> = HashMap::new();
@@ -516,10 +537,18 @@ pub fn simulate(trace: &Trace, models: &[Model]) -> Simulation {
                         arena.free(a);
                     }
                 }
+                if e.bytes > MAX_ALLOCATION {
+                    return Err(format!(
+                        "event {i}: an allocation of {} bytes, over the {} TiB the models take",
+                        e.bytes,
+                        MAX_ALLOCATION >> 40
+                    ));
+                }
                 let addrs = arenas
                     .iter_mut()
                     .map(|a| a.allocate(e.device, e.stream, e.bytes))
-                    .collect();
+                    .collect::<Result<_, _>>()
+                    .map_err(|why| format!("event {i}: {why}"))?;
                 live.insert(e.addr, (e.bytes, addrs));
                 live_bytes += e.bytes;
                 peak_live = peak_live.max(live_bytes);
@@ -538,7 +567,7 @@ pub fn simulate(trace: &Trace, models: &[Model]) -> Simulation {
             _ => {}
         }
     }
-    Simulation {
+    Ok(Simulation {
         allocations,
         frees,
         unknown_frees,
@@ -554,7 +583,7 @@ pub fn simulate(trace: &Trace, models: &[Model]) -> Simulation {
                 remaps_late: a.remaps_late,
             })
             .collect(),
-    }
+    })
 }
 
 fn mib(n: u64) -> String {
@@ -656,7 +685,7 @@ mod tests {
             }
         }
         let trace = trace_of(events);
-        let sim = simulate(&trace, &[model]);
+        let sim = simulate(&trace, &[model]).unwrap();
         sim.outcomes[0].clone()
     }
 
@@ -749,7 +778,7 @@ mod tests {
             Event::new(1, Action::Allocate, 0, 0).on(0).at(4096, 0x6000),
             Event::new(2, Action::Free, 0, 0).on(0).at(4096, 0x6000),
         ];
-        let sim = simulate(&trace_of(events), &Model::ALL);
+        let sim = simulate(&trace_of(events), &Model::ALL).unwrap();
         assert_eq!(
             (sim.allocations, sim.frees, sim.unknown_frees, sim.peak_live),
             (1, 1, 1, 4096)
@@ -780,6 +809,32 @@ mod tests {
     }
 
     #[test]
+    fn a_trace_the_models_cannot_hold_is_an_error_naming_the_event() {
+        let huge = vec![
+            Event::new(0, Action::Allocate, 0, 0).on(0).at(4096, 0x1000),
+            Event::new(1, Action::Allocate, 0, 0).on(0).at(u64::MAX, 0x2000),
+        ];
+        let err = simulate(&trace_of(huge), &Model::ALL).unwrap_err();
+        assert!(
+            err.starts_with("event 1: an allocation of 18446744073709551615 bytes"),
+            "{err}"
+        );
+        // 300 live blocks of 1 TiB outgrow a stream's 256 TiB range.
+        let many: Vec<Event> = (0..300u64)
+            .map(|i| {
+                Event::new(i, Action::Allocate, 0, 0)
+                    .on(0)
+                    .at(MAX_ALLOCATION, 0x1000 * (i + 1))
+            })
+            .collect();
+        let err = simulate(&trace_of(many.clone()), &[Model::Expandable]).unwrap_err();
+        assert!(err.starts_with("event 256: a stream's blocks outgrow"), "{err}");
+        // The caching model's segments take them (each its own).
+        let sim = simulate(&trace_of(many), &[Model::Caching]).unwrap();
+        assert_eq!(sim.outcomes[0].peak_reserved, 300 * MAX_ALLOCATION);
+    }
+
+    #[test]
     fn model_names_parse_and_print_back() {
         for m in [
             Model::Caching,
@@ -806,7 +861,7 @@ mod tests {
     fn peaks(name: &str) -> (Simulation, impl Fn(Model) -> u64) {
         let path = format!("{}/../benches/data/{name}", env!("CARGO_MANIFEST_DIR"));
         let trace = Trace::parse(&std::fs::read(&path).expect("a recorded trace")).expect("a trace");
-        let sim = simulate(&trace, &Model::ALL);
+        let sim = simulate(&trace, &Model::ALL).unwrap();
         let outcomes = sim.outcomes.clone();
         let peak = move |m: Model| outcomes.iter().find(|o| o.model == m).unwrap().peak_reserved;
         (sim, peak)
