@@ -90,8 +90,10 @@ enum Command {
     Simulate {
         /// A somalloc trace or an RMM logging-adaptor CSV.
         trace: PathBuf,
-        /// The models, comma-separated: caching, expandable, pages, remap,
-        /// remap:MIB (remap with a slack of MIB MiB; remap is remap:0).
+        /// The models, comma-separated: caching, expandable, pages,
+        /// segments:SIZE:LIMIT (shared segments of SIZE MiB for requests
+        /// under LIMIT MiB), remap, remap:MIB (remap with a slack of MIB
+        /// MiB; remap is remap:0).
         #[arg(
             long,
             default_value = "caching,expandable,pages,remap,remap:256",
@@ -164,7 +166,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 .map(|m| {
                     simulate::Model::parse(m.trim()).ok_or_else(|| {
                         format!(
-                            "unknown model {m:?}: expected caching, expandable, pages, remap or remap:MIB"
+                            "unknown model {m:?}: expected caching, expandable, pages, segments:SIZE:LIMIT, remap or remap:MIB"
                         )
                     })
                 })

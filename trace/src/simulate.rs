@@ -23,6 +23,9 @@
 //!   its end (a free block at the end grows in place), mapped in pages of
 //!   2 MiB (small) or 20 MiB (large), never unmapped; a block is split
 //!   whenever at least 512 bytes are left.
+//! - [`Model::Segments`]: the caching allocator's rules with shared
+//!   segments of another size, under another limit (`segments:20:10` is
+//!   `caching`).
 //! - [`Model::Pages`]: the expandable placement, but only the 2 MiB pages
 //!   under live blocks count: an arena that unmaps the pages under free
 //!   ranges and maps them again where they are needed, at no cost. No
@@ -84,6 +87,15 @@ pub enum Model {
     Expandable,
     /// Expandable placement with only the pages under live blocks mapped.
     Pages,
+    /// The caching allocator's rules with other segment sizes: requests
+    /// over 1 MiB and under `limit` share segments of `segment` bytes
+    /// (the caching allocator: 20 MiB under 10 MiB).
+    Segments {
+        /// The shared segments' size.
+        segment: u64,
+        /// Requests under this share them; larger ones get their own.
+        limit: u64,
+    },
     /// Expandable placement, pages mapped lazily and remapped beyond the
     /// most pages ever live plus `slack` bytes.
     Remap {
@@ -104,14 +116,27 @@ impl Model {
     ];
 
     /// The model's name on the command line: `caching`, `expandable`,
-    /// `pages`, `remap` or `remap:MIB` (a slack in MiB; `remap` is
-    /// `remap:0`).
+    /// `pages`, `segments:SIZE:LIMIT` (in MiB), `remap` or `remap:MIB` (a
+    /// slack in MiB; `remap` is `remap:0`).
     pub fn name(self) -> String {
         match self {
             Model::Caching => "caching".into(),
             Model::Expandable => "expandable".into(),
             Model::Pages => "pages".into(),
+            Model::Segments { segment, limit } => {
+                format!("segments:{}:{}", segment / MIB, limit / MIB)
+            }
             Model::Remap { slack } => format!("remap:{}", slack / MIB),
+        }
+    }
+
+    /// The segment-based models' shared segment and the size under which
+    /// requests share one.
+    fn shared_segments(self) -> Option<(u64, u64)> {
+        match self {
+            Model::Caching => Some((MID_SEGMENT, MID_LIMIT)),
+            Model::Segments { segment, limit } => Some((segment, limit)),
+            _ => None,
         }
     }
 
@@ -123,10 +148,14 @@ impl Model {
             "pages" => Some(Model::Pages),
             "remap" => Some(Model::Remap { slack: 0 }),
             _ => {
-                let mib: u64 = name.strip_prefix("remap:")?.parse().ok()?;
-                Some(Model::Remap {
-                    slack: mib.checked_mul(MIB)?,
-                })
+                let mib = |v: &str| v.parse::<u64>().ok()?.checked_mul(MIB);
+                if let Some(slack) = name.strip_prefix("remap:") {
+                    return Some(Model::Remap { slack: mib(slack)? });
+                }
+                let (segment, limit) = name.strip_prefix("segments:")?.split_once(':')?;
+                let (segment, limit) = (mib(segment)?, mib(limit)?);
+                (segment > 0 && segment <= MAX_ALLOCATION && limit <= MAX_ALLOCATION)
+                    .then_some(Model::Segments { segment, limit })
             }
         }
     }
@@ -136,6 +165,7 @@ impl Model {
             Model::Caching => "PyTorch's caching allocator (default settings)",
             Model::Expandable => "PyTorch's caching allocator, expandable_segments:True",
             Model::Pages => "2 MiB pages mapped under live blocks only (a bound)",
+            Model::Segments { .. } => "the caching allocator's rules, other shared segments",
             Model::Remap { .. } => "2 MiB pages mapped lazily, idle ones remapped beyond the slack",
         }
     }
@@ -235,7 +265,7 @@ fn request_size(bytes: u64) -> u64 {
 }
 
 fn should_split(model: Model, small: bool, rest: u64) -> bool {
-    if small || model != Model::Caching {
+    if small || model.shared_segments().is_none() {
         rest >= ROUND
     } else {
         rest > SMALL
@@ -286,11 +316,12 @@ impl Arena {
                 pool.free.remove(&(block_size, addr));
                 addr
             }
-            None if self.model == Model::Caching => {
+            None if self.model.shared_segments().is_some() => {
+                let (shared, limit) = self.model.shared_segments().expect("checked");
                 let segment = if small {
                     SMALL_SEGMENT
-                } else if size < MID_LIMIT {
-                    MID_SEGMENT
+                } else if size < limit {
+                    shared.max(round_up(size, LARGE_ROUND))
                 } else {
                     round_up(size, LARGE_ROUND)
                 };
@@ -615,7 +646,7 @@ pub fn report(trace: &Trace, sim: &Simulation) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<12} {:>14} {:>8} {:>7} {:>15}  model",
+        "{:<16} {:>14} {:>8} {:>7} {:>15}  model",
         "allocator", "peak reserved", "vs live", "grows", "remaps (late)"
     );
     let ratio = |n: u64| {
@@ -632,7 +663,7 @@ pub fn report(trace: &Trace, sim: &Simulation) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<12} {:>14} {:>8} {:>7} {:>15}  {}",
+            "{:<16} {:>14} {:>8} {:>7} {:>15}  {}",
             o.model.name(),
             mib(o.peak_reserved),
             ratio(o.peak_reserved),
@@ -647,7 +678,7 @@ pub fn report(trace: &Trace, sim: &Simulation) -> String {
     {
         let _ = writeln!(
             out,
-            "{:<12} {:>14} {:>8} {:>7} {:>15}  the allocator the trace was recorded under",
+            "{:<16} {:>14} {:>8} {:>7} {:>15}  the allocator the trace was recorded under",
             "recorded",
             mib(r),
             ratio(r),
@@ -735,6 +766,43 @@ mod tests {
         // off and serves the next 9 MiB.
         let o = run(Model::Caching, &[(9 * M, 0), (9 * M, 0)]);
         assert_eq!((o.peak_reserved, o.grows), (20 * MIB, 1));
+    }
+
+    #[test]
+    fn segments_of_another_size_follow_the_same_rules() {
+        // segments:20:10 is the caching allocator.
+        let ops = [(6 * M, 0), (6 * M, 0), (11 * M + 1, 0), (-1, 0), (9 * M, 0)];
+        let twenty = Model::Segments {
+            segment: 20 * MIB,
+            limit: 10 * MIB,
+        };
+        let caching = run(Model::Caching, &ops);
+        assert_eq!(
+            run(twenty, &ops),
+            Outcome {
+                model: twenty,
+                ..caching
+            }
+        );
+        // 64 MiB segments under 32 MiB: everything in one segment.
+        let o = run(
+            Model::Segments {
+                segment: 64 * MIB,
+                limit: 32 * MIB,
+            },
+            &ops,
+        );
+        assert_eq!((o.peak_reserved, o.grows), (64 * MIB, 1));
+        // A limit above the segment: a request between them gets a segment
+        // of its own size (30 MiB, used whole), the next a shared one.
+        let o = run(
+            Model::Segments {
+                segment: 20 * MIB,
+                limit: 64 * MIB,
+            },
+            &[(30 * M, 0), (5 * M, 0)],
+        );
+        assert_eq!((o.peak_reserved, o.grows), (50 * MIB, 2));
     }
 
     #[test]
@@ -846,6 +914,13 @@ mod tests {
             assert_eq!(Model::parse(&m.name()), Some(m));
         }
         assert_eq!(Model::parse("remap"), Some(Model::Remap { slack: 0 }));
+        assert_eq!(
+            Model::parse("segments:192:10"),
+            Some(Model::Segments {
+                segment: 192 * MIB,
+                limit: 10 * MIB
+            })
+        );
         for bad in [
             "",
             "remap:",
@@ -853,6 +928,10 @@ mod tests {
             "remap:-1",
             "Caching",
             "remap:99999999999999999",
+            "segments:0:10",
+            "segments:20",
+            "segments:20:10:1",
+            "segments:2000000:10",
         ] {
             assert_eq!(Model::parse(bad), None, "{bad:?}");
         }
