@@ -100,6 +100,11 @@ enum Command {
             value_delimiter = ','
         )]
         models: Vec<String>,
+        /// Every stream of a device takes from the same free blocks, as if
+        /// a block freed on one stream were ready on the others at once: the
+        /// bound of sharing blocks between streams.
+        #[arg(long)]
+        one_pool: bool,
     },
     /// Writes a synthetic trace (threads, streams, random sizes, address
     /// reuse), to try the tool and the page on a trace of any size.
@@ -160,7 +165,11 @@ fn run(cli: Cli) -> Result<(), String> {
                 started.elapsed().as_secs_f64()
             );
         }
-        Command::Simulate { trace, models } => {
+        Command::Simulate {
+            trace,
+            models,
+            one_pool,
+        } => {
             let models = models
                 .iter()
                 .map(|m| {
@@ -172,7 +181,8 @@ fn run(cli: Cli) -> Result<(), String> {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let t = read(&trace)?;
-            let sim = simulate::simulate(&t, &models).map_err(|e| format!("{}: {e}", trace.display()))?;
+            let sim =
+                simulate::simulate(&t, &models, one_pool).map_err(|e| format!("{}: {e}", trace.display()))?;
             print!("{}", simulate::report(&t, &sim));
         }
         Command::Convert { trace, out } => {

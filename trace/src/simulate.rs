@@ -542,10 +542,15 @@ impl Arena {
     }
 }
 
-/// Replays `trace` through each of `models`. A trace the models cannot
-/// hold (an allocation over [`MAX_ALLOCATION`], more memory in one stream
-/// than its simulated range) is an error naming the event.
-pub fn simulate(trace: &Trace, models: &[Model]) -> Result<Simulation, String> {
+/// Replays `trace` through each of `models`. With `one_pool`, every stream
+/// of a device takes from the same free blocks (and the same ranges), as if
+/// a block freed on one stream were ready on any other at once: no
+/// allocator can do that for free (reuse on another stream must wait for the
+/// free's stream), so it is the bound of sharing blocks between streams. A
+/// trace the models cannot hold (an allocation over [`MAX_ALLOCATION`],
+/// more memory in one stream than its simulated range) is an error naming
+/// the event.
+pub fn simulate(trace: &Trace, models: &[Model], one_pool: bool) -> Result<Simulation, String> {
     let mut arenas: Vec<Arena> = models.iter().map(|&m| Arena::new(m)).collect();
     // The trace's address → (bytes requested, each arena's address).
     let mut live: HashMap<u64, (u64, Vec<u64>)> = HashMap::new();
@@ -577,7 +582,7 @@ pub fn simulate(trace: &Trace, models: &[Model]) -> Result<Simulation, String> {
                 }
                 let addrs = arenas
                     .iter_mut()
-                    .map(|a| a.allocate(e.device, e.stream, e.bytes))
+                    .map(|a| a.allocate(e.device, if one_pool { None } else { e.stream }, e.bytes))
                     .collect::<Result<_, _>>()
                     .map_err(|why| format!("event {i}: {why}"))?;
                 live.insert(e.addr, (e.bytes, addrs));
@@ -716,7 +721,7 @@ mod tests {
             }
         }
         let trace = trace_of(events);
-        let sim = simulate(&trace, &[model]).unwrap();
+        let sim = simulate(&trace, &[model], false).unwrap();
         sim.outcomes[0].clone()
     }
 
@@ -809,6 +814,15 @@ mod tests {
     fn streams_do_not_share_free_blocks() {
         let o = run(Model::Caching, &[(6 * M, 0), (-1, 0), (6 * M, 1)]);
         assert_eq!((o.peak_reserved, o.grows), (40 * MIB, 2));
+        // Unless they are one pool.
+        let events = vec![
+            Event::new(0, Action::Allocate, 0, 0).on(0).at(6 << 20, 0x1000),
+            Event::new(1, Action::Free, 0, 0).on(0).at(6 << 20, 0x1000),
+            Event::new(2, Action::Allocate, 0, 0).on(1).at(6 << 20, 0x2000),
+        ];
+        let sim = simulate(&trace_of(events), &[Model::Caching, Model::Expandable], true).unwrap();
+        assert_eq!(sim.outcomes[0].peak_reserved, 20 * MIB);
+        assert_eq!(sim.outcomes[1].peak_reserved, 20 * MIB);
         let o = run(Model::Caching, &[(6 * M, 0), (-1, 0), (6 * M, 0)]);
         assert_eq!((o.peak_reserved, o.grows), (20 * MIB, 1));
     }
@@ -846,7 +860,7 @@ mod tests {
             Event::new(1, Action::Allocate, 0, 0).on(0).at(4096, 0x6000),
             Event::new(2, Action::Free, 0, 0).on(0).at(4096, 0x6000),
         ];
-        let sim = simulate(&trace_of(events), &Model::ALL).unwrap();
+        let sim = simulate(&trace_of(events), &Model::ALL, false).unwrap();
         assert_eq!(
             (sim.allocations, sim.frees, sim.unknown_frees, sim.peak_live),
             (1, 1, 1, 4096)
@@ -882,7 +896,7 @@ mod tests {
             Event::new(0, Action::Allocate, 0, 0).on(0).at(4096, 0x1000),
             Event::new(1, Action::Allocate, 0, 0).on(0).at(u64::MAX, 0x2000),
         ];
-        let err = simulate(&trace_of(huge), &Model::ALL).unwrap_err();
+        let err = simulate(&trace_of(huge), &Model::ALL, false).unwrap_err();
         assert!(
             err.starts_with("event 1: an allocation of 18446744073709551615 bytes"),
             "{err}"
@@ -895,10 +909,10 @@ mod tests {
                     .at(MAX_ALLOCATION, 0x1000 * (i + 1))
             })
             .collect();
-        let err = simulate(&trace_of(many.clone()), &[Model::Expandable]).unwrap_err();
+        let err = simulate(&trace_of(many.clone()), &[Model::Expandable], false).unwrap_err();
         assert!(err.starts_with("event 256: a stream's blocks outgrow"), "{err}");
         // The caching model's segments take them (each its own).
-        let sim = simulate(&trace_of(many), &[Model::Caching]).unwrap();
+        let sim = simulate(&trace_of(many), &[Model::Caching], false).unwrap();
         assert_eq!(sim.outcomes[0].peak_reserved, 300 * MAX_ALLOCATION);
     }
 
@@ -940,7 +954,7 @@ mod tests {
     fn peaks(name: &str) -> (Simulation, impl Fn(Model) -> u64) {
         let path = format!("{}/../benches/data/{name}", env!("CARGO_MANIFEST_DIR"));
         let trace = Trace::parse(&std::fs::read(&path).expect("a recorded trace")).expect("a trace");
-        let sim = simulate(&trace, &Model::ALL).unwrap();
+        let sim = simulate(&trace, &Model::ALL, false).unwrap();
         let outcomes = sim.outcomes.clone();
         let peak = move |m: Model| outcomes.iter().find(|o| o.model == m).unwrap().peak_reserved;
         (sim, peak)
