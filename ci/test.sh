@@ -113,6 +113,8 @@ if [ "$only" = all ] || [ "$only" = cuda ]; then
   # the deferred-free queue (loom, bounded preemptions: ci/loom.sh).
   cell loom show bash ci/loom.sh
   cell "racecheck-probe" quiet bash ci/build-racecheck-probe.sh "${CARGO_TARGET_DIR:-target}/racecheck-probe"
+  # The page-remap cost benchmark (run on a GPU machine) compiles.
+  cell remap-cost quiet bash -c 'mkdir -p "${CARGO_TARGET_DIR:-target}" && "$SOMALLOC_NVCC" -O2 -c -Xcompiler -Wall,-Wextra,-Werror -o "${CARGO_TARGET_DIR:-target}/remap_cost.o" benches/remap_cost.cu'
 fi
 cell bench-plots quiet bash ci/bench-plot-check.sh
 # The trace tool (a workspace member without a backend), and its page in
