@@ -424,11 +424,7 @@ impl Arena {
                     pool: key,
                 },
             );
-            self.pools
-                .get_mut(&key)
-                .expect("the block's pool")
-                .free
-                .insert((rest, addr + size));
+            self.free_list(key).insert((rest, addr + size));
         }
         let used = self.blocks[&addr].size;
         if self.counts_pages() {
@@ -511,11 +507,7 @@ impl Arena {
         let next = addr + size;
         if let Some(n) = self.blocks.get(&next).filter(|n| n.free && n.segment == segment) {
             let n_size = n.size;
-            self.pools
-                .get_mut(&key)
-                .expect("pool")
-                .free
-                .remove(&(n_size, next));
+            self.free_list(key).remove(&(n_size, next));
             self.blocks.remove(&next);
             size += n_size;
         }
@@ -526,11 +518,7 @@ impl Arena {
             .filter(|(&a, p)| p.free && p.segment == segment && a + p.size == addr)
             .map(|(&a, p)| (a, p.size));
         if let Some((p_addr, p_size)) = prev {
-            self.pools
-                .get_mut(&key)
-                .expect("pool")
-                .free
-                .remove(&(p_size, p_addr));
+            self.free_list(key).remove(&(p_size, p_addr));
             self.blocks.remove(&addr);
             start = p_addr;
             size += p_size;
@@ -538,7 +526,12 @@ impl Arena {
         let block = self.blocks.get_mut(&start).expect("the merged block");
         block.size = size;
         block.free = true;
-        self.pools.get_mut(&key).expect("pool").free.insert((size, start));
+        self.free_list(key).insert((size, start));
+    }
+
+    /// The free blocks of a pool that has blocks.
+    fn free_list(&mut self, key: PoolKey) -> &mut BTreeSet<(u64, u64)> {
+        &mut self.pools.get_mut(&key).expect("a block's pool exists").free
     }
 }
 
