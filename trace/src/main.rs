@@ -85,18 +85,18 @@ enum Command {
     },
     /// Replays the trace's allocations and frees through models of other
     /// allocators (PyTorch's caching allocator, with and without expandable
-    /// segments; an arena of 2 MiB pages, ideal and lazy) and prints the
-    /// device memory each would have reserved.
+    /// segments; an arena of 2 MiB pages, ideal and lazy; a planned
+    /// placement) and prints the device memory each would have reserved.
     Simulate {
         /// A somalloc trace or an RMM logging-adaptor CSV.
         trace: PathBuf,
         /// The models, comma-separated: caching, expandable, pages,
         /// segments:SIZE:LIMIT (shared segments of SIZE MiB for requests
         /// under LIMIT MiB), remap, remap:MIB (remap with a slack of MIB
-        /// MiB; remap is remap:0).
+        /// MiB; remap is remap:0), plan.
         #[arg(
             long,
-            default_value = "caching,expandable,pages,remap,remap:256",
+            default_value = "caching,expandable,pages,remap,remap:256,plan",
             value_delimiter = ','
         )]
         models: Vec<String>,
@@ -175,7 +175,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 .map(|m| {
                     simulate::Model::parse(m.trim()).ok_or_else(|| {
                         format!(
-                            "unknown model {m:?}: expected caching, expandable, pages, segments:SIZE:LIMIT, remap or remap:MIB"
+                            "unknown model {m:?}: expected caching, expandable, pages, segments:SIZE:LIMIT, remap, remap:MIB or plan"
                         )
                     })
                 })

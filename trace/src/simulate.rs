@@ -40,6 +40,12 @@
 //!   last user is done on the device: the report counts them, in all and in
 //!   the second half of the trace (a training loop's steady state).
 //!
+//! - [`Model::Plan`]: no allocator at all but a plan: the whole trace's
+//!   blocks, lifetimes known, placed in one arena per stream (largest
+//!   first, each at the lowest offset free for its lifetime). It is the
+//!   bound of an allocator that plans a training step's placement from a
+//!   recorded one; it never remaps.
+//!
 //! Against PyTorch 2.11's own `max_memory_reserved()` the models land on the
 //! byte, or within one 20 MiB page: the recorded traces in `benches/data`
 //! give 7708 and 7886 MiB on GPT-2 (PyTorch: the same), 3654 and 3188 MiB on
@@ -96,6 +102,9 @@ pub enum Model {
         /// Requests under this share them; larger ones get their own.
         limit: u64,
     },
+    /// One arena per stream holding the trace's blocks at offsets planned
+    /// with their lifetimes known.
+    Plan,
     /// Expandable placement, pages mapped lazily and remapped beyond the
     /// most pages ever live plus `slack` bytes.
     Remap {
@@ -108,16 +117,17 @@ pub enum Model {
 impl Model {
     /// Every model (the remap model with no slack).
     #[cfg(test)]
-    pub const ALL: [Model; 4] = [
+    pub const ALL: [Model; 5] = [
         Model::Caching,
         Model::Expandable,
         Model::Pages,
         Model::Remap { slack: 0 },
+        Model::Plan,
     ];
 
     /// The model's name on the command line: `caching`, `expandable`,
     /// `pages`, `segments:SIZE:LIMIT` (in MiB), `remap` or `remap:MIB` (a
-    /// slack in MiB; `remap` is `remap:0`).
+    /// slack in MiB; `remap` is `remap:0`), `plan`.
     pub fn name(self) -> String {
         match self {
             Model::Caching => "caching".into(),
@@ -127,6 +137,7 @@ impl Model {
                 format!("segments:{}:{}", segment / MIB, limit / MIB)
             }
             Model::Remap { slack } => format!("remap:{}", slack / MIB),
+            Model::Plan => "plan".into(),
         }
     }
 
@@ -147,6 +158,7 @@ impl Model {
             "expandable" => Some(Model::Expandable),
             "pages" => Some(Model::Pages),
             "remap" => Some(Model::Remap { slack: 0 }),
+            "plan" => Some(Model::Plan),
             _ => {
                 let mib = |v: &str| v.parse::<u64>().ok()?.checked_mul(MIB);
                 if let Some(slack) = name.strip_prefix("remap:") {
@@ -167,6 +179,7 @@ impl Model {
             Model::Pages => "2 MiB pages mapped under live blocks only (a bound)",
             Model::Segments { .. } => "the caching allocator's rules, other shared segments",
             Model::Remap { .. } => "2 MiB pages mapped lazily, idle ones remapped beyond the slack",
+            Model::Plan => "offsets planned with lifetimes known, an arena per stream (a bound)",
         }
     }
 }
@@ -181,7 +194,8 @@ pub struct Outcome {
     /// What it held after the last event.
     pub reserved_at_end: u64,
     /// The calls it would have made for more memory: segments (caching),
-    /// growths (expandable), pages mapped (pages), new pages (remap).
+    /// growths (expandable), pages mapped (pages), new pages (remap),
+    /// arenas (plan).
     pub grows: u64,
     /// The remap model: idle pages unmapped and mapped again elsewhere, in
     /// all and in the second half of the trace's events (0 for the others).
@@ -250,7 +264,23 @@ struct Arena {
     remaps_late: u64,
     /// Whether the replay is in the second half of the trace.
     late: bool,
+    /// The `plan` model: every block's lifetime (event indices) and size,
+    /// by pool; the replay's current event.
+    lifetimes: Vec<Lifetime>,
+    now: u64,
 }
+
+/// A block of the `plan` model.
+struct Lifetime {
+    start: u64,
+    end: u64,
+    size: u64,
+    pool: (u32, Option<u32>),
+}
+
+/// The most blocks the `plan` model places in one arena (its placement
+/// takes time quadratic in them).
+pub const PLAN_LIMIT: usize = 50_000;
 
 fn round_up(n: u64, to: u64) -> u64 {
     n.div_ceil(to) * to
@@ -290,6 +320,8 @@ impl Arena {
             remaps: 0,
             remaps_late: 0,
             late: false,
+            lifetimes: Vec::new(),
+            now: 0,
         }
     }
 
@@ -307,6 +339,15 @@ impl Arena {
     /// address.
     fn allocate(&mut self, device: u32, stream: Option<u32>, bytes: u64) -> Result<u64, String> {
         let size = request_size(bytes);
+        if self.model == Model::Plan {
+            self.lifetimes.push(Lifetime {
+                start: self.now,
+                end: u64::MAX,
+                size,
+                pool: (device, stream),
+            });
+            return Ok(self.lifetimes.len() as u64 - 1);
+        }
         let small = size <= SMALL;
         let key = (device, stream, small);
         let pool = self.pools.entry(key).or_default();
@@ -496,6 +537,10 @@ impl Arena {
     /// Frees the block at `addr`, merging it with free neighbours of its
     /// segment.
     fn free(&mut self, addr: u64) {
+        if self.model == Model::Plan {
+            self.lifetimes[addr as usize].end = self.now;
+            return;
+        }
         let (mut size, segment, key) = {
             let b = &self.blocks[&addr];
             (b.size, b.segment, b.pool)
@@ -529,6 +574,55 @@ impl Arena {
         self.free_list(key).insert((size, start));
     }
 
+    /// The `plan` model, after the replay: places each pool's blocks, the
+    /// largest first, each at the lowest offset that no block living at the
+    /// same time holds; each pool's arena is its highest end, rounded up to
+    /// 2 MiB.
+    fn plan(&mut self) -> Result<(), String> {
+        let mut pools: BTreeMap<(u32, Option<u32>), Vec<usize>> = BTreeMap::new();
+        for (i, l) in self.lifetimes.iter().enumerate() {
+            pools.entry(l.pool).or_default().push(i);
+        }
+        for (pool, mut blocks) in pools {
+            if blocks.len() > PLAN_LIMIT {
+                return Err(format!(
+                    "the plan model places at most {PLAN_LIMIT} blocks a stream; stream {} of device {} has {}",
+                    pool.1.map_or_else(|| "(none)".to_string(), |s| s.to_string()),
+                    pool.0,
+                    blocks.len()
+                ));
+            }
+            let l = &self.lifetimes;
+            blocks.sort_by_key(|&i| (std::cmp::Reverse(l[i].size), l[i].start));
+            // (start, end, offset, size) of the blocks placed so far.
+            let mut placed: Vec<(u64, u64, u64, u64)> = Vec::with_capacity(blocks.len());
+            let mut top = 0;
+            let mut taken: Vec<(u64, u64)> = Vec::new();
+            for i in blocks {
+                let b = &l[i];
+                taken.clear();
+                taken.extend(
+                    placed
+                        .iter()
+                        .filter(|p| p.0 < b.end && b.start < p.1)
+                        .map(|p| (p.2, p.2 + p.3)),
+                );
+                taken.sort_unstable();
+                let mut offset = 0;
+                for &(from, to) in &taken {
+                    if offset + b.size <= from {
+                        break;
+                    }
+                    offset = offset.max(to);
+                }
+                placed.push((b.start, b.end, offset, b.size));
+                top = top.max(offset + b.size);
+            }
+            self.hold(round_up(top, PAGE));
+        }
+        Ok(())
+    }
+
     /// The free blocks of a pool that has blocks.
     fn free_list(&mut self, key: PoolKey) -> &mut BTreeSet<(u64, u64)> {
         &mut self.pools.get_mut(&key).expect("a block's pool exists").free
@@ -551,10 +645,9 @@ pub fn simulate(trace: &Trace, models: &[Model], one_pool: bool) -> Result<Simul
     let (mut live_bytes, mut peak_live) = (0u64, 0u64);
     let half = trace.events.len() / 2;
     for (i, e) in trace.events.iter().enumerate() {
-        if i == half {
-            for a in &mut arenas {
-                a.late = true;
-            }
+        for a in &mut arenas {
+            a.late = i >= half;
+            a.now = i as u64;
         }
         match e.action {
             Action::Allocate => {
@@ -594,6 +687,11 @@ pub fn simulate(trace: &Trace, models: &[Model], one_pool: bool) -> Result<Simul
                 None => unknown_frees += 1,
             },
             _ => {}
+        }
+    }
+    for a in &mut arenas {
+        if a.model == Model::Plan {
+            a.plan()?;
         }
     }
     Ok(Simulation {
@@ -910,6 +1008,50 @@ mod tests {
     }
 
     #[test]
+    fn the_plan_model_places_blocks_by_their_lifetimes() {
+        // B (4 MiB) is freed before C (4 MiB) comes: they share offset 0;
+        // A (2 MiB) lives throughout and goes above them.
+        let o = run(Model::Plan, &[(2 * M, 0), (4 * M, 0), (-2, 0), (4 * M, 0)]);
+        assert_eq!((o.peak_reserved, o.grows, o.remaps), (6 * MIB, 1, 0));
+        // C on another stream: an arena of its own.
+        let ops = [(2 * M, 0), (4 * M, 0), (-2, 0), (4 * M, 1)];
+        let o = run(Model::Plan, &ops);
+        assert_eq!((o.peak_reserved, o.grows), (10 * MIB, 2));
+        // Unless the streams are one pool.
+        let mut events = Vec::new();
+        for (t, (bytes, stream, addr, free)) in [
+            (2u64 << 20, 0, 0x1000, false),
+            (4 << 20, 0, 0x2000, false),
+            (4 << 20, 0, 0x2000, true),
+            (4 << 20, 1, 0x3000, false),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let action = if free { Action::Free } else { Action::Allocate };
+            events.push(Event::new(t as u64, action, 0, 0).on(stream).at(bytes, addr));
+        }
+        let sim = simulate(&trace_of(events), &[Model::Plan], true).unwrap();
+        assert_eq!(sim.outcomes[0].peak_reserved, 6 * MIB);
+        // Arenas round up to 2 MiB.
+        let o = run(Model::Plan, &[(1000, 0), (3 * M, 0)]);
+        assert_eq!(o.peak_reserved, 4 * MIB);
+    }
+
+    #[test]
+    fn the_plan_model_refuses_a_stream_of_more_blocks_than_it_places() {
+        let events: Vec<Event> = (0..PLAN_LIMIT as u64 + 1)
+            .map(|i| {
+                Event::new(i, Action::Allocate, 0, 0)
+                    .on(0)
+                    .at(512, 0x1000 * (i + 1))
+            })
+            .collect();
+        let err = simulate(&trace_of(events), &[Model::Plan], false).unwrap_err();
+        assert!(err.contains("at most 50000 blocks a stream"), "{err}");
+    }
+
+    #[test]
     fn model_names_parse_and_print_back() {
         for m in [
             Model::Caching,
@@ -917,6 +1059,7 @@ mod tests {
             Model::Pages,
             Model::Remap { slack: 0 },
             Model::Remap { slack: 256 * MIB },
+            Model::Plan,
         ] {
             assert_eq!(Model::parse(&m.name()), Some(m));
         }
@@ -982,6 +1125,14 @@ mod tests {
                 "{trace}"
             );
             assert_eq!(peak(Model::Remap { slack: 0 }), pages, "{trace}");
+            // Every live block has its own place in its stream's arena:
+            // the plan holds at least the live peak; on one stream it is
+            // within 1 % of it.
+            let plan = peak(Model::Plan);
+            assert!(sim.peak_live <= plan, "{trace}");
+            if trace != "mix.trace" {
+                assert!(plan * 100 <= sim.peak_live * 101, "{trace}: {plan}");
+            }
             assert_eq!(sim.unknown_frees, 0);
         }
     }
