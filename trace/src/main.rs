@@ -6,7 +6,7 @@
 //! somalloc-trace html run.trace -o run.html     # one self-contained page: open it in a browser
 //! somalloc-trace convert rmm-log.csv -o run.trace
 //! somalloc-trace synth --events 1000000 -o big.trace
-//! somalloc-trace simulate run.trace           # what PyTorch's allocators would have reserved
+//! somalloc-trace simulate run.trace           # what other allocators would have reserved
 //! ```
 //!
 //! The trace format is read with the library's own code
@@ -14,7 +14,8 @@
 //! GPU backend and runs anywhere.
 //!
 //! Depends on that one file of the library and on clap; `analysis` reads a
-//! trace into peaks and live sets, `html` draws the page.
+//! trace into peaks and live sets, `html` draws the page, `simulate` replays
+//! a trace through models of other allocators.
 
 #[path = "../../src/trace/format.rs"]
 #[allow(dead_code)]

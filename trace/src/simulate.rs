@@ -197,9 +197,10 @@ pub struct Outcome {
     /// growths (expandable), pages mapped (pages), new pages (remap),
     /// arenas (plan).
     pub grows: u64,
-    /// The remap model: idle pages unmapped and mapped again elsewhere, in
-    /// all and in the second half of the trace's events (0 for the others).
+    /// The remap model: idle pages unmapped and mapped again elsewhere (0
+    /// for the others).
     pub remaps: u64,
+    /// Those of `remaps` in the second half of the trace's events.
     pub remaps_late: u64,
 }
 
@@ -352,13 +353,12 @@ impl Arena {
         let key = (device, stream, small);
         let pool = self.pools.entry(key).or_default();
         let fit = pool.free.range((size, 0)..).next().copied();
-        let addr = match fit {
-            Some((block_size, addr)) => {
+        let addr = match (fit, self.model.shared_segments()) {
+            (Some((block_size, addr)), _) => {
                 pool.free.remove(&(block_size, addr));
                 addr
             }
-            None if self.model.shared_segments().is_some() => {
-                let (shared, limit) = self.model.shared_segments().expect("checked");
+            (None, Some((shared, limit))) => {
                 let segment = if small {
                     SMALL_SEGMENT
                 } else if size < limit {
@@ -383,7 +383,7 @@ impl Arena {
                 self.hold(segment);
                 addr
             }
-            None => self.grow_range(key, size)?,
+            (None, None) => self.grow_range(key, size)?,
         };
         self.take(addr, size, small);
         Ok(addr)
@@ -484,19 +484,19 @@ impl Arena {
             if self.mapped_pages.contains(&page) {
                 continue;
             }
-            let held = self.reserved / PAGE;
-            match self.idle_pages.pop_last() {
-                Some(victim) if held >= self.max_live_pages + slack_pages => {
+            let over_slack = self.reserved / PAGE >= self.max_live_pages + slack_pages;
+            let victim = if over_slack {
+                self.idle_pages.pop_last()
+            } else {
+                None
+            };
+            match victim {
+                Some(victim) => {
                     self.mapped_pages.remove(&victim);
                     self.remaps += 1;
                     self.remaps_late += u64::from(self.late);
                 }
-                victim => {
-                    if let Some(v) = victim {
-                        self.idle_pages.insert(v);
-                    }
-                    self.hold(PAGE);
-                }
+                None => self.hold(PAGE),
             }
             self.mapped_pages.insert(page);
         }
