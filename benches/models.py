@@ -124,6 +124,10 @@ def child(mode, workload, steps, extra):
         step = {"resnet50": resnet, "gpt2": gpt2}[workload]()
 
     times, losses, peak = [], [], 0
+    # After each step: the drop of free memory, and the allocator's own
+    # reserved peak so far (PyTorch's max_memory_reserved, somalloc's pool
+    # reserved peak), to see in which step each figure was reached.
+    step_mem, step_reserved_peak = [], []
     torch.cuda.synchronize()
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -131,7 +135,13 @@ def child(mode, workload, steps, extra):
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
         losses.append(float(loss.item()))
-        peak = max(peak, free0 - torch.cuda.mem_get_info()[0])
+        drop = free0 - torch.cuda.mem_get_info()[0]
+        peak = max(peak, drop)
+        step_mem.append(drop / 2**20)
+        if kind == "somalloc":
+            step_reserved_peak.append(somalloc.stats()["pool_reserved_peak_bytes"] / 2**20)
+        else:
+            step_reserved_peak.append(torch.cuda.max_memory_reserved() / 2**20)
     out = {
         "mode": mode,
         "workload": workload,
@@ -139,6 +149,8 @@ def child(mode, workload, steps, extra):
         "step_ms": times,
         "peak_mib": peak / 2**20,
         "losses": losses,
+        "step_mem_mib": step_mem,
+        "step_reserved_peak_mib": step_reserved_peak,
         "device": torch.cuda.get_device_name(0),
         "conf": conf if kind == "somalloc" else os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         "torch": torch.__version__,
