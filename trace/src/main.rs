@@ -7,13 +7,15 @@
 //! somalloc-trace convert rmm-log.csv -o run.trace
 //! somalloc-trace synth --events 1000000 -o big.trace
 //! somalloc-trace simulate run.trace           # what other allocators would have reserved
+//! somalloc-trace steps run.trace              # the repeated step, planned and served again
 //! ```
 //!
 //! The trace format is read with the library's own code
 //! (`src/trace/format.rs`, compiled in here), so the tool builds without a
 //! GPU backend and runs anywhere.
 //!
-//! Depends on that one file of the library and on clap; `analysis` reads a
+//! Depends on that one file of the library and on clap (proptest for its
+//! tests); `analysis` reads a
 //! trace into peaks and live sets, `html` draws the page, `simulate` replays
 //! a trace through models of other allocators.
 
@@ -23,7 +25,9 @@ mod format;
 
 mod analysis;
 mod html;
+mod planner;
 mod simulate;
+mod steps;
 mod summary;
 mod synth;
 
@@ -107,6 +111,18 @@ enum Command {
         #[arg(long)]
         one_pool: bool,
     },
+    /// Finds the step the program repeats on each stream, plans a recorded
+    /// step's placement (lifetimes known, blocks that live into the next
+    /// step included) and serves the last step from that plan, each block
+    /// checked against the live ones: what an allocator that plans steps
+    /// would hold.
+    Steps {
+        /// A somalloc trace or an RMM logging-adaptor CSV.
+        trace: PathBuf,
+        /// How many slots ahead an allocation looks for a slot of its size.
+        #[arg(long, default_value_t = 16)]
+        window: usize,
+    },
     /// Writes a synthetic trace (threads, streams, random sizes, address
     /// reuse), to try the tool and the page on a trace of any size.
     Synth {
@@ -185,6 +201,11 @@ fn run(cli: Cli) -> Result<(), String> {
             let sim =
                 simulate::simulate(&t, &models, one_pool).map_err(|e| format!("{}: {e}", trace.display()))?;
             print!("{}", simulate::report(&t, &sim));
+        }
+        Command::Steps { trace, window } => {
+            let t = read(&trace)?;
+            let s = steps::steps(&t, window).map_err(|e| format!("{}: {e}", trace.display()))?;
+            print!("{}", steps::report(&t, &s));
         }
         Command::Convert { trace, out } => {
             let t = read(&trace)?;

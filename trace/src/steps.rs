@@ -1,0 +1,315 @@
+//! `steps`: finds the step a program repeats on each stream, plans one
+//! recorded step's placement ([`crate::planner`]) and serves the steps
+//! after it from that plan, as an allocator that plans would.
+//!
+//! A trace has no step marks: the step is found as the period of the
+//! stream's allocation sizes that the most allocations at the trace's end
+//! follow (at least two periods of them). The step planned is the last one
+//! whose next step is in the trace (the frees of blocks that live into the
+//! next step are then known); the steps after it are replayed through a
+//! [`Server`]. An allocation the server refuses is counted as taken
+//! elsewhere, at its requested size: the figure beside the arena is the
+//! live peak of those, not what any allocator would reserve for them.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use crate::format::{Action, Trace};
+use crate::planner::{End, Plan, Rec, Server};
+
+/// Streams with more allocations than this are not searched for a step.
+pub const MAX_ALLOCATIONS: usize = 200_000;
+/// The shortest step searched for, in allocations.
+pub const MIN_STEP: usize = 4;
+
+/// One stream's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSteps {
+    pub device: u32,
+    pub stream: Option<u32>,
+    pub allocations: usize,
+    /// The step in allocations, and how many whole steps repeat it at the
+    /// trace's end; `None`: no step repeats.
+    pub step: Option<(usize, usize)>,
+    pub planned: usize,
+    pub placed: usize,
+    pub placed_bytes: u64,
+    pub arena: u64,
+    pub served: u64,
+    pub refused: u64,
+    pub skipped: u64,
+    /// The live peak of the blocks not in the arena (those before the
+    /// replayed steps included), during the replayed steps.
+    pub outside_peak: u64,
+    /// Whether any steps were replayed.
+    pub replayed: bool,
+}
+
+/// The period `p` (in allocations) that the longest run at the end of
+/// `sizes` follows, with that run's length; at least two periods long.
+pub fn find_step(sizes: &[u64]) -> Option<(usize, usize)> {
+    let n = sizes.len();
+    if n > MAX_ALLOCATIONS {
+        return None;
+    }
+    let mut best: Option<(usize, usize)> = None;
+    for p in MIN_STEP..=n / 2 {
+        let run = (0..n - p)
+            .take_while(|&i| sizes[n - 1 - i] == sizes[n - 1 - i - p])
+            .count();
+        // A run of `run` matches covers `run + p` allocations.
+        if run >= p && best.is_none_or(|(_, r)| run + p > r) {
+            best = Some((p, run + p));
+        }
+    }
+    best
+}
+
+/// One stream's events: allocations and frees of blocks it allocated,
+/// as (size, the index of the allocation a free frees).
+enum Ev {
+    Alloc(u64),
+    Free(usize),
+}
+
+pub fn steps(trace: &Trace, window: usize) -> Result<Vec<StreamSteps>, String> {
+    let mut per: HashMap<(u32, Option<u32>), Vec<Ev>> = HashMap::new();
+    let mut owner: HashMap<u64, ((u32, Option<u32>), usize)> = HashMap::new();
+    for e in &trace.events {
+        match e.action {
+            Action::Allocate => {
+                let key = (e.device, e.stream);
+                let evs = per.entry(key).or_default();
+                owner.insert(e.addr, (key, evs.len()));
+                evs.push(Ev::Alloc(e.bytes));
+            }
+            Action::Free => {
+                if let Some((key, at)) = owner.remove(&e.addr) {
+                    per.get_mut(&key).expect("the owner's stream").push(Ev::Free(at));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut keys: Vec<_> = per.keys().copied().collect();
+    keys.sort();
+    keys.into_iter()
+        .map(|k| stream_steps(k, &per[&k], window))
+        .collect()
+}
+
+fn stream_steps(key: (u32, Option<u32>), evs: &[Ev], window: usize) -> Result<StreamSteps, String> {
+    let allocs: Vec<usize> = (0..evs.len())
+        .filter(|&i| matches!(evs[i], Ev::Alloc(_)))
+        .collect();
+    let sizes: Vec<u64> = allocs
+        .iter()
+        .map(|&i| match evs[i] {
+            Ev::Alloc(s) => s,
+            Ev::Free(_) => unreachable!(),
+        })
+        .collect();
+    let mut out = StreamSteps {
+        device: key.0,
+        stream: key.1,
+        allocations: sizes.len(),
+        step: None,
+        planned: 0,
+        placed: 0,
+        placed_bytes: 0,
+        arena: 0,
+        served: 0,
+        refused: 0,
+        skipped: 0,
+        outside_peak: 0,
+        replayed: false,
+    };
+    let Some((p, run)) = find_step(&sizes) else {
+        // No plan: every block is outside an arena.
+        let (mut now, mut size_of) = (0u64, HashMap::new());
+        for (i, e) in evs.iter().enumerate() {
+            match *e {
+                Ev::Alloc(s) => {
+                    size_of.insert(i, s);
+                    now += s;
+                    out.outside_peak = out.outside_peak.max(now);
+                }
+                Ev::Free(a) => now -= size_of.remove(&a).unwrap_or(0),
+            }
+        }
+        return Ok(out);
+    };
+    let n = sizes.len();
+    let whole = run / p;
+    out.step = Some((p, whole));
+    // Step starts (event positions) of the repeated steps, then the end.
+    let mut starts: Vec<usize> = (1..=whole).rev().map(|k| allocs[n - k * p]).collect();
+    starts.push(evs.len());
+    // The step planned: the last with a whole next step.
+    let (from, to, next_end) = (starts[whole - 2], starts[whole - 1], starts[whole]);
+    let index_of: HashMap<usize, usize> = allocs.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+    let mut freed_at: HashMap<usize, usize> = HashMap::new();
+    for (pos, e) in evs.iter().enumerate() {
+        if let Ev::Free(a) = e {
+            freed_at.insert(*a, pos);
+        }
+    }
+    let len = u32::try_from(to - from).map_err(|_| "a step of over 4 billion events".to_string())?;
+    let recs: Vec<Rec> = (from..to)
+        .filter(|&i| matches!(evs[i], Ev::Alloc(_)))
+        .map(|i| {
+            let end = match freed_at.get(&i) {
+                Some(&f) if f < to => End::InStep((f - from) as u32),
+                Some(&f) if f < next_end => End::Next((f - to) as u32),
+                _ => End::Later,
+            };
+            Rec {
+                size: sizes[index_of[&i]],
+                at: (i - from) as u32,
+                end,
+            }
+        })
+        .collect();
+    let plan = Plan::build(&recs, len)?;
+    out.planned = recs.len();
+    out.placed = plan.slots.iter().filter(|s| s.offset.is_some()).count();
+    out.placed_bytes = plan.placed_bytes();
+    out.arena = plan.arena;
+    // Replay the steps after it. Blocks allocated before are outside the
+    // arena; so are the ones the server refuses.
+    let mut server = Server::new(&plan, window);
+    let mut outside: HashMap<usize, u64> = HashMap::new();
+    let mut outside_now = 0u64;
+    for (i, e) in evs[..to].iter().enumerate() {
+        match *e {
+            Ev::Alloc(s) => {
+                outside.insert(i, s);
+                outside_now += s;
+            }
+            Ev::Free(a) => outside_now -= outside.remove(&a).unwrap_or(0),
+        }
+    }
+    out.outside_peak = outside_now;
+    let mut in_arena: HashMap<usize, usize> = HashMap::new();
+    for w in starts[whole - 1..].windows(2) {
+        server.begin_step();
+        out.replayed = true;
+        for (i, e) in evs.iter().enumerate().take(w[1]).skip(w[0]) {
+            match *e {
+                Ev::Alloc(s) => match server.allocate(s) {
+                    Some((slot, _)) => {
+                        in_arena.insert(i, slot);
+                    }
+                    None => {
+                        outside.insert(i, s);
+                        outside_now += s;
+                        out.outside_peak = out.outside_peak.max(outside_now);
+                    }
+                },
+                Ev::Free(a) => {
+                    if let Some(slot) = in_arena.remove(&a) {
+                        server.free(slot);
+                    } else {
+                        outside_now -= outside.remove(&a).unwrap_or(0);
+                    }
+                }
+            }
+        }
+    }
+    out.served = server.served;
+    out.refused = server.refused;
+    out.skipped = server.skipped;
+    Ok(out)
+}
+
+fn mib(n: u64) -> String {
+    format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64)
+}
+
+pub fn report(trace: &Trace, streams: &[StreamSteps]) -> String {
+    let mut out = String::new();
+    let (mut arena, mut outside) = (0, 0);
+    for s in streams {
+        let name = match s.stream {
+            Some(i) => trace
+                .streams
+                .get(i as usize)
+                .map_or_else(|| format!("#{i}"), |st| format!("{:#x}", st.handle)),
+            None => "(none)".into(),
+        };
+        let _ = write!(
+            out,
+            "device {} stream {name}: {} allocations",
+            s.device, s.allocations
+        );
+        let Some((p, whole)) = s.step else {
+            let _ = writeln!(out, "; no repeated step; live at most {}", mib(s.outside_peak));
+            outside += s.outside_peak;
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "; a step of {p} allocations, {whole} repeated at the end\n  \
+             plan of the last step but one: {} blocks, {} placed ({}), arena {}",
+            s.planned,
+            s.placed,
+            mib(s.placed_bytes),
+            mib(s.arena)
+        );
+        if s.replayed {
+            let _ = writeln!(
+                out,
+                "  the last step served from it: {} served, {} refused, {} skipped; \
+                 live outside the arena at most {}; arena + that: {}",
+                s.served,
+                s.refused,
+                s.skipped,
+                mib(s.outside_peak),
+                mib(s.arena + s.outside_peak)
+            );
+        }
+        arena += s.arena;
+        outside += s.outside_peak;
+    }
+    let _ = writeln!(
+        out,
+        "all streams: arenas {}, live outside them at most {} (each stream's peak, summed): {}",
+        mib(arena),
+        mib(outside),
+        mib(arena + outside)
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_step_is_the_period_the_most_allocations_follow() {
+        // A prologue, then three steps of 5 whose last two allocations
+        // also repeat with a period of 1.
+        let step = [7, 8, 9, 4, 4];
+        let mut sizes = vec![1, 2, 3];
+        for _ in 0..3 {
+            sizes.extend(step);
+        }
+        assert_eq!(find_step(&sizes), Some((5, 15)));
+        assert_eq!(find_step(&[1, 2, 3, 4, 5]), None);
+        assert_eq!(find_step(&[]), None);
+    }
+
+    #[test]
+    fn the_shipped_traces_plan_to_about_their_live_peak() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../benches/data/");
+        for (name, step, arena_mib) in [("gpt2", 1432, 5855), ("resnet50", 926, 2758)] {
+            let bytes = std::fs::read(format!("{dir}{name}.trace")).unwrap();
+            let t = Trace::parse(&bytes).unwrap();
+            let s = steps(&t, 16).unwrap();
+            let main = s.iter().find(|s| s.step.is_some()).unwrap();
+            assert_eq!(main.step.unwrap().0, step, "{name}");
+            assert_eq!(main.arena >> 20, arena_mib, "{name}");
+            assert!(main.served > 0 && main.replayed, "{name}");
+        }
+    }
+}
