@@ -125,6 +125,7 @@
 
 mod clock;
 mod format;
+pub mod plan;
 pub(crate) mod recorder;
 mod ring;
 

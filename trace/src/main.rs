@@ -25,7 +25,9 @@ mod format;
 
 mod analysis;
 mod html;
-mod planner;
+#[path = "../../src/trace/plan.rs"]
+#[allow(dead_code)]
+mod plan;
 mod simulate;
 mod steps;
 mod summary;

@@ -1,5 +1,5 @@
 //! `steps`: finds the step a program repeats on each stream, plans one
-//! recorded step's placement ([`crate::planner`]) and serves the steps
+//! recorded step's placement ([`crate::plan`], the library's planner) and serves the steps
 //! after it from that plan, as an allocator that plans would.
 //!
 //! A trace has no step marks: the step is found as the period of the
@@ -15,12 +15,9 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use crate::format::{Action, Trace};
-use crate::planner::{End, Plan, Rec, Server};
+use std::sync::Arc;
 
-/// Streams with more allocations than this are not searched for a step.
-pub const MAX_ALLOCATIONS: usize = 200_000;
-/// The shortest step searched for, in allocations.
-pub const MIN_STEP: usize = 4;
+use crate::plan::{find_step, End, Op, Plan, Rec, Server};
 
 /// One stream's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,26 +40,9 @@ pub struct StreamSteps {
     pub outside_peak: u64,
     /// Whether any steps were replayed.
     pub replayed: bool,
-}
-
-/// The period `p` (in allocations) that the longest run at the end of
-/// `sizes` follows, with that run's length; at least two periods long.
-pub fn find_step(sizes: &[u64]) -> Option<(usize, usize)> {
-    let n = sizes.len();
-    if n > MAX_ALLOCATIONS {
-        return None;
-    }
-    let mut best: Option<(usize, usize)> = None;
-    for p in MIN_STEP..=n / 2 {
-        let run = (0..n - p)
-            .take_while(|&i| sizes[n - 1 - i] == sizes[n - 1 - i - p])
-            .count();
-        // A run of `run` matches covers `run + p` allocations.
-        if run >= p && best.is_none_or(|(_, r)| run + p > r) {
-            best = Some((p, run + p));
-        }
-    }
-    best
+    /// The arena of the whole stream's plan (`plan:` of the C ABI):
+    /// every allocation placed, the repeated step for ever after.
+    pub program_arena: u64,
 }
 
 /// One stream's events: allocations and frees of blocks it allocated,
@@ -123,7 +103,16 @@ fn stream_steps(key: (u32, Option<u32>), evs: &[Ev], window: usize) -> Result<St
         skipped: 0,
         outside_peak: 0,
         replayed: false,
+        program_arena: 0,
     };
+    let ops: Vec<Op> = evs
+        .iter()
+        .map(|e| match *e {
+            Ev::Alloc(s) => Op::Alloc(s),
+            Ev::Free(i) => Op::Free(allocs.partition_point(|&a| a < i)),
+        })
+        .collect();
+    out.program_arena = Plan::for_program(&ops)?.arena;
     let Some((p, run)) = find_step(&sizes) else {
         // No plan: every block is outside an arena.
         let (mut now, mut size_of) = (0u64, HashMap::new());
@@ -170,14 +159,14 @@ fn stream_steps(key: (u32, Option<u32>), evs: &[Ev], window: usize) -> Result<St
             }
         })
         .collect();
-    let plan = Plan::build(&recs, len)?;
+    let plan = Arc::new(Plan::build(&recs, len)?);
     out.planned = recs.len();
     out.placed = plan.slots.iter().filter(|s| s.offset.is_some()).count();
     out.placed_bytes = plan.placed_bytes();
     out.arena = plan.arena;
     // Replay the steps after it. Blocks allocated before are outside the
     // arena; so are the ones the server refuses.
-    let mut server = Server::new(&plan, window);
+    let mut server = Server::new(plan.clone(), window);
     let mut outside: HashMap<usize, u64> = HashMap::new();
     let mut outside_now = 0u64;
     for (i, e) in evs[..to].iter().enumerate() {
@@ -229,6 +218,7 @@ fn mib(n: u64) -> String {
 pub fn report(trace: &Trace, streams: &[StreamSteps]) -> String {
     let mut out = String::new();
     let (mut arena, mut outside) = (0, 0);
+    let program: u64 = streams.iter().map(|s| s.program_arena).sum();
     for s in streams {
         let name = match s.stream {
             Some(i) => trace
@@ -273,10 +263,12 @@ pub fn report(trace: &Trace, streams: &[StreamSteps]) -> String {
     }
     let _ = writeln!(
         out,
-        "all streams: arenas {}, live outside them at most {} (each stream's peak, summed): {}",
+        "all streams: step arenas {}, live outside them at most {} (each stream's peak, summed): {}\n\
+         all streams planned whole: {}",
         mib(arena),
         mib(outside),
-        mib(arena + outside)
+        mib(arena + outside),
+        mib(program)
     );
     out
 }
@@ -284,20 +276,6 @@ pub fn report(trace: &Trace, streams: &[StreamSteps]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_step_is_the_period_the_most_allocations_follow() {
-        // A prologue, then three steps of 5 whose last two allocations
-        // also repeat with a period of 1.
-        let step = [7, 8, 9, 4, 4];
-        let mut sizes = vec![1, 2, 3];
-        for _ in 0..3 {
-            sizes.extend(step);
-        }
-        assert_eq!(find_step(&sizes), Some((5, 15)));
-        assert_eq!(find_step(&[1, 2, 3, 4, 5]), None);
-        assert_eq!(find_step(&[]), None);
-    }
 
     #[test]
     fn the_shipped_traces_plan_to_about_their_live_peak() {
@@ -310,6 +288,12 @@ mod tests {
             assert_eq!(main.step.unwrap().0, step, "{name}");
             assert_eq!(main.arena >> 20, arena_mib, "{name}");
             assert!(main.served > 0 && main.replayed, "{name}");
+            // The whole program planned: within 1 % of the live peak.
+            let live = crate::analysis::Analysis::of(&t).total.peak.bytes;
+            assert!(
+                main.program_arena >= live && main.program_arena <= live + live / 100,
+                "{name}"
+            );
         }
     }
 }
