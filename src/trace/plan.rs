@@ -32,21 +32,18 @@
 //!
 //! ```
 //! use somalloc::trace::plan::{Op, Plan, Server};
-//! // Allocate 1 MiB, free it, allocate 1 MiB, free it: one step, twice.
-//! let step = [Op::Alloc(1 << 20), Op::Free(0), Op::Alloc(1 << 20), Op::Free(1)];
-//! let program: Vec<Op> = step
-//!     .iter()
-//!     .chain(step.iter().map(|op| match *op {
-//!         Op::Free(k) => Op::Free(k + 2),
-//!         other => other,
-//!     }).collect::<Vec<_>>().iter())
-//!     .copied()
-//!     .collect();
-//! let plan = Plan::for_program(&program).unwrap();
-//! assert_eq!(plan.arena, 1 << 20); // the two blocks never live together
+//! // A step of four allocations (1 to 4 MiB), each freed at once; recorded
+//! // twice.
+//! let mut recorded = Vec::new();
+//! for k in 0..8 {
+//!     recorded.push(Op::Alloc((k % 4 + 1) << 20));
+//!     recorded.push(Op::Free(k as usize));
+//! }
+//! let plan = Plan::for_program(&recorded).unwrap();
+//! assert_eq!(plan.arena, 4 << 20); // no two blocks live together
 //! let mut server = Server::for_program(plan.into(), 8);
-//! for _ in 0..10 {
-//!     let (slot, offset) = server.allocate(1 << 20).unwrap();
+//! for k in 0..100 {
+//!     let (slot, offset) = server.allocate((k % 4 + 1) << 20).unwrap();
 //!     assert_eq!(offset, 0);
 //!     assert!(server.free(slot));
 //! }
