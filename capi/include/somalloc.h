@@ -7,6 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// How many slots ahead an allocation looks for a slot of its size.
+#define WINDOW 16
+
 // What an entry point returns: `SOMALLOC_STATUS_OK` (0) or why it failed.
 // The text of the last failure on the calling thread is
 // `somalloc_last_error_message()`. Values are stable; new ones may be
@@ -92,6 +95,13 @@ typedef struct {
   uint64_t cache_released;
   // Allocations made while their stream was capturing (graph memory).
   uint64_t cache_captured;
+  // Bytes of the arenas of the streams' plans (`plan:`).
+  uint64_t plan_arena_bytes;
+  // Allocations served from a plan's arena.
+  uint64_t plan_served;
+  // Allocations a plan had no free slot of their size for (served by
+  // the cache tier or the pool).
+  uint64_t plan_refused;
 } SomallocStats;
 
 #ifdef __cplusplus

@@ -36,6 +36,9 @@ pub struct Conf {
     pub trace: Option<String>,
     /// With a backtrace at every allocation of the trace.
     pub trace_backtraces: bool,
+    /// Serve allocations from a placement planned from this trace of an
+    /// earlier run (`plan.rs`), or `None`.
+    pub plan: Option<String>,
     /// Grant every device that can reach a device's pool read-write access
     /// to it (so that copies between devices, which PyTorch makes, can read
     /// and write pool memory).
@@ -52,6 +55,7 @@ impl Default for Conf {
             cache: Some(CacheConfig::default()),
             trace: None,
             trace_backtraces: false,
+            plan: None,
             peer_access: true,
         }
     }
@@ -60,7 +64,7 @@ impl Default for Conf {
 /// The keys, for messages and the documentation.
 pub const KEYS: &str = "pool, release_threshold, reuse, max_size, cache, cache_total_cap, \
                         cache_per_stream_cap, cache_max_block, cache_reuse_larger, cache_headroom, trace, \
-                        trace_backtraces, peer_access";
+                        trace_backtraces, plan, peer_access";
 
 impl Conf {
     /// Parses `text` over the defaults. Empty text (or only commas and
@@ -135,6 +139,15 @@ impl Conf {
                     }
                 }
                 "trace_backtraces" => conf.trace_backtraces = parse_switch(value).map_err(|e| bad(&e))?,
+                // Planned placement: `off`, or the path of a trace of an
+                // earlier run of the same program.
+                "plan" => conf.plan = match value {
+                    "off" | "false" | "0" | "False" => None,
+                    "" | "on" | "true" | "1" | "True" => return Err(bad(
+                        "expected off or the path of a trace of an earlier run (e.g. plan:/tmp/run.trace)",
+                    )),
+                    path => Some(path.to_string()),
+                },
                 "peer_access" => conf.peer_access = parse_switch(value).map_err(|e| bad(&e))?,
                 _ => return Err(format!("unknown key `{key}` (keys: {KEYS})")),
             }
@@ -264,6 +277,10 @@ mod tests {
         assert_eq!((c.trace.as_deref(), c.trace_backtraces), (None, true));
         let t = Conf::parse("trace:/tmp/run-%p.trace").unwrap();
         assert_eq!(t.trace.as_deref(), Some("/tmp/run-%p.trace"));
+        assert_eq!(t.plan, None);
+        let p = Conf::parse("plan:/tmp/run.trace").unwrap();
+        assert_eq!(p.plan.as_deref(), Some("/tmp/run.trace"));
+        assert_eq!(Conf::parse("plan:off").unwrap().plan, None);
         assert!(!t.trace_backtraces);
         assert_eq!(
             Conf::parse("trace:C:/x.trace").unwrap().trace.as_deref(),
@@ -303,6 +320,8 @@ mod tests {
             ("pool:mine", "own or default"),
             ("trace:on", "the trace file's path"),
             ("trace:", "the trace file's path"),
+            ("plan:on", "a trace of an earlier run"),
+            ("plan:", "a trace of an earlier run"),
             ("trace_backtraces:maybe", "on or off"),
             ("peer_access:sometimes", "on or off"),
             ("cache:on,cache:off", "given twice"),

@@ -46,6 +46,7 @@ use std::sync::atomic::Ordering;
 
 pub mod conf;
 mod error;
+mod plan;
 mod registry;
 mod state;
 
@@ -98,6 +99,13 @@ pub struct SomallocStats {
     pub cache_released: u64,
     /// Allocations made while their stream was capturing (graph memory).
     pub cache_captured: u64,
+    /// Bytes of the arenas of the streams' plans (`plan:`).
+    pub plan_arena_bytes: u64,
+    /// Allocations served from a plan's arena.
+    pub plan_served: u64,
+    /// Allocations a plan had no free slot of their size for (served by
+    /// the cache tier or the pool).
+    pub plan_refused: u64,
 }
 
 /// Runs an entry point: panics become `SOMALLOC_STATUS_INTERNAL`, and the
@@ -194,6 +202,11 @@ pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
         s.cache_spilled = t.total.spilled;
         s.cache_released = t.total.released;
         s.cache_captured = t.total.captured;
+    }
+    if let Some(p) = &dev.plans {
+        s.plan_arena_bytes = p.arena_bytes.load(Ordering::Relaxed);
+        s.plan_served = p.served.load(Ordering::Relaxed);
+        s.plan_refused = p.refused.load(Ordering::Relaxed);
     }
     Ok(s)
 }

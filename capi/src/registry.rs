@@ -55,6 +55,8 @@ pub enum Path {
     /// Straight from the pool (cache tier off, or the per-thread default
     /// stream, which no cache serves).
     Pool,
+    /// From the arena of its stream's plan (`plan:`), in this slot.
+    Plan(u32),
 }
 
 /// One live allocation.

@@ -13,6 +13,7 @@ use somalloc_rs::{
 
 use crate::conf::{Conf, PoolChoice, ENV};
 use crate::error::{CapiError, Status};
+use crate::plan::{DevicePlans, StreamPlan};
 use crate::registry::{AddrMap, Live, Path, Refused, Registry};
 
 /// The legacy default stream's handles (null, and `0x1`,
@@ -148,10 +149,11 @@ impl Global {
     }
 }
 
-/// A stream somalloc has seen on a device, with its cache.
+/// A stream somalloc has seen on a device, with its cache and its plan.
 pub struct Entry {
     pub stream: Stream,
     pub cache: Option<Arc<StreamCache>>,
+    pub plan: Option<StreamPlan>,
 }
 
 #[derive(Default)]
@@ -168,6 +170,8 @@ pub struct DeviceState {
     pub device: Device,
     pub pool: MemPool,
     pub tier: Option<CacheTier>,
+    /// The plans of the streams not seen yet (`plan:PATH`).
+    pub plans: Option<DevicePlans>,
     /// The process's recorder (`trace:PATH`), shared by every device.
     pub recorder: Option<Arc<Recorder>>,
     /// Streams by key (the legacy stream under 0; never the per-thread
@@ -220,10 +224,15 @@ impl DeviceState {
         // Made after the runtime is loaded: its end-of-process handler then
         // runs before the runtime's own.
         let recorder = recorder(conf)?;
+        let plans = match &conf.plan {
+            Some(path) => Some(DevicePlans::load(path, ordinal)?),
+            None => None,
+        };
         Ok(DeviceState {
             device,
             pool,
             tier,
+            plans,
             recorder,
             streams: RwLock::new(AddrMap::default()),
             counters: Counters::default(),
@@ -253,9 +262,16 @@ impl DeviceState {
             None => None,
         };
         let mut streams = self.streams.write().unwrap_or_else(|p| p.into_inner());
-        let e = streams
-            .entry(key)
-            .or_insert_with(|| Arc::new(Entry { stream, cache }));
+        // The plan is taken under the lock, by the one thread that adds
+        // the stream: a stream takes one plan, in the order streams come.
+        let e = streams.entry(key).or_insert_with(|| {
+            let plan = self
+                .plans
+                .as_ref()
+                .and_then(|p| p.take(key == LEGACY))
+                .map(StreamPlan::new);
+            Arc::new(Entry { stream, cache, plan })
+        });
         Ok(Arc::clone(e))
     }
 
@@ -280,14 +296,24 @@ impl DeviceState {
         {
             let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
             if let Some(entry) = streams.get(&key) {
-                return Self::allocate_on(entry, &self.pool, size);
+                return self.allocate_on(entry, size);
             }
         }
         let entry = self.entry(key)?;
-        Self::allocate_on(&entry, &self.pool, size)
+        self.allocate_on(&entry, size)
     }
 
-    fn allocate_on(entry: &Entry, pool: &MemPool, size: usize) -> Result<(*mut c_void, Path), CapiError> {
+    fn allocate_on(&self, entry: &Entry, size: usize) -> Result<(*mut c_void, Path), CapiError> {
+        let pool = &self.pool;
+        if let (Some(plan), Some(counts)) = (&entry.plan, &self.plans) {
+            // Not during a capture: a graph's memory is the capture's
+            // business (the cache tier's rules or the pool's).
+            if !entry.stream.is_capturing()? {
+                if let Some((ptr, slot)) = plan.allocate(size, &entry.stream, pool, counts) {
+                    return Ok((ptr, Path::Plan(slot)));
+                }
+            }
+        }
         match &entry.cache {
             Some(cache) => Ok((cache.allocate(size, &entry.stream)?, Path::Cache)),
             None => Ok((pool.allocate(size, &entry.stream)?, Path::Pool)),
@@ -307,7 +333,7 @@ impl DeviceState {
                 // SAFETY: the caller's guarantees; a pool allocation.
                 Path::Pool => unsafe { Ok(self.pool.deallocate(ptr, size, &stream)?) },
                 // SAFETY: as below, `on_own_stream` orders the free.
-                Path::Cache => unsafe { self.on_own_stream(ptr, live, &stream) },
+                Path::Cache | Path::Plan(_) => unsafe { self.on_own_stream(ptr, live, &stream) },
             };
         }
         if live.path == Path::Cache && key == live.stream {
@@ -328,6 +354,7 @@ impl DeviceState {
             // SAFETY: the caller's guarantees; a pool allocation, freed in
             // the order of the stream the caller names.
             Path::Pool => unsafe { Ok(self.pool.deallocate(ptr, size, &entry.stream)?) },
+            Path::Plan(slot) if key == live.stream => Self::free_slot(&entry, slot),
             Path::Cache if key == live.stream => {
                 let cache = entry.cache.as_ref().ok_or_else(|| {
                     CapiError::new(Status::Internal, "a cached allocation's stream has no cache")
@@ -337,8 +364,17 @@ impl DeviceState {
                 unsafe { Ok(cache.deallocate(ptr, size, &entry.stream)?) }
             }
             // SAFETY: the caller's guarantees.
-            Path::Cache => unsafe { self.on_own_stream(ptr, live, &entry.stream) },
+            Path::Cache | Path::Plan(_) => unsafe { self.on_own_stream(ptr, live, &entry.stream) },
         }
+    }
+
+    /// Slot `slot` of `entry`'s plan is freed in `entry`'s stream order.
+    fn free_slot(entry: &Entry, slot: u32) -> Result<(), CapiError> {
+        let plan = entry
+            .plan
+            .as_ref()
+            .ok_or_else(|| CapiError::new(Status::Internal, "a planned allocation's stream has no plan"))?;
+        plan.free(slot, entry.stream.is_capturing()?)
     }
 
     /// A block of the cache of stream `live.stream` freed on another stream
@@ -362,6 +398,11 @@ impl DeviceState {
         let event = Event::new(&self.device)?;
         event.record(on)?;
         own.stream.wait_event(&event)?;
+        if let Path::Plan(slot) = live.path {
+            // Every use is ordered before the recorded point of `on`, which
+            // the plan's stream now waits for.
+            return Self::free_slot(&own, slot);
+        }
         let cache = own
             .cache
             .as_ref()
@@ -376,6 +417,23 @@ impl DeviceState {
     /// its entry is dropped. `false` if it had none.
     pub fn forget(&self, stream: *mut c_void) -> Result<bool, CapiError> {
         let key = key_of(stream);
+        // A stream whose plan has live blocks stays: their frees need it.
+        // Otherwise its arena goes back to the pool, in its order.
+        let planned = self
+            .streams
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .and_then(|e| e.plan.as_ref().map(|_| Arc::clone(e)));
+        if let Some(entry) = planned {
+            let plan = entry.plan.as_ref().expect("checked just above");
+            if !plan.release(&entry.stream, &self.pool)? {
+                return Err(CapiError::new(
+                    Status::Busy,
+                    "the stream has live allocations from its plan's arena: free them before forgetting it",
+                ));
+            }
+        }
         let removed = self
             .streams
             .write()

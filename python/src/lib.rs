@@ -69,7 +69,7 @@ fn free(ptr: usize, size: usize, device: i32, stream: usize) -> PyResult<()> {
 fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
     let s = somalloc::stats(device).map_err(err)?;
     let d = PyDict::new(py);
-    let fields: [(&str, u64); 20] = [
+    let fields: [(&str, u64); 23] = [
         ("pool_reserved_bytes", s.pool_reserved_bytes),
         ("pool_reserved_peak_bytes", s.pool_reserved_peak_bytes),
         ("pool_used_bytes", s.pool_used_bytes),
@@ -90,6 +90,9 @@ fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
         ("cache_spilled", s.cache_spilled),
         ("cache_released", s.cache_released),
         ("cache_captured", s.cache_captured),
+        ("plan_arena_bytes", s.plan_arena_bytes),
+        ("plan_served", s.plan_served),
+        ("plan_refused", s.plan_refused),
     ];
     for (k, v) in fields {
         d.set_item(k, v)?;
