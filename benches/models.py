@@ -17,6 +17,9 @@ Modes, one process each (per workload), all in one run:
   expandable       PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   somalloc-pool    somalloc through CUDAPluggableAllocator, pool only (cache:off)
   somalloc-cache   somalloc with its cache tier (caps of 2 GiB per stream, 4 GiB in all)
+  somalloc-plan    somalloc serving a placement planned from a trace of an earlier
+                   run: a first process runs 3 steps with trace:, the measured one
+                   runs with plan: (the cache tier, default caps, serves the rest)
 --somalloc-conf adds keys to both somalloc modes (e.g. pool:default).
 --mode NAME=CONF (repeatable) adds a somalloc mode with its own keys, e.g.
   --mode "guarded=cache:on,cache_headroom:on"; name it in --modes too or it
@@ -42,7 +45,11 @@ MODES = {
     # Caps for training loops: a step frees and reallocates gigabytes, far
     # above the library's default caps (256 MiB per stream, 1 GiB in all).
     "somalloc-cache": ("somalloc", "cache:on,cache_per_stream_cap:2GiB,cache_total_cap:4GiB"),
+    # Run twice: recorded (trace:), then served from the plan (plan:).
+    "somalloc-plan": ("plan", "cache:on"),
 }
+# The key the driver adds to a plan mode's child: trace:FILE, then plan:FILE.
+PLAN_KEY = "MODELS_PLAN_KEY"
 WORKLOADS = ["resnet50", "gpt2", "both"]
 
 
@@ -53,10 +60,10 @@ WORKLOADS = ["resnet50", "gpt2", "both"]
 def child(mode, workload, steps, extra):
     kind, conf = MODES[mode]
     extra = extra or ""
-    if kind == "somalloc":
+    if kind in ("somalloc", "plan"):
         import somalloc.torch
 
-        conf = ",".join(c for c in (conf, extra) if c)
+        conf = ",".join(c for c in (conf, extra, os.environ.get(PLAN_KEY, "")) if c)
         somalloc.torch.enable(conf)
     import torch
 
@@ -138,7 +145,7 @@ def child(mode, workload, steps, extra):
         drop = free0 - torch.cuda.mem_get_info()[0]
         peak = max(peak, drop)
         step_mem.append(drop / 2**20)
-        if kind == "somalloc":
+        if kind != "torch":
             step_reserved_peak.append(somalloc.stats()["pool_reserved_peak_bytes"] / 2**20)
         else:
             step_reserved_peak.append(torch.cuda.max_memory_reserved() / 2**20)
@@ -152,10 +159,10 @@ def child(mode, workload, steps, extra):
         "step_mem_mib": step_mem,
         "step_reserved_peak_mib": step_reserved_peak,
         "device": torch.cuda.get_device_name(0),
-        "conf": conf if kind == "somalloc" else os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        "conf": conf if kind != "torch" else os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         "torch": torch.__version__,
     }
-    if kind == "somalloc":
+    if kind != "torch":
         st = somalloc.stats()
         out["somalloc"] = st
         out["pool_reserved_peak_mib"] = st["pool_reserved_peak_bytes"] / 2**20
@@ -239,6 +246,19 @@ def main():
             cmd = [sys.executable, __file__, "--child", m, wl, "--steps", str(args.steps), "--somalloc-conf", args.somalloc_conf]
             for extra in args.mode:
                 cmd += ["--mode", extra]
+            if kind == "plan":
+                # The earlier run: three steps (the first, and two of the
+                # step it repeats), recorded.
+                os.makedirs(args.out, exist_ok=True)
+                trace = os.path.abspath(os.path.join(args.out, "%s.plan.trace" % wl))
+                rec = list(cmd)
+                rec[rec.index("--steps") + 1] = "3"
+                p = subprocess.run(rec, env=dict(env, **{PLAN_KEY: "trace:" + trace}), capture_output=True, text=True)
+                if p.returncode != 0:
+                    print("%-9s %-15s FAILED recording (rc %d)\n%s" % (wl, m, p.returncode, (p.stdout + p.stderr)[-3000:]), flush=True)
+                    rows[(wl, m)] = None
+                    continue
+                env[PLAN_KEY] = "plan:" + trace
             p = subprocess.run(cmd, env=env, capture_output=True, text=True)
             res = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
             if p.returncode != 0 or not res:

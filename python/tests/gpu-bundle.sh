@@ -17,7 +17,7 @@ cp "$target/libsomalloc.so" "$dir/"
 strip "$dir/libsomalloc.so"
 cc -std=c11 -O1 -Wall -Wextra -Werror -Icapi/include capi/tests/c/capi_program.c -o "$dir/capi_program" \
   -L"$dir" -lsomalloc -Wl,-rpath,'$ORIGIN' -ldl -lpthread
-cp python/tests/torch_gpu.py python/tests/cupy_gpu.py python/tests/gpu-run.sh benches/models.py "$dir/"
+cp python/tests/torch_gpu.py python/tests/cupy_gpu.py python/tests/plan_gpu.py python/tests/gpu-run.sh benches/models.py "$dir/"
 # The trace tool, to read the C program's recorded trace back.
 cargo build --release --quiet -p somalloc-trace
 cp "$target/somalloc-trace" "$dir/"

@@ -44,6 +44,10 @@ part capi-trace-read bash -c 'f=$(ls "$1"/capi-*.trace) && "$2/somalloc-trace" s
 part torch-cache python3 "$dir/torch_gpu.py"
 part torch-pool python3 "$dir/torch_gpu.py" cache:off
 part cupy python3 "$dir/cupy_gpu.py"
+# Planned placement: a run recorded, then one served from its plan.
+rm -f "$out"/plan.trace*
+part plan-record python3 "$dir/plan_gpu.py" record "$out/plan.trace"
+part plan-serve python3 "$dir/plan_gpu.py" plan "$out/plan.trace"
 if [ "$bench" = --bench ]; then
   part models python3 "$dir/models.py" --out "$out"
 fi

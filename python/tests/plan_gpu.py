@@ -1,0 +1,121 @@
+"""somalloc's planned placement (plan:) under PyTorch, on a GPU: a plain
+script that prints one line per check and ends with "N passed, N failed".
+
+    python3 python/tests/plan_gpu.py record TRACE   # 3 steps under trace:TRACE
+    python3 python/tests/plan_gpu.py plan TRACE     # 12 steps under plan:TRACE
+
+Each step trains a small network on PyTorch's default stream and another on
+a side stream, and keeps tensors of many sizes filled with the step's value
+alive into the next step (as gradients are), checked there. The planned run
+must serve most allocations from its plan, keep every tensor's contents,
+end the first three steps with the weights the recorded run ended with (to
+the bit), and replay a captured graph as its eager run computes.
+"""
+
+import json
+import sys
+
+import torch
+
+import somalloc
+import somalloc.torch
+
+results = []
+
+
+def check(name, ok, detail=""):
+    results.append(bool(ok))
+    print("%s %s%s" % ("ok  " if ok else "FAIL", name, (": " + detail) if detail else ""), flush=True)
+
+
+SIZES = [1, 255, 4096, 65535, 1 << 20, (3 << 20) + 7, 17 << 20]
+
+
+def main():
+    what, trace = sys.argv[1], sys.argv[2]
+    key = "trace" if what == "record" else "plan"
+    somalloc.torch.enable("cache:on,%s:%s" % (key, trace))
+    steps = 3 if what == "record" else 12
+    dev = torch.device("cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    torch.manual_seed(0)
+    nets, opts, data = [], [], []
+    for s in (torch.cuda.current_stream(), side):
+        with torch.cuda.stream(s):
+            net = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).to(dev)
+            nets.append(net)
+            opts.append(torch.optim.AdamW(net.parameters(), lr=1e-3))
+            g = torch.Generator(device="cuda").manual_seed(len(nets))
+            data.append((torch.randn(128, 256, device=dev, generator=g), torch.randint(0, 10, (128,), device=dev, generator=g)))
+    torch.cuda.synchronize()
+    carried, bad = [], []
+    digest = None
+    for step in range(steps):
+        # The tensors the last step left alive hold its value.
+        for t, v in carried:
+            if not bool((t == v).all()):
+                bad.append((step, t.numel(), v))
+        carried = []
+        for i, s in enumerate((torch.cuda.current_stream(), side)):
+            with torch.cuda.stream(s):
+                opts[i].zero_grad(set_to_none=True)
+                x, y = data[i]
+                loss = torch.nn.functional.cross_entropy(nets[i](x), y)
+                loss.backward()
+                opts[i].step()
+                v = (step * 7 + i) % 200 + 1
+                carried += [(torch.full((n,), v, dtype=torch.uint8, device=dev), v) for n in SIZES]
+                scratch = [torch.full((n,), v, dtype=torch.uint8, device=dev) for n in SIZES]
+                if not all(bool((t == v).all()) for t in scratch):
+                    bad.append((step, "scratch", v))
+                del scratch
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        if step == 2:
+            digest = [float(p.double().sum()) for net in nets for p in net.parameters()]
+    check("tensors of %d sizes on two streams keep their contents over %d steps" % (len(SIZES), steps), not bad, str(bad[:3]))
+    digest_file = trace + ".digest"
+    if what == "record":
+        with open(digest_file, "w") as f:
+            json.dump(digest, f)
+        st = somalloc.stats()
+        check("the recorded run allocated through somalloc", st["allocations"] > 0 and st["plan_served"] == 0)
+    else:
+        with open(digest_file) as f:
+            recorded = json.load(f)
+        check("the weights after three steps equal the recorded run's, to the bit", digest == recorded)
+        st = somalloc.stats()
+        share = st["plan_served"] / max(1, st["plan_served"] + st["plan_refused"])
+        check(
+            "most allocations came from the plan (%d served, %d refused, arena %.1f MiB)"
+            % (st["plan_served"], st["plan_refused"], st["plan_arena_bytes"] / 2**20),
+            st["plan_arena_bytes"] > 0 and share > 0.9,
+        )
+        check("no free was refused", st["failed_frees"] == 0, str(st["failed_frees"]))
+        # A graph captured after the planned steps (its memory is the
+        # capture's, not the plan's) replays as its eager run computes.
+        net = nets[0]
+        static_x = data[0][0].clone()
+        with torch.no_grad():
+            eager = net(static_x).clone()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                net(static_x)
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                out = net(static_x)
+            g.replay()
+            torch.cuda.synchronize()
+        check("a graph captured in the planned run replays its eager result", torch.equal(out, eager))
+    print("%d passed, %d failed" % (sum(results), len(results) - sum(results)))
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    if not torch.cuda.is_available():
+        print("SKIP: no GPU")
+        sys.exit(0)
+    sys.exit(main())
