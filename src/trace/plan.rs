@@ -91,38 +91,65 @@ pub enum Op {
 
 /// The shortest step [`find_step`] looks for, in allocations.
 pub const MIN_STEP: usize = 4;
-/// [`find_step`] looks at sequences of at most this many allocations.
-pub const MAX_SEARCHED: usize = 200_000;
+/// [`find_step`] looks at sequences of at most this many allocations (its
+/// time grows with the square of their number).
+pub const MAX_SEARCHED: usize = MAX_BLOCKS;
 
-/// The step of a sequence of allocation sizes: the period `p` that the
-/// longest run at the sequence's end follows, at least two periods long,
-/// with the number of allocations that run covers. `None` when no period
-/// of at least [`MIN_STEP`] repeats (or the sequence is longer than
-/// [`MAX_SEARCHED`]).
+/// A step found by [`find_step`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// The step's length in allocations.
+    pub len: usize,
+    /// How many allocations in a row follow it (at least two steps).
+    pub covered: usize,
+    /// Where they end (exclusive): the last step is `[end - len, end)`.
+    pub end: usize,
+}
+
+/// The step of a sequence of allocation sizes: the period that the
+/// longest run of the sequence follows, at least two periods long (the
+/// shortest such period; the latest such run). What comes after the run
+/// (a program's evaluation or saving after its loop) is left out of it.
+/// `None` when no period of at least [`MIN_STEP`] repeats, or the
+/// sequence is longer than [`MAX_SEARCHED`].
 ///
 /// ```
-/// use somalloc::trace::plan::find_step;
+/// use somalloc::trace::plan::{find_step, Step};
 /// let mut sizes = vec![1, 2, 3]; // a prologue
 /// for _ in 0..3 {
 ///     sizes.extend([7, 8, 9, 4, 4]); // three steps of five
 /// }
-/// assert_eq!(find_step(&sizes), Some((5, 15)));
+/// sizes.extend([5, 6]); // a tail
+/// assert_eq!(find_step(&sizes), Some(Step { len: 5, covered: 15, end: 18 }));
 /// assert_eq!(find_step(&[1, 2, 3, 4, 5]), None);
 /// ```
-pub fn find_step(sizes: &[u64]) -> Option<(usize, usize)> {
+pub fn find_step(sizes: &[u64]) -> Option<Step> {
     let n = sizes.len();
     if n > MAX_SEARCHED {
         return None;
     }
-    let mut best: Option<(usize, usize)> = None;
-    for p in MIN_STEP..=n / 2 {
-        let run = (0..n - p)
-            .take_while(|&i| sizes[n - 1 - i] == sizes[n - 1 - i - p])
-            .count();
-        // A run of `run` matches covers `run + p` allocations.
-        if run >= p && best.is_none_or(|(_, r)| run + p > r) {
-            best = Some((p, run + p));
+    let mut best: Option<Step> = None;
+    for len in MIN_STEP..=n / 2 {
+        // `run` allocations in a row equal the one `len` before, up to
+        // `end`: the run covers `run + len` allocations.
+        let mut consider = |run: usize, end: usize| {
+            let covered = run + len;
+            if run >= len
+                && best.is_none_or(|b| covered > b.covered || (covered == b.covered && len == b.len))
+            {
+                best = Some(Step { len, covered, end });
+            }
+        };
+        let mut run = 0;
+        for i in len..n {
+            if sizes[i] == sizes[i - len] {
+                run += 1;
+            } else {
+                consider(run, i);
+                run = 0;
+            }
         }
+        consider(run, n);
     }
     best
 }
@@ -269,10 +296,11 @@ impl Plan {
     }
 
     /// Plans a whole recorded stream, `ops` in order: each allocation
-    /// before the repeated step ([`find_step`], two whole steps at least)
-    /// gets a slot of its own, placed for its recorded lifetime (for ever
-    /// if it was never freed); the last step's allocations get slots that
-    /// serve every step after it, placed for the lifetimes their
+    /// outside the last repeated step ([`find_step`], two whole steps at
+    /// least) gets a slot of its own, placed for its recorded lifetime (for
+    /// ever if it was never freed); the last step's allocations get slots
+    /// that serve every step after the recording (after the slots of what
+    /// followed the step, if anything did), placed for the lifetimes their
     /// counterparts had in the step before. Without a repeated step, every
     /// allocation gets a slot of its own and the plan ends with them.
     pub fn for_program(ops: &[Op]) -> Result<Plan, String> {
@@ -310,10 +338,10 @@ impl Plan {
                 }
             }
         }
-        // The repeated step: allocations [last, n), the step before
-        // [prev, last), `p` allocations each.
-        let cycle = find_step(&sizes).map(|(p, _)| (p, n - 2 * p, n - p));
-        let first_cycle = cycle.map_or(n, |c| c.2);
+        // The repeated step: allocations [last, end), the step before
+        // [prev, last), `p` allocations each. What follows `end` is
+        // planned once, like what precedes `prev`.
+        let cycle = find_step(&sizes).map(|s| (s.len, s.end - 2 * s.len, s.end - s.len, s.end));
         if cycle.is_some_and(|c| c.0 > u32::MAX as usize) {
             return Err("a repeated step of over 4 billion allocations".into());
         }
@@ -322,11 +350,10 @@ impl Plan {
         // step's start, taken from its twin in the step before.
         let mut spans: Vec<Option<Life>> = Vec::with_capacity(n);
         for k in 0..n {
-            if k < first_cycle {
+            let Some((p, prev, last, _)) = cycle.filter(|c| (c.2..c.3).contains(&k)) else {
                 spans.push(Some(Life::Once(k as u64, freed[k].max(k as u64 + 1))));
                 continue;
-            }
-            let (p, prev, last) = cycle.expect("slots past the prologue are the step's");
+            };
             let rel = (k - last) as u64;
             let (prev, last, f) = (prev as u64, last as u64, freed[k - p]);
             let end = if f <= last {
@@ -742,6 +769,41 @@ mod tests {
         let longer = program(&[4 * mib], &step, 23);
         assert_eq!(serve(&mut server, &longer), 0);
         assert_eq!(server.served as usize, 1 + 23 * 4);
+    }
+
+    #[test]
+    fn what_follows_the_loop_is_planned_once_and_the_step_goes_on() {
+        // Steps of four allocations freed at once, then two allocations
+        // after the loop (an evaluation), then more steps in the served
+        // run.
+        let ops = |steps: usize, tail_at: usize| {
+            let mut ops = Vec::new();
+            let mut k = 0;
+            let mut push = |ops: &mut Vec<Op>, size: u64| {
+                ops.push(Op::Alloc(size));
+                ops.push(Op::Free(k));
+                k += 1;
+            };
+            for s in 0..steps {
+                if s == tail_at {
+                    push(&mut ops, 99_999);
+                    push(&mut ops, 77_777);
+                }
+                for size in [1000, 2000, 3000, 4000] {
+                    push(&mut ops, size);
+                }
+            }
+            if tail_at == steps {
+                push(&mut ops, 99_999);
+                push(&mut ops, 77_777);
+            }
+            ops
+        };
+        let plan = Arc::new(Plan::for_program(&ops(3, 3)).unwrap());
+        assert_eq!(plan.wrap_to, Some(8));
+        let mut server = Server::for_program(plan, 16);
+        assert_eq!(serve(&mut server, &ops(13, 3)), 0);
+        assert_eq!(server.served, 13 * 4 + 2);
     }
 
     #[test]

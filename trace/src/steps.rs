@@ -113,7 +113,7 @@ fn stream_steps(key: (u32, Option<u32>), evs: &[Ev], window: usize) -> Result<St
         })
         .collect();
     out.program_arena = Plan::for_program(&ops)?.arena;
-    let Some((p, run)) = find_step(&sizes) else {
+    let Some(found) = find_step(&sizes) else {
         // No plan: every block is outside an arena.
         let (mut now, mut size_of) = (0u64, HashMap::new());
         for (i, e) in evs.iter().enumerate() {
@@ -128,12 +128,13 @@ fn stream_steps(key: (u32, Option<u32>), evs: &[Ev], window: usize) -> Result<St
         }
         return Ok(out);
     };
-    let n = sizes.len();
-    let whole = run / p;
+    let (p, end) = (found.len, found.end);
+    let whole = found.covered / p;
     out.step = Some((p, whole));
-    // Step starts (event positions) of the repeated steps, then the end.
-    let mut starts: Vec<usize> = (1..=whole).rev().map(|k| allocs[n - k * p]).collect();
-    starts.push(evs.len());
+    // Step starts (event positions) of the repeated steps, then the end of
+    // the last.
+    let mut starts: Vec<usize> = (1..=whole).rev().map(|k| allocs[end - k * p]).collect();
+    starts.push(allocs.get(end).copied().unwrap_or(evs.len()));
     // The step planned: the last with a whole next step.
     let (from, to, next_end) = (starts[whole - 2], starts[whole - 1], starts[whole]);
     let index_of: HashMap<usize, usize> = allocs.iter().enumerate().map(|(k, &i)| (i, k)).collect();
@@ -239,7 +240,7 @@ pub fn report(trace: &Trace, streams: &[StreamSteps]) -> String {
         };
         let _ = writeln!(
             out,
-            "; a step of {p} allocations, {whole} repeated at the end\n  \
+            "; a step of {p} allocations, repeated {whole} times\n  \
              plan of the last step but one: {} blocks, {} placed ({}), arena {}",
             s.planned,
             s.placed,
