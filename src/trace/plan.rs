@@ -22,8 +22,8 @@
 //!
 //! [`Server`] matches each allocation with the next slot of the same size
 //! (within a window, so that an allocation the program added or dropped
-//! does not end the match), and hands the slot out only if it and every
-//! slot its bytes overlap are free. That check, not the plan, keeps blocks
+//! does not end the match), and hands the slot out only if no live block
+//! overlaps its bytes. That check, not the plan, keeps blocks
 //! apart: a program that strays from the recording (other sizes, other
 //! order, a block held longer) gets no slot for that allocation (it is
 //! served from elsewhere), never one that overlaps a live block. The
@@ -49,6 +49,7 @@
 //! }
 //! ```
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Offsets and sizes round up to a multiple of this.
@@ -173,9 +174,6 @@ pub struct Plan {
     /// The slot the server goes on with after the last one (the first of
     /// the repeated step); `None`: none, the plan ends.
     pub wrap_to: Option<usize>,
-    /// Slot `i` overlaps the bytes of `conflicts[starts[i]..starts[i + 1]]`.
-    conflicts: Vec<u32>,
-    starts: Vec<u32>,
 }
 
 fn round(n: u64) -> u64 {
@@ -431,43 +429,11 @@ impl Plan {
                 s.offset = None;
             }
         }
-        // Which placed slots share bytes: by offset, each with the ones
-        // that start before it ends.
-        let mut by_offset: Vec<(u64, u64, u32)> = slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| s.offset.map(|o| (o, o + round(s.size), i as u32)))
-            .collect();
-        by_offset.sort_unstable();
-        let mut lists: Vec<Vec<u32>> = vec![Vec::new(); slots.len()];
-        for (k, &(_, end, i)) in by_offset.iter().enumerate() {
-            for &(from, _, j) in &by_offset[k + 1..] {
-                if from >= end {
-                    break;
-                }
-                lists[i as usize].push(j);
-                lists[j as usize].push(i);
-            }
-        }
-        let mut starts = Vec::with_capacity(slots.len() + 1);
-        let mut conflicts = Vec::new();
-        starts.push(0);
-        for l in lists {
-            conflicts.extend(l);
-            starts.push(conflicts.len() as u32);
-        }
         Plan {
             slots,
             arena,
             wrap_to: None,
-            conflicts,
-            starts,
         }
-    }
-
-    /// The slots whose bytes overlap slot `i`'s.
-    pub fn conflicts(&self, i: usize) -> &[u32] {
-        &self.conflicts[self.starts[i] as usize..self.starts[i + 1] as usize]
     }
 
     /// Bytes of the placed slots.
@@ -488,6 +454,9 @@ pub struct Server {
     /// The next slot to match.
     cursor: usize,
     live: Vec<bool>,
+    /// The live slots' bytes: start -> (end, slot). They never overlap
+    /// (see `allocate`).
+    taken: BTreeMap<u64, (u64, usize)>,
     /// How many slots ahead a request looks for its size.
     window: usize,
     /// Requests served from the arena.
@@ -505,6 +474,7 @@ impl Server {
     pub fn new(plan: Arc<Plan>, window: usize) -> Server {
         Server {
             live: vec![false; plan.slots.len()],
+            taken: BTreeMap::new(),
             plan,
             cursor: 0,
             window: window.max(1),
@@ -565,10 +535,19 @@ impl Server {
         };
         self.skipped += looked as u64;
         self.cursor = self.after(j).unwrap_or(slots.len());
-        let free = |k: usize| !self.live[k];
+        // The live ranges never overlap, so they end in the order they
+        // start: the one that starts last before this slot's end is the
+        // only one that can reach into it.
+        let free = |from: u64, to: u64| {
+            self.taken
+                .range(..to)
+                .next_back()
+                .is_none_or(|(_, &(end, _))| end <= from)
+        };
         match slots[j].offset {
-            Some(offset) if free(j) && self.plan.conflicts(j).iter().all(|&k| free(k as usize)) => {
+            Some(offset) if !self.live[j] && free(offset, offset + round(size)) => {
                 self.live[j] = true;
+                self.taken.insert(offset, (offset + round(size), j));
                 self.served += 1;
                 Some((j, offset))
             }
@@ -585,6 +564,8 @@ impl Server {
         match self.live.get_mut(slot) {
             Some(l @ true) => {
                 *l = false;
+                let offset = self.plan.slots[slot].offset.expect("a live slot is placed");
+                self.taken.remove(&offset);
                 true
             }
             _ => false,
@@ -593,7 +574,7 @@ impl Server {
 
     /// How many slots are live.
     pub fn live_slots(&self) -> usize {
-        self.live.iter().filter(|&&l| l).count()
+        self.taken.len()
     }
 
     /// The live slots' byte ranges.
@@ -847,7 +828,6 @@ mod tests {
             1024,
         );
         assert_eq!(plan.slots[1].offset, None);
-        assert_eq!(plan.conflicts(0), &[] as &[u32]);
     }
 
     fn arb_recs() -> impl Strategy<Value = (Vec<Rec>, u32)> {
