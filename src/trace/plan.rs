@@ -317,7 +317,7 @@ impl Plan {
         let n = sizes.len();
         if n > MAX_BLOCKS {
             return Err(format!(
-                "{n} allocations in a stream; at most {MAX_BLOCKS} are planned"
+                "{n} allocations in a stream; at most {MAX_BLOCKS} are planned (record fewer steps)"
             ));
         }
         let mut freed = vec![u64::MAX; n];
