@@ -345,13 +345,11 @@ impl Plan {
         }
         // Each slot's lifetime: an interval, or (a slot of the repeated
         // step) a step span repeated every `p` allocations from the last
-        // step's start, taken from its twin in the step before.
-        let mut spans: Vec<Option<Life>> = Vec::with_capacity(n);
-        for k in 0..n {
-            let Some((p, prev, last, _)) = cycle.filter(|c| (c.2..c.3).contains(&k)) else {
-                spans.push(Some(Life::Once(k as u64, freed[k].max(k as u64 + 1))));
-                continue;
-            };
+        // step's start, taken from its twin in the step before. A period
+        // whose blocks mostly outlive it (layer after layer of a model's
+        // weights) is no step: it is planned once, like the rest.
+        let once = |k: usize| Some(Life::Once(k as u64, freed[k].max(k as u64 + 1)));
+        let every = |k: usize, (p, prev, last): (usize, usize, usize)| {
             let rel = (k - last) as u64;
             let (prev, last, f) = (prev as u64, last as u64, freed[k - p]);
             let end = if f <= last {
@@ -361,22 +359,29 @@ impl Plan {
             } else {
                 None
             };
-            let span = end.and_then(|end| {
-                span(
-                    &Rec {
-                        size: sizes[k],
-                        at: rel as u32,
-                        end,
-                    },
-                    p as u32,
-                )
-            });
-            spans.push(span.map(|s| Life::Every {
+            let at = Rec {
+                size: sizes[k],
+                at: rel as u32,
+                end: end?,
+            };
+            span(&at, p as u32).map(|span| Life::Every {
                 from: last,
                 len: p as u64,
-                span: s,
-            }));
-        }
+                span,
+            })
+        };
+        let cycle = cycle.filter(|&(p, prev, last, end)| {
+            let repeating = (last..end)
+                .filter(|&k| every(k, (p, prev, last)).is_some())
+                .count();
+            2 * repeating >= p
+        });
+        let spans: Vec<Option<Life>> = (0..n)
+            .map(|k| match cycle {
+                Some((p, prev, last, end)) if (last..end).contains(&k) => every(k, (p, prev, last)),
+                _ => once(k),
+            })
+            .collect();
         let mut order: Vec<usize> = (0..n).filter(|&k| spans[k].is_some()).collect();
         order.sort_by_key(|&k| (std::cmp::Reverse(sizes[k]), k));
         let mut offsets: Vec<Option<u64>> = vec![None; n];
@@ -785,6 +790,16 @@ mod tests {
         let mut server = Server::for_program(plan, 16);
         assert_eq!(serve(&mut server, &ops(13, 3)), 0);
         assert_eq!(server.served, 13 * 4 + 2);
+    }
+
+    #[test]
+    fn a_period_of_blocks_never_freed_is_no_step() {
+        // A model's layers: the same four weights, eight times, all kept.
+        let ops: Vec<Op> = (0..32).map(|k| Op::Alloc(1000 * (k % 4 + 1))).collect();
+        let plan = Arc::new(Plan::for_program(&ops).unwrap());
+        assert_eq!(plan.wrap_to, None);
+        assert!(plan.slots.iter().all(|s| s.offset.is_some()));
+        assert_eq!(plan.arena, 8 * (1024 + 2048 + 3072 + 4096));
     }
 
     #[test]
