@@ -78,13 +78,17 @@ def enable(conf=None):
 
 def release_streams():
     """Returns the cached blocks of every CuPy stream the allocator kept,
-    and lets the streams go (CuPy may then destroy them)."""
+    and lets the streams go (CuPy may then destroy them). A stream somalloc
+    still needs (live blocks of its plan, ``plan:``) is kept, and the first
+    such refusal is raised after the others are let go."""
     first = None
     for (device, handle) in list(_streams):
         try:
             _native.forget_stream(device, handle)
         except SomallocError as e:
+            # Still in use (a plan's blocks are live on it): kept.
             first = first or e
+            continue
         del _streams[(device, handle)]
     if first is not None:
         raise first
