@@ -79,15 +79,17 @@ def enable(conf=None):
 def release_streams():
     """Returns the cached blocks of every CuPy stream the allocator kept,
     and lets the streams go (CuPy may then destroy them). A stream somalloc
-    still needs (live blocks of its plan, ``plan:``) is kept, and the first
-    such refusal is raised after the others are let go."""
+    still needs (live blocks of its plan, ``plan:``) is kept for a later
+    call. Any other error is raised after the other streams are let go."""
     first = None
     for (device, handle) in list(_streams):
         try:
             _native.forget_stream(device, handle)
         except SomallocError as e:
-            # Still in use (a plan's blocks are live on it): kept.
-            first = first or e
+            # Still in use (live blocks of its plan, `plan:`): kept, and
+            # let go by a later call once they are freed.
+            if len(e.args) < 2 or e.args[1] != "Busy":
+                first = first or e
             continue
         del _streams[(device, handle)]
     if first is not None:
