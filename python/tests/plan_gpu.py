@@ -5,8 +5,9 @@ script that prints one line per check and ends with "N passed, N failed".
     python3 python/tests/plan_gpu.py plan TRACE     # 12 steps under plan:TRACE
 
 Each step trains a small network on PyTorch's default stream and another on
-a side stream, and keeps tensors of many sizes filled with the step's value
-alive into the next step (as gradients are), checked there. The planned run
+a side stream, keeps tensors of many sizes filled with the step's value
+alive into the next step (as gradients are), checked there, and frees a
+block of the side stream on the legacy stream. The planned run
 must serve most allocations from its plan, keep every tensor's contents,
 end the first three steps with the weights the recorded run ended with (to
 the bit), and replay a captured graph as its eager run computes.
@@ -70,6 +71,12 @@ def main():
                 if not all(bool((t == v).all()) for t in scratch):
                     bad.append((step, "scratch", v))
                 del scratch
+                if i == 1:
+                    # A block of the side stream freed on the legacy stream
+                    # (as a C program may): the side stream's plan waits
+                    # for it before handing its slot out again.
+                    ptr = somalloc._native.alloc(3 << 20, 0, side.cuda_stream)
+                    somalloc._native.free(ptr, 3 << 20, 0, 0)
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         if step == 2:
