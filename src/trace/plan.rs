@@ -239,6 +239,46 @@ impl Life {
     }
 }
 
+/// Places the blocks that have a lifetime, the largest first (the
+/// earliest among equals), each at the lowest offset that no block placed
+/// before it and living at the same time (`meets`) holds: the slots, and
+/// the arena's bytes.
+fn place<L>(sizes: &[u64], lives: &[Option<L>], meets: impl Fn(&L, &L) -> bool) -> (Vec<Slot>, u64) {
+    let mut order: Vec<usize> = (0..sizes.len()).filter(|&k| lives[k].is_some()).collect();
+    order.sort_by_key(|&k| (std::cmp::Reverse(sizes[k]), k));
+    let mut offsets: Vec<Option<u64>> = vec![None; sizes.len()];
+    let mut placed: Vec<(&L, u64, u64)> = Vec::with_capacity(order.len());
+    // The byte ranges of the placed blocks living at the same time as the
+    // one being placed.
+    let mut taken: Vec<(u64, u64)> = Vec::new();
+    let mut arena = 0;
+    for k in order {
+        let (life, size) = (
+            lives[k].as_ref().expect("only blocks with a lifetime"),
+            round(sizes[k]),
+        );
+        taken.clear();
+        taken.extend(placed.iter().filter(|p| meets(life, p.0)).map(|p| (p.1, p.2)));
+        taken.sort_unstable();
+        let mut offset = 0;
+        for &(from, to) in &taken {
+            if offset + size <= from {
+                break;
+            }
+            offset = offset.max(to);
+        }
+        offsets[k] = Some(offset);
+        arena = arena.max(offset + size);
+        placed.push((life, offset, offset + size));
+    }
+    let slots = sizes
+        .iter()
+        .zip(offsets)
+        .map(|(&size, offset)| Slot { size, offset })
+        .collect();
+    (slots, arena)
+}
+
 impl Plan {
     /// Plans a recorded step of `events` events whose allocations, in
     /// order, are `recs`.
@@ -250,46 +290,8 @@ impl Plan {
             ));
         }
         let spans: Vec<_> = recs.iter().map(|r| span(r, events)).collect();
-        let mut order: Vec<usize> = (0..recs.len()).filter(|&i| spans[i].is_some()).collect();
-        order.sort_by_key(|&i| (std::cmp::Reverse(recs[i].size), recs[i].at));
-        let mut offsets: Vec<Option<u64>> = vec![None; recs.len()];
-        // The blocks placed so far, and the byte ranges of those that live
-        // at the same time as the one being placed.
-        let mut placed: Vec<usize> = Vec::with_capacity(order.len());
-        let mut taken: Vec<(u64, u64)> = Vec::new();
-        let mut arena = 0;
-        for i in order {
-            let (si, size) = (
-                spans[i].as_ref().expect("placed spans exist"),
-                round(recs[i].size),
-            );
-            taken.clear();
-            taken.extend(
-                placed
-                    .iter()
-                    .filter(|&&j| meet(si, spans[j].as_ref().expect("placed")))
-                    .map(|&j| {
-                        let o = offsets[j].expect("placed");
-                        (o, o + round(recs[j].size))
-                    }),
-            );
-            taken.sort_unstable();
-            let mut offset = 0;
-            for &(from, to) in &taken {
-                if offset + size <= from {
-                    break;
-                }
-                offset = offset.max(to);
-            }
-            offsets[i] = Some(offset);
-            arena = arena.max(offset + size);
-            placed.push(i);
-        }
-        let slots: Vec<Slot> = recs
-            .iter()
-            .zip(&offsets)
-            .map(|(r, &offset)| Slot { size: r.size, offset })
-            .collect();
+        let sizes: Vec<u64> = recs.iter().map(|r| r.size).collect();
+        let (slots, arena) = place(&sizes, &spans, meet);
         Ok(Plan::with_slots(slots, arena))
     }
 
@@ -382,41 +384,7 @@ impl Plan {
                 _ => once(k),
             })
             .collect();
-        let mut order: Vec<usize> = (0..n).filter(|&k| spans[k].is_some()).collect();
-        order.sort_by_key(|&k| (std::cmp::Reverse(sizes[k]), k));
-        let mut offsets: Vec<Option<u64>> = vec![None; n];
-        let mut placed: Vec<usize> = Vec::with_capacity(order.len());
-        let mut taken: Vec<(u64, u64)> = Vec::new();
-        let mut arena = 0;
-        for k in order {
-            let (life, size) = (spans[k].as_ref().expect("placed"), round(sizes[k]));
-            taken.clear();
-            taken.extend(
-                placed
-                    .iter()
-                    .filter(|&&j| life.meets(spans[j].as_ref().expect("placed")))
-                    .map(|&j| {
-                        let o = offsets[j].expect("placed");
-                        (o, o + round(sizes[j]))
-                    }),
-            );
-            taken.sort_unstable();
-            let mut offset = 0;
-            for &(from, to) in &taken {
-                if offset + size <= from {
-                    break;
-                }
-                offset = offset.max(to);
-            }
-            offsets[k] = Some(offset);
-            arena = arena.max(offset + size);
-            placed.push(k);
-        }
-        let slots = sizes
-            .iter()
-            .zip(&offsets)
-            .map(|(&size, &offset)| Slot { size, offset })
-            .collect();
+        let (slots, arena) = place(&sizes, &spans, Life::meets);
         let mut plan = Plan::with_slots(slots, arena);
         plan.wrap_to = cycle.map(|c| c.2);
         Ok(plan)
