@@ -419,14 +419,13 @@ impl DeviceState {
         let key = key_of(stream);
         // A stream whose plan has live blocks stays: their frees need it.
         // Otherwise its arena goes back to the pool, in its order.
-        let planned = self
+        let entry = self
             .streams
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(&key)
-            .and_then(|e| e.plan.as_ref().map(|_| Arc::clone(e)));
-        if let Some(entry) = planned {
-            let plan = entry.plan.as_ref().expect("checked just above");
+            .cloned();
+        if let Some((entry, plan)) = entry.as_ref().and_then(|e| Some((e, e.plan.as_ref()?))) {
             if !plan.release(&entry.stream, &self.pool)? {
                 return Err(CapiError::new(
                     Status::Busy,

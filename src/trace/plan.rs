@@ -244,19 +244,20 @@ impl Life {
 /// before it and living at the same time (`meets`) holds: the slots, and
 /// the arena's bytes.
 fn place<L>(sizes: &[u64], lives: &[Option<L>], meets: impl Fn(&L, &L) -> bool) -> (Vec<Slot>, u64) {
-    let mut order: Vec<usize> = (0..sizes.len()).filter(|&k| lives[k].is_some()).collect();
-    order.sort_by_key(|&k| (std::cmp::Reverse(sizes[k]), k));
+    let mut order: Vec<(usize, &L)> = lives
+        .iter()
+        .enumerate()
+        .filter_map(|(k, l)| l.as_ref().map(|l| (k, l)))
+        .collect();
+    order.sort_by_key(|&(k, _)| (std::cmp::Reverse(sizes[k]), k));
     let mut offsets: Vec<Option<u64>> = vec![None; sizes.len()];
     let mut placed: Vec<(&L, u64, u64)> = Vec::with_capacity(order.len());
     // The byte ranges of the placed blocks living at the same time as the
     // one being placed.
     let mut taken: Vec<(u64, u64)> = Vec::new();
     let mut arena = 0;
-    for k in order {
-        let (life, size) = (
-            lives[k].as_ref().expect("only blocks with a lifetime"),
-            round(sizes[k]),
-        );
+    for (k, life) in order {
+        let size = round(sizes[k]);
         taken.clear();
         taken.extend(placed.iter().filter(|p| meets(life, p.0)).map(|p| (p.1, p.2)));
         taken.sort_unstable();
@@ -537,8 +538,10 @@ impl Server {
         match self.live.get_mut(slot) {
             Some(l @ true) => {
                 *l = false;
-                let offset = self.plan.slots[slot].offset.expect("a live slot is placed");
-                self.taken.remove(&offset);
+                // A live slot is placed (`allocate` hands out no other).
+                if let Some(offset) = self.plan.slots[slot].offset {
+                    self.taken.remove(&offset);
+                }
                 true
             }
             _ => false,

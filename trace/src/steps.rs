@@ -65,7 +65,7 @@ pub fn steps(trace: &Trace, window: usize) -> Result<Vec<StreamSteps>, String> {
             }
             Action::Free => {
                 if let Some((key, at)) = owner.remove(&e.addr) {
-                    per.get_mut(&key).expect("the owner's stream").push(Ev::Free(at));
+                    per.entry(key).or_default().push(Ev::Free(at));
                 }
             }
             _ => {}
