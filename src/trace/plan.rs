@@ -32,6 +32,7 @@
 //!
 //! ```
 //! use somalloc::trace::plan::{Op, Plan, Server};
+//! # fn main() -> Result<(), String> {
 //! // A step of four allocations (1 to 4 MiB), each freed at once; recorded
 //! // twice.
 //! let mut recorded = Vec::new();
@@ -39,14 +40,16 @@
 //!     recorded.push(Op::Alloc((k % 4 + 1) << 20));
 //!     recorded.push(Op::Free(k as usize));
 //! }
-//! let plan = Plan::for_program(&recorded).unwrap();
+//! let plan = Plan::for_program(&recorded)?;
 //! assert_eq!(plan.arena, 4 << 20); // no two blocks live together
 //! let mut server = Server::for_program(plan.into(), 8);
 //! for k in 0..100 {
-//!     let (slot, offset) = server.allocate((k % 4 + 1) << 20).unwrap();
+//!     let (slot, offset) = server.allocate((k % 4 + 1) << 20).ok_or("refused")?;
 //!     assert_eq!(offset, 0);
 //!     assert!(server.free(slot));
 //! }
+//! # Ok(())
+//! # }
 //! ```
 
 use std::collections::BTreeMap;
