@@ -203,10 +203,11 @@ pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
         s.cache_released = t.total.released;
         s.cache_captured = t.total.captured;
     }
-    if let Some(p) = &dev.plans {
-        s.plan_arena_bytes = p.arena_bytes.load(Ordering::Relaxed);
-        s.plan_served = p.served.load(Ordering::Relaxed);
-        s.plan_refused = p.refused.load(Ordering::Relaxed);
+    for plan in dev.streams().iter().filter_map(|e| e.plan.as_ref()) {
+        let (served, refused) = plan.counts();
+        s.plan_arena_bytes += plan.arena_bytes();
+        s.plan_served += served;
+        s.plan_refused += refused;
     }
     Ok(s)
 }

@@ -13,8 +13,8 @@ use somalloc_rs::{
 
 use crate::conf::{Conf, PoolChoice, ENV};
 use crate::error::{CapiError, Status};
-use crate::plan::{DevicePlans, StreamPlan};
 use crate::registry::{AddrMap, Live, Path, Refused, Registry};
+use somalloc_rs::adaptors::{PlannedArena, StreamPlans};
 
 /// The legacy default stream's handles (null, and `0x1`,
 /// `cudaStreamLegacy`): one key.
@@ -153,7 +153,7 @@ impl Global {
 pub struct Entry {
     pub stream: Stream,
     pub cache: Option<Arc<StreamCache>>,
-    pub plan: Option<StreamPlan>,
+    pub plan: Option<PlannedArena>,
 }
 
 #[derive(Default)]
@@ -171,7 +171,7 @@ pub struct DeviceState {
     pub pool: MemPool,
     pub tier: Option<CacheTier>,
     /// The plans of the streams not seen yet (`plan:PATH`).
-    pub plans: Option<DevicePlans>,
+    pub plans: Option<StreamPlans>,
     /// The process's recorder (`trace:PATH`), shared by every device.
     pub recorder: Option<Arc<Recorder>>,
     /// Streams by key (the legacy stream under 0; never the per-thread
@@ -225,7 +225,7 @@ impl DeviceState {
         // runs before the runtime's own.
         let recorder = recorder(conf)?;
         let plans = match &conf.plan {
-            Some(path) => Some(DevicePlans::load(path, ordinal)?),
+            Some(path) => Some(crate::plan::load(path, ordinal)?),
             None => None,
         };
         Ok(DeviceState {
@@ -269,7 +269,7 @@ impl DeviceState {
                 .plans
                 .as_ref()
                 .and_then(|p| p.take(key == LEGACY))
-                .map(StreamPlan::new);
+                .map(PlannedArena::new);
             Arc::new(Entry { stream, cache, plan })
         });
         Ok(Arc::clone(e))
@@ -305,12 +305,13 @@ impl DeviceState {
 
     fn allocate_on(&self, entry: &Entry, size: usize) -> Result<(*mut c_void, Path), CapiError> {
         let pool = &self.pool;
-        if let (Some(plan), Some(counts)) = (&entry.plan, &self.plans) {
+        if let Some(plan) = &entry.plan {
             // Not during a capture: a graph's memory is the capture's
             // business (the cache tier's rules or the pool's).
             if !entry.stream.is_capturing()? {
-                if let Some((ptr, slot)) = plan.allocate(size, &entry.stream, pool, counts) {
-                    return Ok((ptr, Path::Plan(slot)));
+                if let Some((ptr, slot)) = plan.allocate(size, &entry.stream, pool) {
+                    // Slots number fewer than `trace::plan::MAX_BLOCKS`.
+                    return Ok((ptr, Path::Plan(slot as u32)));
                 }
             }
         }
@@ -374,7 +375,7 @@ impl DeviceState {
             .plan
             .as_ref()
             .ok_or_else(|| CapiError::new(Status::Internal, "a planned allocation's stream has no plan"))?;
-        plan.free(slot, entry.stream.is_capturing()?)
+        Ok(plan.free(slot as usize, entry.stream.is_capturing()?)?)
     }
 
     /// A block of the cache of stream `live.stream` freed on another stream

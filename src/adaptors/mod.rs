@@ -8,6 +8,7 @@
 //! | [`TrackingAdaptor`] | the outstanding allocations (optionally with backtraces), a leak report |
 //! | [`RetryAdaptor`] | on out of memory: recovery steps (flush a cache, trim a pool, a callback), then one retry |
 //! | [`RecordingAdaptor`] | every allocation and free into a trace file ([`trace`](crate::trace)), for replay and viewing |
+//! | [`PlanningAdaptor`] | allocations served from a placement planned from a trace of an earlier run |
 //!
 //! Each holds its inner resource as an `Arc<dyn MemoryResource>` and is one
 //! itself, so a stack is built inside out and used through its outermost
@@ -55,12 +56,14 @@
 //! ```
 
 mod limit;
+mod plan;
 mod record;
 mod retry;
 mod stats;
 mod tracking;
 
 pub use limit::LimitingAdaptor;
+pub use plan::{PlannedArena, PlanningAdaptor, StreamPlans, PLAN_WINDOW};
 pub use record::RecordingAdaptor;
 pub use retry::{RetryAdaptor, RetryStats};
 pub use stats::{ResourceStats, StatisticsAdaptor};

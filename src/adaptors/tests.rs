@@ -331,3 +331,172 @@ fn adaptors_compose_over_the_cache_tier() {
     assert!(fake.state().live.is_empty());
     fake.assert_clean();
 }
+
+// ---------------------------------------------------------------------------
+// The planning adaptor.
+
+mod planning {
+    use super::*;
+    use crate::graph::CaptureStatus;
+    use crate::trace::{Action, Event, Source, StreamInfo, ThreadInfo, Trace};
+
+    const STEP: [usize; 4] = [1000, 2000, 3000, 4000];
+
+    /// A program on one stream: `steps` steps of four blocks freed at once
+    /// and a 512-byte one (a gradient) freed at the next step's start.
+    /// Calls `alloc(size)` / `free(number)` in order.
+    fn program(steps: usize, mut alloc: impl FnMut(usize), mut free: impl FnMut(usize)) {
+        let mut n = 0;
+        let mut grad = None;
+        for _ in 0..steps {
+            if let Some(g) = grad.take() {
+                free(g);
+            }
+            for size in STEP {
+                alloc(size);
+                free(n);
+                n += 1;
+            }
+            alloc(512);
+            grad = Some(n);
+            n += 1;
+        }
+    }
+
+    fn recorded(steps: usize) -> Trace {
+        let events = std::cell::RefCell::new(Vec::new());
+        let addr = |k: usize| 0x10_0000 + k as u64 * 0x10_0000;
+        let sizes = std::cell::RefCell::new(Vec::new());
+        program(
+            steps,
+            |size| {
+                let k = sizes.borrow().len();
+                sizes.borrow_mut().push(size);
+                events.borrow_mut().push(
+                    Event::new(0, Action::Allocate, 0, 0)
+                        .on(0)
+                        .at(size as u64, addr(k)),
+                );
+            },
+            |k| {
+                let size = sizes.borrow()[k] as u64;
+                events
+                    .borrow_mut()
+                    .push(Event::new(0, Action::Free, 0, 0).on(0).at(size, addr(k)));
+            },
+        );
+        Trace {
+            source: Source::Somalloc,
+            version: 1,
+            meta: Vec::new(),
+            threads: vec![ThreadInfo { name: "t".into() }],
+            streams: vec![StreamInfo {
+                device: 0,
+                handle: 0x7000,
+            }],
+            backtraces: Vec::new(),
+            events: events.into_inner(),
+            dropped: 0,
+            complete: true,
+        }
+    }
+
+    /// Runs `steps` steps through `res` on `stream`; every block live at
+    /// once holds its own bytes.
+    fn run(res: &dyn MemoryResource, stream: &Stream, steps: usize) {
+        let live = std::cell::RefCell::new(Vec::<(usize, usize)>::new());
+        let blocks = std::cell::RefCell::new(Vec::<(*mut c_void, usize)>::new());
+        program(
+            steps,
+            |size| {
+                let p = res.allocate(size, stream).unwrap();
+                let (a, b) = (p as usize, p as usize + size);
+                assert!(
+                    live.borrow().iter().all(|&(c, d)| b <= c || d <= a),
+                    "{a:#x} overlaps"
+                );
+                live.borrow_mut().push((a, b));
+                blocks.borrow_mut().push((p, size));
+            },
+            |k| {
+                let (p, size) = blocks.borrow()[k];
+                live.borrow_mut().retain(|&(a, _)| a != p as usize);
+                // SAFETY: allocated above on this stream, freed once.
+                unsafe { res.deallocate(p, size, stream).unwrap() };
+            },
+        );
+        // The last gradient.
+        let (p, size) = *blocks.borrow().last().unwrap();
+        // SAFETY: as above.
+        unsafe { res.deallocate(p, size, stream).unwrap() };
+    }
+
+    #[test]
+    fn a_recorded_program_is_served_from_its_plan_for_more_steps() {
+        let fake = FakeResource::new(None);
+        let planned = Arc::new(PlanningAdaptor::new(fake.clone(), &recorded(3)).unwrap());
+        // Another run's stream takes the recorded stream's plan.
+        let stream = Stream::fake(0x7100, 0);
+        run(&*planned, &stream, 10);
+        assert_eq!(planned.counts(), (50, 0));
+        // The arena: the largest block (each is freed before the next is
+        // allocated, the gradient included, so they all share it).
+        assert_eq!(planned.arena_bytes(), 4096);
+        assert_eq!(fake.live(), 1, "one allocation upstream: the arena");
+        assert!(planned.release(&stream).unwrap());
+        fake.assert_clean();
+        // Released: the stream is served upstream from now on.
+        run(&*planned, &stream, 1);
+        assert_eq!(planned.counts(), (50, 0));
+        fake.assert_clean();
+    }
+
+    #[test]
+    fn strays_captures_and_streams_without_a_plan_go_upstream() {
+        let fake = FakeResource::new(None);
+        let planned = Arc::new(PlanningAdaptor::new(fake.clone(), &recorded(3)).unwrap());
+        let stream = Stream::fake(0x7200, 0);
+        // A size the plan does not have: upstream, and counted.
+        let odd = planned.allocate(777, &stream).unwrap();
+        assert_eq!(planned.counts(), (0, 1));
+        assert_eq!(fake.live(), 2, "the arena and the odd block");
+        // While the stream captures, nothing comes from the plan.
+        stream.set_fake_capture(CaptureStatus::Active, 9);
+        let captured = planned.allocate(1000, &stream).unwrap();
+        assert_eq!(planned.counts(), (0, 1));
+        stream.set_fake_capture(CaptureStatus::None, 0);
+        // A second stream finds no plan left.
+        let other = Stream::fake(0x7300, 0);
+        let p = planned.allocate(1000, &other).unwrap();
+        assert_eq!(fake.live(), 4);
+        // A block still live: the arena is kept.
+        let held = planned.allocate(1000, &stream).unwrap();
+        assert_eq!(planned.counts(), (1, 1));
+        assert!(!planned.release(&stream).unwrap());
+        // SAFETY: each allocated above, freed once on its stream.
+        unsafe {
+            planned.deallocate(held, 1000, &stream).unwrap();
+            planned.deallocate(p, 1000, &other).unwrap();
+            planned.deallocate(captured, 1000, &stream).unwrap();
+            planned.deallocate(odd, 777, &stream).unwrap();
+        }
+        assert!(planned.release(&stream).unwrap());
+        fake.assert_clean();
+    }
+
+    #[test]
+    fn a_planned_block_freed_twice_is_an_error_not_a_second_free() {
+        let fake = FakeResource::new(None);
+        let planned = PlanningAdaptor::new(fake.clone(), &recorded(3)).unwrap();
+        let stream = Stream::fake(0x7400, 0);
+        let p = planned.allocate(1000, &stream).unwrap();
+        // SAFETY: allocated above; the second free is the error under test
+        // (the adaptor knows the block is no longer live).
+        unsafe {
+            planned.deallocate(p, 1000, &stream).unwrap();
+            assert!(planned.deallocate(p, 1000, &stream).is_err());
+        }
+        assert!(planned.release(&stream).unwrap());
+        fake.assert_clean();
+    }
+}

@@ -551,6 +551,11 @@ impl Server {
         }
     }
 
+    /// The live slot whose block starts at `offset`, if any.
+    pub fn live_slot_at(&self, offset: u64) -> Option<usize> {
+        self.taken.get(&offset).map(|&(_, slot)| slot)
+    }
+
     /// How many slots are live.
     pub fn live_slots(&self) -> usize {
         self.taken.len()

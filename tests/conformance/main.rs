@@ -12,6 +12,7 @@ mod cache;
 mod cross_stream;
 mod device;
 mod peer;
+mod plan;
 mod pool;
 mod sizes;
 mod stream_order;
