@@ -7,9 +7,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// How many slots ahead an allocation looks for a slot of its size.
-#define WINDOW 16
-
 // What an entry point returns: `SOMALLOC_STATUS_OK` (0) or why it failed.
 // The text of the last failure on the calling thread is
 // `somalloc_last_error_message()`. Values are stable; new ones may be
@@ -95,12 +92,13 @@ typedef struct {
   uint64_t cache_released;
   // Allocations made while their stream was capturing (graph memory).
   uint64_t cache_captured;
-  // Bytes of the arenas of the streams' plans (`plan:`).
+  // Bytes of the arenas of the streams' plans (`plan:`), over the
+  // streams somalloc holds (not those forgotten).
   uint64_t plan_arena_bytes;
-  // Allocations served from a plan's arena.
+  // Allocations served from a plan's arena (the same streams).
   uint64_t plan_served;
   // Allocations a plan had no free slot of their size for (served by
-  // the cache tier or the pool).
+  // the cache tier or the pool; the same streams).
   uint64_t plan_refused;
 } SomallocStats;
 

@@ -99,12 +99,13 @@ pub struct SomallocStats {
     pub cache_released: u64,
     /// Allocations made while their stream was capturing (graph memory).
     pub cache_captured: u64,
-    /// Bytes of the arenas of the streams' plans (`plan:`).
+    /// Bytes of the arenas of the streams' plans (`plan:`), over the
+    /// streams somalloc holds (not those forgotten).
     pub plan_arena_bytes: u64,
-    /// Allocations served from a plan's arena.
+    /// Allocations served from a plan's arena (the same streams).
     pub plan_served: u64,
     /// Allocations a plan had no free slot of their size for (served by
-    /// the cache tier or the pool).
+    /// the cache tier or the pool; the same streams).
     pub plan_refused: u64,
 }
 
