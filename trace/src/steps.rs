@@ -3,8 +3,9 @@
 //! after it from that plan, as an allocator that plans would.
 //!
 //! A trace has no step marks: the step is found as the period of the
-//! stream's allocation sizes that the most allocations at the trace's end
-//! follow (at least two periods of them). The step planned is the last one
+//! stream's allocation sizes that the longest run follows (at least two
+//! periods of it; `find_step`), unless its blocks mostly outlive it (then
+//! it is no step, as for the whole-program plan). The step planned is the last one
 //! whose next step is in the trace (the frees of blocks that live into the
 //! next step are then known); the steps after it are replayed through a
 //! [`Server`]. An allocation the server refuses is counted as taken
@@ -112,8 +113,12 @@ fn stream_steps(key: (u32, Option<u32>), evs: &[Ev], window: usize) -> Result<St
             Ev::Free(i) => Op::Free(allocs.partition_point(|&a| a < i)),
         })
         .collect();
-    out.program_arena = Plan::for_program(&ops)?.arena;
-    let Some(found) = find_step(&sizes) else {
+    let program = Plan::for_program(&ops)?;
+    out.program_arena = program.arena;
+    // The whole-program plan's verdict: a period whose blocks outlive it
+    // (a model's layers of weights) is no step.
+    let found = find_step(&sizes).filter(|_| program.wrap_to.is_some());
+    let Some(found) = found else {
         // No plan: every block is outside an arena.
         let (mut now, mut size_of) = (0u64, HashMap::new());
         for (i, e) in evs.iter().enumerate() {
@@ -230,8 +235,10 @@ pub fn report(trace: &Trace, streams: &[StreamSteps]) -> String {
         };
         let _ = write!(
             out,
-            "device {} stream {name}: {} allocations",
-            s.device, s.allocations
+            "device {} stream {name}: {} allocations, planned whole in an arena of {}",
+            s.device,
+            s.allocations,
+            mib(s.program_arena)
         );
         let Some((p, whole)) = s.step else {
             let _ = writeln!(out, "; no repeated step; live at most {}", mib(s.outside_peak));
