@@ -1,4 +1,5 @@
-//! Builds the C program `tests/c/capi_program.c` with the `cc` crate against
+//! Builds the C program `tests/c/capi_program.c` (and the cost benchmark
+//! `benches/capi_cost.c`) with the `cc` crate against
 //! this crate's `libsomalloc.so` and the committed header, runs it, and
 //! passes on its verdict: one SKIP line without a GPU; on a GPU, its checks
 //! (allocations on the legacy, per-thread and created streams with their
@@ -32,13 +33,11 @@ fn library_dir() -> PathBuf {
     panic!("libsomalloc.so is not next to {}", exe.display());
 }
 
-#[test]
-fn the_c_program_passes_or_skips() {
+/// Builds the C file `source` (relative to this crate) into `exe` against
+/// `libsomalloc.so`, warnings as errors.
+fn build_c(source: &str, exe: &Path) {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lib = library_dir();
-    let out = std::env::temp_dir().join(format!("somalloc-capi-program-{}", std::process::id()));
-    std::fs::create_dir_all(&out).unwrap();
-    let exe = out.join("capi_program");
     let target = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
     let compiler = cc::Build::new()
         .cargo_metadata(false)
@@ -54,9 +53,9 @@ fn the_c_program_passes_or_skips() {
         .expect("a C compiler");
     let built = compiler
         .to_command()
-        .arg(manifest.join("tests/c/capi_program.c"))
+        .arg(manifest.join(source))
         .arg("-o")
-        .arg(&exe)
+        .arg(exe)
         .arg(format!("-L{}", lib.display()))
         .arg("-lsomalloc")
         .arg(format!("-Wl,-rpath,{}", lib.display()))
@@ -65,10 +64,18 @@ fn the_c_program_passes_or_skips() {
         .expect("the C compiler runs");
     assert!(
         built.status.success(),
-        "the C program does not build:\n{}{}",
+        "{source} does not build:\n{}{}",
         String::from_utf8_lossy(&built.stdout),
         String::from_utf8_lossy(&built.stderr)
     );
+}
+
+#[test]
+fn the_c_program_passes_or_skips() {
+    let out = std::env::temp_dir().join(format!("somalloc-capi-program-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let exe = out.join("capi_program");
+    build_c("tests/c/capi_program.c", &exe);
     let verdict = run(&exe, None);
     if verdict.starts_with("SKIP") {
         let _ = std::fs::remove_dir_all(&out);
@@ -130,4 +137,29 @@ fn run(exe: &Path, trace: Option<&Path>) -> String {
         "unexpected last line: {verdict}"
     );
     verdict
+}
+
+/// The cost benchmark (`benches/capi_cost.c`) builds against the header
+/// and the library, and runs: one SKIP line without a GPU, its figures
+/// with one.
+#[test]
+fn the_cost_benchmark_builds_and_runs() {
+    let out = std::env::temp_dir().join(format!("somalloc-capi-cost-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let exe = out.join("capi_cost");
+    build_c("../benches/capi_cost.c", &exe);
+    let ran = Command::new(&exe)
+        .arg("20")
+        .env_remove("SOMALLOC_CONF")
+        .output()
+        .expect("the cost benchmark runs");
+    let _ = std::fs::remove_dir_all(&out);
+    let stdout = String::from_utf8_lossy(&ran.stdout);
+    say(stdout.trim_end());
+    assert!(ran.status.success(), "{stdout}{}", String::from_utf8_lossy(&ran.stderr));
+    let line = stdout.lines().last().unwrap_or_default();
+    assert!(
+        line.starts_with("SKIP capi_cost: no GPU") || line.starts_with("capi_cost: (defaults): 20 steps"),
+        "unexpected last line: {line}"
+    );
 }

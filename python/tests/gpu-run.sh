@@ -49,8 +49,17 @@ rm -f "$out"/plan.trace*
 part plan-record python3 "$dir/plan_gpu.py" record "$out/plan.trace"
 part plan-serve python3 "$dir/plan_gpu.py" plan "$out/plan.trace"
 if [ "$bench" = --bench ]; then
+  # The C ABI's cost per allocation and free, beside the runtime's own
+  # calls: the pool, the cache tier, and a plan (recorded first).
+  cost() {
+    SOMALLOC_CONF=cache:off "$dir/capi_cost" 2000 &&
+      SOMALLOC_CONF=cache:on "$dir/capi_cost" 2000 &&
+      SOMALLOC_CONF="trace:$out/cost.trace" "$dir/capi_cost" 3 &&
+      SOMALLOC_CONF="plan:$out/cost.trace" "$dir/capi_cost" 2000
+  }
+  part capi-cost cost
   part models python3 "$dir/models.py" --out "$out"
 fi
 echo "=== verdicts"
-grep -hE '^[0-9]+ passed, [0-9]+ failed|^SKIP|^loss checks' "$out"/*.log
+grep -hE '^[0-9]+ passed, [0-9]+ failed|^SKIP|^loss checks|^capi_cost' "$out"/*.log
 exit $status
