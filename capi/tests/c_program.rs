@@ -156,7 +156,11 @@ fn the_cost_benchmark_builds_and_runs() {
     let _ = std::fs::remove_dir_all(&out);
     let stdout = String::from_utf8_lossy(&ran.stdout);
     say(stdout.trim_end());
-    assert!(ran.status.success(), "{stdout}{}", String::from_utf8_lossy(&ran.stderr));
+    assert!(
+        ran.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
     let line = stdout.lines().last().unwrap_or_default();
     assert!(
         line.starts_with("SKIP capi_cost: no GPU") || line.starts_with("capi_cost: (defaults): 20 steps"),
