@@ -12,13 +12,13 @@
  * trace that a later `plan:PATH` run is served from. Without a GPU: one
  * SKIP line. */
 #define _POSIX_C_SOURCE 199309L
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "runtime.h" /* capi/tests/c */
 #include "somalloc.h"
 
 typedef int (*stream_create_t)(void **, unsigned);
@@ -31,24 +31,11 @@ static malloc_async_t malloc_async;
 static free_async_t free_async;
 
 static int load_runtime(void) {
-  int hip = strcmp(somalloc_backend(), "rocm") == 0;
-  const char *cuda[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so", NULL};
-  const char *rocm[] = {"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so", NULL};
-  const char **names = hip ? rocm : cuda;
-  const char *env = getenv(hip ? "SOMALLOC_HIP" : "SOMALLOC_CUDART");
-  void *lib = env ? dlopen(env, RTLD_NOW) : NULL;
-  for (int i = 0; !lib && names[i]; i++) lib = dlopen(names[i], RTLD_NOW);
-  if (!lib) return 0;
-  const char *p = hip ? "hip" : "cuda";
-  char name[64];
-#define SYM(var, type, suffix)                    \
-  snprintf(name, sizeof name, "%s%s", p, suffix); \
-  var = (type)dlsym(lib, name);                   \
-  if (!var) return 0;
-  SYM(stream_create, stream_create_t, "StreamCreateWithFlags")
-  SYM(stream_sync, stream_void_t, "StreamSynchronize")
-  SYM(malloc_async, malloc_async_t, "MallocAsync")
-  SYM(free_async, free_async_t, "FreeAsync")
+  if (!open_runtime()) return 0;
+  RUNTIME_FN(stream_create, stream_create_t, "StreamCreateWithFlags")
+  RUNTIME_FN(stream_sync, stream_void_t, "StreamSynchronize")
+  RUNTIME_FN(malloc_async, malloc_async_t, "MallocAsync")
+  RUNTIME_FN(free_async, free_async_t, "FreeAsync")
   return 1;
 }
 

@@ -49,6 +49,7 @@ fn build_c(source: &str, exe: &Path) {
         .flag("-Werror")
         .flag("-std=c11")
         .include(manifest.join("include"))
+        .include(manifest.join("tests/c"))
         .try_get_compiler()
         .expect("a C compiler");
     let built = compiler

@@ -16,9 +16,9 @@ cargo build --release --quiet -p somalloc-capi --features "$vendor"
 target=${CARGO_TARGET_DIR:-target}/release
 cp "$target/libsomalloc.so" "$dir/"
 strip "$dir/libsomalloc.so"
-cc -std=c11 -O1 -Wall -Wextra -Werror -Icapi/include capi/tests/c/capi_program.c -o "$dir/capi_program" \
+cc -std=c11 -O1 -Wall -Wextra -Werror -Icapi/include -Icapi/tests/c capi/tests/c/capi_program.c -o "$dir/capi_program" \
   -L"$dir" -lsomalloc -Wl,-rpath,'$ORIGIN' -ldl -lpthread
-cc -std=c11 -O2 -Wall -Wextra -Werror -Icapi/include benches/capi_cost.c -o "$dir/capi_cost" \
+cc -std=c11 -O2 -Wall -Wextra -Werror -Icapi/include -Icapi/tests/c benches/capi_cost.c -o "$dir/capi_cost" \
   -L"$dir" -lsomalloc -Wl,-rpath,'$ORIGIN' -ldl
 cp python/tests/torch_gpu.py python/tests/cupy_gpu.py python/tests/plan_gpu.py python/tests/gpu-run.sh benches/models.py "$dir/"
 # The trace tool, to read the C program's recorded trace back.

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime.h"
 #include "somalloc.h"
 
 static int passed = 0, failed = 0;
@@ -38,25 +39,12 @@ static memset_t memset_async;
 static memcpy_t memcpy_async;
 
 static int load_runtime(void) {
-  int hip = strcmp(somalloc_backend(), "rocm") == 0;
-  const char *cuda[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so", NULL};
-  const char *rocm[] = {"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so", NULL};
-  const char **names = hip ? rocm : cuda;
-  const char *env = getenv(hip ? "SOMALLOC_HIP" : "SOMALLOC_CUDART");
-  void *lib = env ? dlopen(env, RTLD_NOW) : NULL;
-  for (int i = 0; !lib && names[i]; i++) lib = dlopen(names[i], RTLD_NOW);
-  if (!lib) return 0;
-  const char *p = hip ? "hip" : "cuda";
-  char name[64];
-#define SYM(var, type, suffix)                        \
-  snprintf(name, sizeof name, "%s%s", p, suffix);     \
-  var = (type)dlsym(lib, name);                       \
-  if (!var) return 0;
-  SYM(stream_create, stream_create_t, "StreamCreateWithFlags")
-  SYM(stream_sync, stream_void_t, "StreamSynchronize")
-  SYM(stream_destroy, stream_void_t, "StreamDestroy")
-  SYM(memset_async, memset_t, "MemsetAsync")
-  SYM(memcpy_async, memcpy_t, "MemcpyAsync")
+  if (!open_runtime()) return 0;
+  RUNTIME_FN(stream_create, stream_create_t, "StreamCreateWithFlags")
+  RUNTIME_FN(stream_sync, stream_void_t, "StreamSynchronize")
+  RUNTIME_FN(stream_destroy, stream_void_t, "StreamDestroy")
+  RUNTIME_FN(memset_async, memset_t, "MemsetAsync")
+  RUNTIME_FN(memcpy_async, memcpy_t, "MemcpyAsync")
   return 1;
 }
 
