@@ -93,6 +93,21 @@ pub enum Op {
     Free(usize),
 }
 
+/// One event of a device's recorded program for [`Plan::for_streams`]:
+/// an [`Op`] on one of its streams (numbered from 0), at a time in
+/// nanoseconds. A free names its allocation by its number among all the
+/// device's allocations (counted from 0), whatever stream made it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamOp {
+    /// The stream the allocation was made on (for a free: ignored, the
+    /// block's own stream counts).
+    pub stream: u32,
+    /// What happened.
+    pub op: Op,
+    /// When, in nanoseconds from any origin; events come in time order.
+    pub t_ns: u64,
+}
+
 /// The shortest step [`find_step`] looks for, in allocations.
 pub const MIN_STEP: usize = 4;
 /// [`find_step`] looks at sequences of at most this many allocations (its
@@ -165,6 +180,9 @@ pub struct Slot {
     pub size: u64,
     /// Its offset in the arena; `None`: not placed (it lives too long).
     pub offset: Option<u64>,
+    /// The recorded stream it was allocated on (0 in a plan of one
+    /// stream): only a request on that stream matches it.
+    pub stream: u32,
 }
 
 /// A planned step or program.
@@ -247,6 +265,17 @@ impl Life {
 /// before it and living at the same time (`meets`) holds: the slots, and
 /// the arena's bytes.
 fn place<L>(sizes: &[u64], lives: &[Option<L>], meets: impl Fn(&L, &L) -> bool) -> (Vec<Slot>, u64) {
+    place_on(sizes, &[], lives, meets)
+}
+
+/// [`place`], the slots tagged with their streams (`streams[k]`, 0 where
+/// `streams` is shorter).
+fn place_on<L>(
+    sizes: &[u64],
+    streams: &[u32],
+    lives: &[Option<L>],
+    meets: impl Fn(&L, &L) -> bool,
+) -> (Vec<Slot>, u64) {
     let mut order: Vec<(usize, &L)> = lives
         .iter()
         .enumerate()
@@ -278,7 +307,12 @@ fn place<L>(sizes: &[u64], lives: &[Option<L>], meets: impl Fn(&L, &L) -> bool) 
     let slots = sizes
         .iter()
         .zip(offsets)
-        .map(|(&size, offset)| Slot { size, offset })
+        .enumerate()
+        .map(|(k, (&size, offset))| Slot {
+            size,
+            offset,
+            stream: streams.get(k).copied().unwrap_or(0),
+        })
         .collect();
     (slots, arena)
 }
@@ -308,18 +342,65 @@ impl Plan {
     /// counterparts had in the step before. Without a repeated step, every
     /// allocation gets a slot of its own and the plan ends with them.
     pub fn for_program(ops: &[Op]) -> Result<Plan, String> {
+        let ops: Vec<StreamOp> = ops
+            .iter()
+            .map(|&op| StreamOp {
+                stream: 0,
+                op,
+                t_ns: 0,
+            })
+            .collect();
+        Plan::for_streams(&ops, 0)
+    }
+
+    /// Plans a device's recorded program, `ops` in order, its streams'
+    /// blocks in one arena: as [`for_program`](Plan::for_program) does for
+    /// one stream, with the repeated step found in the events of all the
+    /// streams together (a training loop that runs each model of a step on
+    /// its own stream repeats them all). Two blocks of one stream share
+    /// bytes when they do not live at the same time; two blocks of
+    /// different streams only when one was freed at least `lag_ns` before
+    /// the other was allocated, in the recorded run's time: a stream's free
+    /// is reached on the device later than on the host, and a block handed
+    /// to another stream makes that stream wait for it
+    /// ([`Server::allocate_on`]). `u64::MAX` keeps the streams' blocks
+    /// apart for ever.
+    ///
+    /// ```
+    /// use somalloc::trace::plan::{Op, Plan, StreamOp};
+    /// # fn main() -> Result<(), String> {
+    /// // Stream 0 allocates and frees 4 MiB at 0 ms, stream 1 the same at
+    /// // 10 ms.
+    /// let mib = 1u64 << 20;
+    /// let ops = [
+    ///     StreamOp { stream: 0, op: Op::Alloc(4 * mib), t_ns: 0 },
+    ///     StreamOp { stream: 0, op: Op::Free(0), t_ns: 1_000_000 },
+    ///     StreamOp { stream: 1, op: Op::Alloc(4 * mib), t_ns: 10_000_000 },
+    ///     StreamOp { stream: 1, op: Op::Free(1), t_ns: 11_000_000 },
+    /// ];
+    /// // Freed 9 ms before: shared when 5 ms is enough, apart when 20 ms is
+    /// // needed.
+    /// assert_eq!(Plan::for_streams(&ops, 5_000_000)?.arena, 4 * mib);
+    /// assert_eq!(Plan::for_streams(&ops, 20_000_000)?.arena, 8 * mib);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn for_streams(ops: &[StreamOp], lag_ns: u64) -> Result<Plan, String> {
         // Positions count allocations: a block freed before the program's
         // allocation `f` is live over [its own number, f). Two blocks live
         // at the same time exactly when these intervals meet, however the
         // frees fall between the allocations (they differ between a
         // program's first step and the others).
-        let sizes: Vec<u64> = ops
-            .iter()
-            .filter_map(|op| match *op {
-                Op::Alloc(s) => Some(s),
-                Op::Free(_) => None,
-            })
-            .collect();
+        let mut sizes: Vec<u64> = Vec::new();
+        let mut streams: Vec<u32> = Vec::new();
+        let mut times: Vec<u64> = Vec::new();
+        for op in ops {
+            if let Op::Alloc(s) = op.op {
+                sizes.push(s);
+                streams.push(op.stream);
+                times.push(op.t_ns);
+            }
+        }
         let n = sizes.len();
         if n > MAX_BLOCKS {
             return Err(format!(
@@ -327,9 +408,12 @@ impl Plan {
             ));
         }
         let mut freed = vec![u64::MAX; n];
+        // For blocks of other streams: the first allocation `lag_ns` or
+        // more after the free (at least `freed`).
+        let mut handed = vec![u64::MAX; n];
         let mut made = 0usize;
         for (pos, op) in ops.iter().enumerate() {
-            match *op {
+            match op.op {
                 Op::Alloc(_) => made += 1,
                 Op::Free(k) => {
                     let slot = freed
@@ -339,13 +423,23 @@ impl Plan {
                         return Err(format!("event {pos} frees allocation {k}, which is not live"));
                     }
                     *slot = made as u64;
+                    handed[k] = match op.t_ns.checked_add(lag_ns) {
+                        Some(t) => (times.partition_point(|&a| a < t) as u64).max(made as u64),
+                        None => u64::MAX,
+                    };
                 }
             }
         }
         // The repeated step: allocations [last, end), the step before
         // [prev, last), `p` allocations each. What follows `end` is
-        // planned once, like what precedes `prev`.
-        let cycle = find_step(&sizes).map(|s| (s.len, s.end - 2 * s.len, s.end - s.len, s.end));
+        // planned once, like what precedes `prev`. A step matches sizes
+        // and streams both.
+        let keys: Vec<u64> = sizes
+            .iter()
+            .zip(&streams)
+            .map(|(&s, &t)| s ^ (u64::from(t) << 56))
+            .collect();
+        let cycle = find_step(&keys).map(|s| (s.len, s.end - 2 * s.len, s.end - s.len, s.end));
         if cycle.is_some_and(|c| c.0 > u32::MAX as usize) {
             return Err("a repeated step of over 4 billion allocations".into());
         }
@@ -354,14 +448,17 @@ impl Plan {
         // step's start, taken from its twin in the step before. A period
         // whose blocks mostly outlive it (layer after layer of a model's
         // weights) is no step: it is planned once, like the rest.
-        let once = |k: usize| Some(Life::Once(k as u64, freed[k].max(k as u64 + 1)));
-        let every = |k: usize, (p, prev, last): (usize, usize, usize)| {
+        let once = |k: usize, freed: &[u64]| Some(Life::Once(k as u64, freed[k].max(k as u64 + 1)));
+        let every = |k: usize, (p, prev, last): (usize, usize, usize), freed: &[u64], whole: bool| {
             let rel = (k - last) as u64;
             let (prev, last, f) = (prev as u64, last as u64, freed[k - p]);
             let end = if f <= last {
                 Some(End::InStep((f - prev) as u32))
             } else if f != u64::MAX && f - last <= rel {
                 Some(End::Next((f - last) as u32))
+            } else if whole {
+                // Held (for other streams) up to its own next instance.
+                Some(End::Next(rel as u32))
             } else {
                 None
             };
@@ -378,17 +475,31 @@ impl Plan {
         };
         let cycle = cycle.filter(|&(p, prev, last, end)| {
             let repeating = (last..end)
-                .filter(|&k| every(k, (p, prev, last)).is_some())
+                .filter(|&k| every(k, (p, prev, last), &freed, false).is_some())
                 .count();
             2 * repeating >= p
         });
-        let spans: Vec<Option<Life>> = (0..n)
-            .map(|k| match cycle {
-                Some((p, prev, last, end)) if (last..end).contains(&k) => every(k, (p, prev, last)),
-                _ => once(k),
+        let life = |k: usize, freed: &[u64], whole: bool| match cycle {
+            Some((p, prev, last, end)) if (last..end).contains(&k) => every(k, (p, prev, last), freed, whole),
+            _ => once(k, freed),
+        };
+        // (stream, lifetime, lifetime for the other streams): the second
+        // only where it differs.
+        let lives: Vec<Option<(u32, Life, Option<Life>)>> = (0..n)
+            .map(|k| {
+                let own = life(k, &freed, false)?;
+                let other = (handed[k] != freed[k]).then(|| life(k, &handed, true)).flatten();
+                Some((streams[k], own, other))
             })
             .collect();
-        let (slots, arena) = place(&sizes, &spans, Life::meets);
+        let meets = |a: &(u32, Life, Option<Life>), b: &(u32, Life, Option<Life>)| {
+            if a.0 == b.0 {
+                a.1.meets(&b.1)
+            } else {
+                a.2.as_ref().unwrap_or(&a.1).meets(b.2.as_ref().unwrap_or(&b.1))
+            }
+        };
+        let (slots, arena) = place_on(&sizes, &streams, &lives, meets);
         let mut plan = Plan::with_slots(slots, arena);
         plan.wrap_to = cycle.map(|c| c.2);
         Ok(plan)
@@ -425,17 +536,25 @@ impl Plan {
 
 /// Serves allocations from a plan, in order, each slot checked against the
 /// live ones.
+///
+/// A plan of several streams ([`Plan::for_streams`]) is served stream by
+/// stream ([`allocate_on`](Server::allocate_on)), each stream matching its
+/// own slots in order, all of them in one arena: a slot whose bytes another
+/// stream freed last comes with the [`Wait`]s that order its stream after
+/// those frees.
 #[derive(Debug)]
 pub struct Server {
     plan: Arc<Plan>,
-    /// The next slot to match.
-    cursor: usize,
+    /// Per stream: its slots in order, and where matching goes on.
+    lanes: Vec<Lane>,
     live: Vec<bool>,
     /// The live slots' bytes: start -> (end, slot). They never overlap
-    /// (see `allocate`).
+    /// (see `allocate_on`).
     taken: BTreeMap<u64, (u64, usize)>,
     /// How many slots ahead a request looks for its size.
     window: usize,
+    /// Who freed the bytes that are not live (plans of several streams).
+    handoffs: Option<Handoffs>,
     /// Requests served from the arena.
     pub served: u64,
     /// Requests that got no slot.
@@ -444,16 +563,111 @@ pub struct Server {
     pub skipped: u64,
 }
 
+#[derive(Debug)]
+struct Lane {
+    /// The stream's slots, in plan order.
+    order: Vec<usize>,
+    /// The index in `order` that matching goes on at after the last (the
+    /// stream's first slot of the repeated step).
+    wrap: Option<usize>,
+    /// The next index in `order` to match.
+    cursor: usize,
+    /// Its live slots.
+    live: usize,
+}
+
+/// A stream's frees are numbered from 1 (tickets); an event recorded on
+/// the stream after its free number `t` orders a wait after frees 1..=t.
+#[derive(Debug)]
+struct Handoffs {
+    /// Bytes freed and not handed out since: start -> `Freed`. The ranges
+    /// never overlap one another nor a live slot.
+    freed: BTreeMap<u64, Freed>,
+    /// Per stream: its frees so far.
+    frees: Vec<u64>,
+    /// Per stream: the last free an event was recorded after.
+    recorded: Vec<u64>,
+    /// `waited[b][a]`: stream `b` waited for stream `a`'s frees up to this.
+    waited: Vec<Vec<u64>>,
+    /// Slots whose free another stream waited for once (the latest free
+    /// of their stream among the bytes it took): their frees are recorded
+    /// as they happen from then on.
+    handed: Vec<bool>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Freed {
+    end: u64,
+    stream: u32,
+    ticket: u64,
+    slot: usize,
+}
+
+/// What a stream must do before it uses a slot another stream freed last
+/// ([`Server::allocate_on`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wait {
+    /// The stream that freed the bytes.
+    pub stream: u32,
+    /// Wait for an event recorded on `stream` after its free number
+    /// `ticket` (the first such event is enough).
+    pub ticket: u64,
+    /// `Some(t)`: no such event was recorded yet; record one on `stream`
+    /// now, filed under `t` (at least `ticket`), before waiting.
+    pub record: Option<u64>,
+}
+
+/// A slot handed out by [`Server::allocate_on`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The slot.
+    pub slot: usize,
+    /// Its offset in the arena.
+    pub offset: u64,
+    /// What the stream must wait for first (one per other stream at most).
+    pub waits: Vec<Wait>,
+}
+
 impl Server {
     /// Serves the steps after a step planned with [`Plan::build`]: call
     /// [`begin_step`](Server::begin_step) at each step's start. A request
     /// looks up to `window` slots ahead for its size.
     pub fn new(plan: Arc<Plan>, window: usize) -> Server {
+        let streams = plan
+            .slots
+            .iter()
+            .map(|s| s.stream as usize + 1)
+            .max()
+            .unwrap_or(1);
+        let mut lanes: Vec<Lane> = (0..streams)
+            .map(|_| Lane {
+                order: Vec::new(),
+                wrap: None,
+                cursor: 0,
+                live: 0,
+            })
+            .collect();
+        for (k, s) in plan.slots.iter().enumerate() {
+            lanes[s.stream as usize].order.push(k);
+        }
+        if let Some(w) = plan.wrap_to {
+            for lane in &mut lanes {
+                let at = lane.order.partition_point(|&k| k < w);
+                lane.wrap = (at < lane.order.len()).then_some(at);
+            }
+        }
         Server {
             live: vec![false; plan.slots.len()],
+            handoffs: (streams > 1).then(|| Handoffs {
+                freed: BTreeMap::new(),
+                frees: vec![0; streams],
+                recorded: vec![0; streams],
+                waited: vec![vec![0; streams]; streams],
+                handed: vec![false; plan.slots.len()],
+            }),
+            lanes,
             taken: BTreeMap::new(),
             plan,
-            cursor: 0,
             window: window.max(1),
             served: 0,
             refused: 0,
@@ -461,9 +675,10 @@ impl Server {
         }
     }
 
-    /// Serves a program planned with [`Plan::for_program`] from its first
-    /// allocation on: after the last slot, matching goes on at the
-    /// repeated step's first.
+    /// Serves a program planned with [`Plan::for_program`] or
+    /// [`Plan::for_streams`] from its first allocation on: after a
+    /// stream's last slot, matching goes on at its first slot of the
+    /// repeated step.
     pub fn for_program(plan: Arc<Plan>, window: usize) -> Server {
         Server::new(plan, window)
     }
@@ -473,45 +688,67 @@ impl Server {
         &self.plan
     }
 
+    /// How many streams the plan has.
+    pub fn streams(&self) -> usize {
+        self.lanes.len()
+    }
+
     /// A step begins: matching starts again at the first slot. Blocks of
     /// the last step may still be live; their slots stay taken.
     pub fn begin_step(&mut self) {
-        self.cursor = 0;
+        for lane in &mut self.lanes {
+            lane.cursor = 0;
+        }
     }
 
-    /// The slot after `j`: the next one, or past the last the repeated
-    /// step's first (`None`: the plan has ended).
-    fn after(&self, j: usize) -> Option<usize> {
-        match j + 1 {
-            n if n < self.plan.slots.len() => Some(n),
-            _ => self.plan.wrap_to,
+    /// The index after `i` in `lane`'s order: the next one, or past the
+    /// last the repeated step's first (`None`: the plan has ended).
+    fn after(lane: &Lane, i: usize) -> Option<usize> {
+        match i + 1 {
+            n if n < lane.order.len() => Some(n),
+            _ => lane.wrap,
         }
     }
 
     /// A slot for `size` bytes and its offset in the arena, or `None` (the
-    /// caller takes the memory elsewhere).
+    /// caller takes the memory elsewhere): [`allocate_on`](Server::allocate_on)
+    /// stream 0, refused where the slot would need a wait.
     pub fn allocate(&mut self, size: u64) -> Option<(usize, u64)> {
+        self.grant(0, size, false).map(|g| (g.slot, g.offset))
+    }
+
+    /// A slot for `size` bytes on the plan's stream `stream`, or `None`
+    /// (the caller takes the memory elsewhere). The caller must carry out
+    /// the grant's waits on `stream` before it uses the block.
+    pub fn allocate_on(&mut self, stream: u32, size: u64) -> Option<Grant> {
+        self.grant(stream, size, true)
+    }
+
+    fn grant(&mut self, stream: u32, size: u64, may_wait: bool) -> Option<Grant> {
+        let Some(lane) = self.lanes.get(stream as usize) else {
+            self.refused += 1;
+            return None;
+        };
         let slots = &self.plan.slots;
-        let mut j = Some(self.cursor).filter(|&c| c < slots.len());
+        let mut i = Some(lane.cursor).filter(|&c| c < lane.order.len());
         let mut looked = 0;
         let found = loop {
-            match j {
-                Some(k) if looked < self.window => {
-                    if slots[k].size == size {
-                        break Some(k);
+            match i {
+                Some(at) if looked < self.window => {
+                    if slots[lane.order[at]].size == size {
+                        break Some(at);
                     }
                     looked += 1;
-                    j = self.after(k);
+                    i = Self::after(lane, at);
                 }
                 _ => break None,
             }
         };
-        let Some(j) = found else {
+        let Some(at) = found else {
             self.refused += 1;
             return None;
         };
-        self.skipped += looked as u64;
-        self.cursor = self.after(j).unwrap_or(slots.len());
+        let j = lane.order[at];
         // The live ranges never overlap, so they end in the order they
         // start: the one that starts last before this slot's end is the
         // only one that can reach into it.
@@ -521,34 +758,98 @@ impl Server {
                 .next_back()
                 .is_none_or(|(_, &(end, _))| end <= from)
         };
-        match slots[j].offset {
-            Some(offset) if !self.live[j] && free(offset, offset + round(size)) => {
-                self.live[j] = true;
-                self.taken.insert(offset, (offset + round(size), j));
-                self.served += 1;
-                Some((j, offset))
-            }
+        let offset = match slots[j].offset {
+            Some(offset) if !self.live[j] && free(offset, offset + round(size)) => offset,
             _ => {
                 self.refused += 1;
-                None
+                return None;
             }
-        }
+        };
+        let end = offset + round(size);
+        let waits = match &mut self.handoffs {
+            Some(h) => match h.take(stream, offset, end, may_wait) {
+                Some(w) => w,
+                None => {
+                    self.refused += 1;
+                    return None;
+                }
+            },
+            None => Vec::new(),
+        };
+        let lane = &mut self.lanes[stream as usize];
+        self.skipped += looked as u64;
+        lane.cursor = Self::after(lane, at).unwrap_or(lane.order.len());
+        lane.live += 1;
+        self.live[j] = true;
+        self.taken.insert(offset, (end, j));
+        self.served += 1;
+        Some(Grant {
+            slot: j,
+            offset,
+            waits,
+        })
     }
 
     /// Slot `slot`'s block is freed. `false` (and nothing changes) when it
-    /// was not live.
+    /// was not live. In a plan of several streams, a later stream that
+    /// takes these bytes records an event on this one first
+    /// ([`Wait::record`]); [`free_slot`](Server::free_slot) avoids that.
     pub fn free(&mut self, slot: usize) -> bool {
+        self.release(slot, false).is_some()
+    }
+
+    /// Slot `slot`'s block is freed in its stream's order: `None` (and
+    /// nothing changes) when it was not live; `Some(Some(t))`: record an
+    /// event on the slot's stream now, filed under `t` (its bytes went to
+    /// another stream before, and will again).
+    pub fn free_slot(&mut self, slot: usize) -> Option<Option<u64>> {
+        self.release(slot, true)
+    }
+
+    fn release(&mut self, slot: usize, may_record: bool) -> Option<Option<u64>> {
         match self.live.get_mut(slot) {
-            Some(l @ true) => {
-                *l = false;
-                // A live slot is placed (`allocate` hands out no other).
-                if let Some(offset) = self.plan.slots[slot].offset {
-                    self.taken.remove(&offset);
-                }
-                true
-            }
-            _ => false,
+            Some(l @ true) => *l = false,
+            _ => return None,
         }
+        let s = self.plan.slots[slot];
+        self.lanes[s.stream as usize].live -= 1;
+        // A live slot is placed (`grant` hands out no other).
+        let offset = s.offset?;
+        self.taken.remove(&offset);
+        let Some(h) = &mut self.handoffs else {
+            return Some(None);
+        };
+        let a = s.stream as usize;
+        h.frees[a] += 1;
+        let ticket = h.frees[a];
+        h.freed.insert(
+            offset,
+            Freed {
+                end: offset + round(s.size),
+                stream: s.stream,
+                ticket,
+                slot,
+            },
+        );
+        if may_record && h.handed[slot] {
+            h.recorded[a] = ticket;
+            Some(Some(ticket))
+        } else {
+            Some(None)
+        }
+    }
+
+    /// `stream` ends (its handle goes away): `Some(t)` asks for an event
+    /// recorded on it now, filed under `t`, so that other streams never
+    /// need one recorded later.
+    pub fn seal(&mut self, stream: u32) -> Option<u64> {
+        let h = self.handoffs.as_mut()?;
+        let a = stream as usize;
+        let f = *h.frees.get(a)?;
+        (h.recorded[a] < f).then(|| {
+            h.recorded[a] = f;
+            f
+        })
     }
 
     /// The live slot whose block starts at `offset`, if any.
@@ -561,6 +862,11 @@ impl Server {
         self.taken.len()
     }
 
+    /// How many slots of the plan's stream `stream` are live.
+    pub fn live_slots_of(&self, stream: u32) -> usize {
+        self.lanes.get(stream as usize).map_or(0, |l| l.live)
+    }
+
     /// The live slots' byte ranges.
     #[cfg(test)]
     pub fn live_ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
@@ -569,6 +875,68 @@ impl Server {
             let o = s.offset.expect("a live slot is placed");
             (o, o + round(s.size))
         })
+    }
+}
+
+impl Handoffs {
+    /// Stream `b` takes `[from, to)`: the freed ranges there are cut out,
+    /// and the waits on the other streams that freed them are returned
+    /// (`None`, nothing changed, if there are some and `may_wait` is off).
+    fn take(&mut self, b: u32, from: u64, to: u64, may_wait: bool) -> Option<Vec<Wait>> {
+        // The freed ranges do not overlap: the ones meeting [from, to) are
+        // the last ones starting before `to` whose ends pass `from`.
+        let hit: Vec<(u64, Freed)> = self
+            .freed
+            .range(..to)
+            .rev()
+            .take_while(|(_, f)| f.end > from)
+            .map(|(&s, &f)| (s, f))
+            .collect();
+        // Per other stream, the latest of its frees to wait for, and its
+        // slot.
+        let mut need: Vec<(u32, u64, usize)> = Vec::new();
+        for (_, f) in &hit {
+            if f.stream != b && self.waited[b as usize][f.stream as usize] < f.ticket {
+                match need.iter_mut().find(|n| n.0 == f.stream) {
+                    Some(n) if n.1 < f.ticket => *n = (f.stream, f.ticket, f.slot),
+                    Some(_) => {}
+                    None => need.push((f.stream, f.ticket, f.slot)),
+                }
+            }
+        }
+        if !need.is_empty() && !may_wait {
+            return None;
+        }
+        for (start, f) in hit {
+            self.freed.remove(&start);
+            if start < from {
+                self.freed.insert(start, Freed { end: from, ..f });
+            }
+            if f.end > to {
+                self.freed.insert(to, f);
+            }
+        }
+        need.sort_unstable();
+        Some(
+            need.into_iter()
+                .map(|(a, ticket, slot)| {
+                    // The wait covers the stream's earlier frees: only
+                    // this slot's free needs its event at the free.
+                    self.handed[slot] = true;
+                    let (ai, bi) = (a as usize, b as usize);
+                    let record = (self.recorded[ai] < ticket).then(|| {
+                        self.recorded[ai] = self.frees[ai];
+                        self.frees[ai]
+                    });
+                    self.waited[bi][ai] = ticket;
+                    Wait {
+                        stream: a,
+                        ticket,
+                        record,
+                    }
+                })
+                .collect(),
+        )
     }
 }
 
@@ -813,15 +1181,104 @@ mod tests {
                 Slot {
                     size: 512,
                     offset: Some(0),
+                    stream: 0,
                 },
                 Slot {
                     size: 512,
                     offset: Some(u64::MAX - 10),
+                    stream: 0,
                 },
             ],
             1024,
         );
         assert_eq!(plan.slots[1].offset, None);
+    }
+
+    fn sop(stream: u32, op: Op, ms: u64) -> StreamOp {
+        StreamOp {
+            stream,
+            op,
+            t_ns: ms * 1_000_000,
+        }
+    }
+
+    /// Two streams, each a step of one 1 MiB block, stream 1 allocating
+    /// 10 ms after stream 0 freed.
+    fn two_streams(steps: u64) -> Vec<StreamOp> {
+        let mut ops = Vec::new();
+        for k in 0..steps {
+            let t = 30 * k;
+            ops.push(sop(0, Op::Alloc(1 << 20), t));
+            ops.push(sop(0, Op::Free(2 * k as usize), t + 1));
+            ops.push(sop(1, Op::Alloc(1 << 20), t + 11));
+            ops.push(sop(1, Op::Free(2 * k as usize + 1), t + 12));
+        }
+        ops
+    }
+
+    #[test]
+    fn streams_share_bytes_only_after_the_lag() {
+        let shared = Plan::for_streams(&two_streams(3), 5_000_000).unwrap();
+        assert_eq!(shared.arena, 1 << 20);
+        assert_eq!(shared.slots[2].stream, 0);
+        assert_eq!(shared.slots[3].stream, 1);
+        let apart = Plan::for_streams(&two_streams(3), 15_000_000).unwrap();
+        assert_eq!(apart.arena, 2 << 20);
+        // A plan of one stream is the same either way.
+        let one: Vec<Op> = two_streams(3).iter().map(|o| o.op).collect();
+        assert_eq!(Plan::for_program(&one).unwrap().arena, 1 << 20);
+    }
+
+    #[test]
+    fn a_handed_over_slot_waits_and_its_free_is_recorded_from_then_on() {
+        // Steps of four blocks, each freed at once: 1 MiB and 512 bytes on
+        // stream 0, then the same on stream 1; all of them share bytes.
+        let mut ops = Vec::new();
+        let mut k = 0;
+        for step in 0..3 {
+            for (i, (stream, size)) in [(0, 1 << 20), (0, 512), (1, 1 << 20), (1, 512)]
+                .into_iter()
+                .enumerate()
+            {
+                let t = 100 * step + 10 * i as u64;
+                ops.push(sop(stream, Op::Alloc(size), t));
+                ops.push(sop(stream, Op::Free(k), t + 1));
+                k += 1;
+            }
+        }
+        let plan = Arc::new(Plan::for_streams(&ops, 0).unwrap());
+        assert_eq!(plan.arena, 1 << 20);
+        assert_eq!(plan.wrap_to, Some(8));
+        let mut s = Server::for_program(plan, 4);
+        assert_eq!(s.streams(), 2);
+        // Per step: the waits asked for, and the events recorded at frees.
+        let mut steps = Vec::new();
+        for _ in 0..8 {
+            let (mut waits, mut at_frees) = (Vec::new(), 0);
+            for (stream, size) in [(0, 1 << 20), (0, 512), (1, 1 << 20), (1, 512)] {
+                let g = s.allocate_on(stream, size).expect("served");
+                waits.extend(g.waits.iter().map(|w| (w.stream, w.record.is_some())));
+                assert_eq!(s.live_slots_of(stream), 1);
+                if s.free_slot(g.slot).expect("live").is_some() {
+                    at_frees += 1;
+                }
+            }
+            steps.push((waits, at_frees));
+        }
+        // The first step: stream 1 waits for stream 0 with an event
+        // recorded at its allocation. The repeated step's slots serve from
+        // the third step on; once each has handed its bytes over (the
+        // fourth), each stream waits once a step for the other, on an
+        // event recorded at the free.
+        assert_eq!(steps[0], (vec![(0, true)], 0));
+        for (waits, at_frees) in &steps[4..] {
+            assert_eq!(waits, &[(1, false), (0, false)]);
+            assert_eq!(*at_frees, 2);
+        }
+        assert_eq!(s.refused, 0);
+        // The one-stream entry point refuses a slot that needs a wait.
+        assert_eq!(s.allocate(1 << 20), None);
+        assert_eq!(s.seal(1), None, "stream 1's frees are all recorded");
     }
 
     fn arb_recs() -> impl Strategy<Value = (Vec<Rec>, u32)> {
@@ -888,6 +1345,106 @@ mod tests {
             prop_assert_eq!(serve(&mut server, &longer), 0);
         }
 
+        /// Whatever the plan of three streams and whatever they do, a
+        /// stream that gets a slot is ordered (through the waits it was
+        /// given, as a device orders streams with events) after every
+        /// free of its bytes by another stream. Events are modelled as
+        /// vector clocks: `vc[b][a]` is the number of stream `a`'s frees
+        /// that stream `b` is ordered after.
+        #[test]
+        fn a_stream_is_ordered_after_every_other_streams_free_of_its_bytes(
+            slots in proptest::collection::vec(
+                (0u64..4, proptest::option::of(0u64..6), 0u32..3).prop_map(|(k, o, t)| Slot {
+                    size: 512 * (k + 1),
+                    offset: o.map(|o| o * 512),
+                    stream: t,
+                }),
+                0..30,
+            ),
+            window in 1usize..6,
+            ops in proptest::collection::vec(
+                prop_oneof![
+                    4 => (0u32..3, 0u64..4).prop_map(|(t, k)| (0u8, t, 512 * (k + 1) as usize)),
+                    3 => (0usize..8).prop_map(|n| (1u8, 0, n)),
+                    1 => (0usize..8).prop_map(|n| (2u8, 0, n)),
+                    1 => (0u32..3).prop_map(|t| (3u8, t, 0)),
+                ],
+                0..200,
+            ),
+        ) {
+            let plan = Arc::new(Plan::with_slots(slots, 4096));
+            let mut s = Server::new(plan.clone(), window);
+            let n = s.streams();
+            let mut vc = vec![vec![0u64; n]; n];
+            let mut frees = vec![0u64; n];
+            let mut events: Vec<BTreeMap<u64, Vec<u64>>> = vec![BTreeMap::new(); n];
+            // Per 512 bytes: the stream that freed them last, and its free
+            // number.
+            let mut last: Vec<Option<(usize, u64)>> = vec![None; 8];
+            let mut out: Vec<usize> = Vec::new();
+            let record = |vc: &[Vec<u64>], frees: &[u64], a: usize| {
+                let mut snap = vc[a].clone();
+                snap[a] = frees[a];
+                snap
+            };
+            for (kind, t, x) in ops {
+                match kind {
+                    0 => {
+                        let Some(g) = s.allocate_on(t, x as u64) else { continue };
+                        let b = t as usize;
+                        for w in &g.waits {
+                            let a = w.stream as usize;
+                            prop_assert_ne!(a, b);
+                            if let Some(tk) = w.record {
+                                prop_assert!(tk >= w.ticket);
+                                let snap = record(&vc, &frees, a);
+                                events[a].insert(tk, snap);
+                            }
+                            let snap = events[a].range(w.ticket..).next().map(|(_, v)| v.clone());
+                            prop_assert!(snap.is_some(), "no event on {} at or after {}", a, w.ticket);
+                            for (c, v) in snap.unwrap().into_iter().enumerate() {
+                                vc[b][c] = vc[b][c].max(v);
+                            }
+                        }
+                        let from = g.offset / 512;
+                        let to = (g.offset + plan.slots[g.slot].size).div_ceil(512);
+                        for u in &last[from as usize..to as usize] {
+                            if let Some((a, k)) = *u {
+                                prop_assert!(a == b || vc[b][a] >= k, "stream {} not after free {} of {}", b, k, a);
+                            }
+                        }
+                        out.push(g.slot);
+                    }
+                    1 | 2 if !out.is_empty() => {
+                        let slot = out.swap_remove(x % out.len());
+                        let sl = plan.slots[slot];
+                        let a = sl.stream as usize;
+                        frees[a] += 1;
+                        let o = sl.offset.unwrap();
+                        for u in &mut last[(o / 512) as usize..(o + sl.size).div_ceil(512) as usize] {
+                            *u = Some((a, frees[a]));
+                        }
+                        if kind == 1 {
+                            if let Some(tk) = s.free_slot(slot).unwrap() {
+                                prop_assert_eq!(tk, frees[a]);
+                                let snap = record(&vc, &frees, a);
+                                events[a].insert(tk, snap);
+                            }
+                        } else {
+                            prop_assert!(s.free(slot));
+                        }
+                    }
+                    3 => {
+                        if let Some(tk) = s.seal(t) {
+                            let snap = record(&vc, &frees, t as usize);
+                            events[t as usize].insert(tk, snap);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+
         /// Whatever the plan (overlapping slots, any sizes) and whatever
         /// the program does, the blocks the server has out never share a
         /// byte and stay inside the arena.
@@ -897,6 +1454,7 @@ mod tests {
                 (0u64..6, proptest::option::of(0u64..12)).prop_map(|(k, o)| Slot {
                     size: 512 * (k + 1),
                     offset: o.map(|o| o * 512),
+                    stream: 0,
                 }),
                 0..30,
             ),
