@@ -39,6 +39,10 @@ pub struct Conf {
     /// Serve allocations from a placement planned from this trace of an
     /// earlier run (`plan.rs`), or `None`.
     pub plan: Option<String>,
+    /// The plan's streams share one arena, bytes passing from a stream to
+    /// another freed this long before in the recorded run (`None`: an
+    /// arena per stream).
+    pub plan_share: Option<std::time::Duration>,
     /// Grant every device that can reach a device's pool read-write access
     /// to it (so that copies between devices, which PyTorch makes, can read
     /// and write pool memory).
@@ -56,6 +60,7 @@ impl Default for Conf {
             trace: None,
             trace_backtraces: false,
             plan: None,
+            plan_share: None,
             peer_access: true,
         }
     }
@@ -64,7 +69,7 @@ impl Default for Conf {
 /// The keys, for messages and the documentation.
 pub const KEYS: &str = "pool, release_threshold, reuse, max_size, cache, cache_total_cap, \
                         cache_per_stream_cap, cache_max_block, cache_reuse_larger, cache_headroom, trace, \
-                        trace_backtraces, plan, peer_access";
+                        trace_backtraces, plan, plan_share, peer_access";
 
 impl Conf {
     /// Parses `text` over the defaults. Empty text (or only commas and
@@ -148,6 +153,23 @@ impl Conf {
                     )),
                     path => Some(path.to_string()),
                 },
+                // Streams sharing the plan's arena: `off`, or the lag in
+                // milliseconds (0 to 10000, fractions allowed).
+                "plan_share" => {
+                    conf.plan_share = match value {
+                        "off" | "false" | "False" => None,
+                        v => match v.parse::<f64>() {
+                            Ok(ms) if (0.0..=10_000.0).contains(&ms) => {
+                                Some(std::time::Duration::from_secs_f64(ms / 1000.0))
+                            }
+                            _ => {
+                                return Err(bad(
+                                    "expected off or milliseconds from 0 to 10000 (e.g. plan_share:10)",
+                                ))
+                            }
+                        },
+                    }
+                }
                 "peer_access" => conf.peer_access = parse_switch(value).map_err(|e| bad(&e))?,
                 _ => return Err(format!("unknown key `{key}` (keys: {KEYS})")),
             }
@@ -281,6 +303,10 @@ mod tests {
         let p = Conf::parse("plan:/tmp/run.trace").unwrap();
         assert_eq!(p.plan.as_deref(), Some("/tmp/run.trace"));
         assert_eq!(Conf::parse("plan:off").unwrap().plan, None);
+        assert_eq!(t.plan_share, None);
+        let s = Conf::parse("plan:/tmp/run.trace,plan_share:7.5").unwrap();
+        assert_eq!(s.plan_share, Some(std::time::Duration::from_micros(7500)));
+        assert_eq!(Conf::parse("plan_share:off").unwrap().plan_share, None);
         assert!(!t.trace_backtraces);
         assert_eq!(
             Conf::parse("trace:C:/x.trace").unwrap().trace.as_deref(),
@@ -322,6 +348,9 @@ mod tests {
             ("trace:", "the trace file's path"),
             ("plan:on", "a trace of an earlier run"),
             ("plan:", "a trace of an earlier run"),
+            ("plan_share:on", "milliseconds from 0 to 10000"),
+            ("plan_share:-1", "milliseconds from 0 to 10000"),
+            ("plan_share:NaN", "milliseconds from 0 to 10000"),
             ("trace_backtraces:maybe", "on or off"),
             ("peer_access:sometimes", "on or off"),
             ("cache:on,cache:off", "given twice"),

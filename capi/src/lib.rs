@@ -204,7 +204,14 @@ pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
         s.cache_released = t.total.released;
         s.cache_captured = t.total.captured;
     }
-    for plan in dev.streams().iter().filter_map(|e| e.plan.as_ref()) {
+    // Streams sharing an arena (`plan_share:`) count it once.
+    let mut arenas: Vec<std::sync::Arc<somalloc_rs::adaptors::PlannedArena>> = Vec::new();
+    for share in dev.streams().iter().filter_map(|e| e.plan.as_ref()) {
+        if !arenas.iter().any(|a| std::sync::Arc::ptr_eq(a, &share.arena)) {
+            arenas.push(std::sync::Arc::clone(&share.arena));
+        }
+    }
+    for plan in &arenas {
         let (served, refused) = plan.counts();
         s.plan_arena_bytes += plan.arena_bytes();
         s.plan_served += served;

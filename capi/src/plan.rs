@@ -10,6 +10,15 @@
 //! stream has none). A stream's arena is one allocation from the pool, on
 //! the stream, made at its first allocation.
 //!
+//! With `plan_share:MS`, the recorded streams' blocks share one arena
+//! instead ([`Plan::for_streams`]): bytes pass from one stream to another
+//! where the recorded run freed them at least MS milliseconds before the
+//! other stream allocated them, and the taking stream waits for the free
+//! with an event. A stream's free reaches the device later than the host:
+//! MS is how much later it may be before the other stream waits for it.
+//! The arena is one allocation from the pool, on the first stream that
+//! allocates, which then waits for it once.
+//!
 //! The library's `StreamPlans` and `PlannedArena` (those of its
 //! `PlanningAdaptor`) do the work: a slot is handed out only if no live
 //! block overlaps it, so a run that strays from the recorded one gets its
@@ -18,16 +27,20 @@
 //! stream (a free on another stream first makes that stream wait for it;
 //! see `state.rs`).
 
+use std::time::Duration;
+
 use somalloc_rs::adaptors::StreamPlans;
 use somalloc_rs::trace::Trace;
 
 use crate::error::{CapiError, Status};
 
-/// The plans of `device`'s streams in the trace at `path`.
-pub fn load(path: &str, device: usize) -> Result<StreamPlans, CapiError> {
+/// The plans of `device`'s streams in the trace at `path`: one arena per
+/// stream, or one shared by the streams with bytes passing between them
+/// after `share` (`plan_share:`).
+pub fn load(path: &str, device: usize, share: Option<Duration>) -> Result<StreamPlans, CapiError> {
     let bad = |what: String| CapiError::new(Status::Config, format!("plan:{path}: {what}"));
     let trace = Trace::read(path).map_err(|e| bad(e.to_string()))?;
-    StreamPlans::from_trace(&trace, device).map_err(|e| bad(e.to_string()))
+    StreamPlans::from_trace(&trace, device, share).map_err(|e| bad(e.to_string()))
 }
 
 #[cfg(test)]
@@ -55,26 +68,35 @@ mod tests {
             r.record(t, Action::Allocate, 0, Some(2), 64, 0x30_0000 + k);
         }
         r.finish().unwrap();
-        let plans = load(&path, 0).unwrap();
-        let legacy = plans.take(true).unwrap();
-        assert_eq!((legacy.slots.len(), legacy.arena), (8, 512));
+        let plans = load(&path, 0, None).unwrap();
+        let legacy = plans.take(true).unwrap().arena;
+        assert_eq!((legacy.plan().slots.len(), legacy.plan().arena), (8, 512));
         assert!(plans.take(true).is_none(), "the legacy plan is taken once");
-        let other = plans.take(false).unwrap();
-        assert_eq!((other.slots.len(), other.arena), (8, 1 << 20));
+        let other = plans.take(false).unwrap().arena;
+        assert_eq!((other.plan().slots.len(), other.plan().arena), (8, 1 << 20));
         assert!(plans.take(false).is_none(), "the per-thread stream has no plan");
         // Another device's events are not this device's.
-        assert!(load(&path, 1).unwrap().take(false).is_none());
+        assert!(load(&path, 1, None).unwrap().take(false).is_none());
+        // Shared: one arena, the streams its lanes in the order they came
+        // (each block lives beside the other stream's, so none shares).
+        let plans = load(&path, 0, Some(std::time::Duration::ZERO)).unwrap();
+        let (legacy, other) = (plans.take(true).unwrap(), plans.take(false).unwrap());
+        assert!(std::sync::Arc::ptr_eq(&legacy.arena, &other.arena));
+        assert_eq!((other.lane, legacy.lane), (0, 1));
+        assert_eq!(other.arena.plan().slots.len(), 16);
+        assert_eq!(other.arena.plan().arena, (1 << 20) + 512);
+        assert!(plans.take(false).is_none());
         let _ = std::fs::remove_file(&path);
     }
 
     #[test]
     fn a_missing_or_broken_trace_is_a_configuration_error() {
-        let e = load("/nonexistent/run.trace", 0).unwrap_err();
+        let e = load("/nonexistent/run.trace", 0, None).unwrap_err();
         assert_eq!(e.status, Status::Config);
         assert!(e.text.contains("plan:/nonexistent/run.trace"), "{}", e.text);
         let path = temp("broken");
         std::fs::write(&path, b"not a trace").unwrap();
-        assert_eq!(load(&path, 0).unwrap_err().status, Status::Config);
+        assert_eq!(load(&path, 0, None).unwrap_err().status, Status::Config);
         let _ = std::fs::remove_file(&path);
     }
 }

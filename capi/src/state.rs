@@ -14,7 +14,7 @@ use somalloc_rs::{
 use crate::conf::{Conf, PoolChoice, ENV};
 use crate::error::{CapiError, Status};
 use crate::registry::{AddrMap, Live, Path, Refused, Registry};
-use somalloc_rs::adaptors::{PlannedArena, StreamPlans};
+use somalloc_rs::adaptors::{PlanShare, StreamPlans};
 
 /// The legacy default stream's handles (null, and `0x1`,
 /// `cudaStreamLegacy`): one key.
@@ -153,7 +153,7 @@ impl Global {
 pub struct Entry {
     pub stream: Stream,
     pub cache: Option<Arc<StreamCache>>,
-    pub plan: Option<PlannedArena>,
+    pub plan: Option<PlanShare>,
 }
 
 #[derive(Default)]
@@ -225,7 +225,7 @@ impl DeviceState {
         // runs before the runtime's own.
         let recorder = recorder(conf)?;
         let plans = match &conf.plan {
-            Some(path) => Some(crate::plan::load(path, ordinal)?),
+            Some(path) => Some(crate::plan::load(path, ordinal, conf.plan_share)?),
             None => None,
         };
         Ok(DeviceState {
@@ -265,11 +265,7 @@ impl DeviceState {
         // The plan is taken under the lock, by the one thread that adds
         // the stream: a stream takes one plan, in the order streams come.
         let e = streams.entry(key).or_insert_with(|| {
-            let plan = self
-                .plans
-                .as_ref()
-                .and_then(|p| p.take(key == LEGACY))
-                .map(PlannedArena::new);
+            let plan = self.plans.as_ref().and_then(|p| p.take(key == LEGACY));
             Arc::new(Entry { stream, cache, plan })
         });
         Ok(Arc::clone(e))
@@ -309,7 +305,7 @@ impl DeviceState {
             // Not during a capture: a graph's memory is the capture's
             // business (the cache tier's rules or the pool's).
             if !entry.stream.is_capturing()? {
-                if let Some((ptr, slot)) = plan.allocate(size, &entry.stream, pool) {
+                if let Some((ptr, slot)) = plan.arena.allocate(plan.lane, size, &entry.stream, pool) {
                     // Slots number fewer than `trace::plan::MAX_BLOCKS`.
                     return Ok((ptr, Path::Plan(slot as u32)));
                 }
@@ -375,7 +371,7 @@ impl DeviceState {
             .plan
             .as_ref()
             .ok_or_else(|| CapiError::new(Status::Internal, "a planned allocation's stream has no plan"))?;
-        Ok(plan.free(slot as usize, entry.stream.is_capturing()?)?)
+        Ok(plan.arena.free(slot as usize, entry.stream.is_capturing()?)?)
     }
 
     /// A block of the cache of stream `live.stream` freed on another stream
@@ -427,7 +423,7 @@ impl DeviceState {
             .get(&key)
             .cloned();
         if let Some((entry, plan)) = entry.as_ref().and_then(|e| Some((e, e.plan.as_ref()?))) {
-            if !plan.release(&entry.stream, &self.pool)? {
+            if !plan.arena.release(plan.lane, &entry.stream, &self.pool)? {
                 return Err(CapiError::new(
                     Status::Busy,
                     "the stream has live allocations from its plan's arena: free them before forgetting it",

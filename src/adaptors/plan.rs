@@ -1,17 +1,18 @@
 //! Serving allocations from a placement planned from a trace of an earlier
 //! run.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::c_void;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
 
 use crate::device::Device;
 use crate::error::{Error, InvalidReason, Result};
 use crate::resource::MemoryResource;
 use crate::stream::{Event, Stream};
-use crate::trace::plan::{Op, Plan, Server};
+use crate::trace::plan::{Op, Plan, Server, StreamOp, Wait};
 use crate::trace::{Action, Trace};
 
 /// How many slots ahead an allocation looks for a slot of its size.
@@ -25,65 +26,145 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The plans of one device's streams in a trace
-/// ([`Plan::for_program`] each), waiting for the streams of a later run:
-/// the legacy default stream's for that stream, the others in the order
-/// their streams first allocated (the per-thread default stream has none).
+/// The plans of one device's streams in a trace, waiting for the streams
+/// of a later run: the legacy default stream's for that stream, the others
+/// in the order their streams first allocated (the per-thread default
+/// stream has none).
+///
+/// Each stream gets its own arena ([`Plan::for_program`]), or, with a lag,
+/// all of them share one ([`Plan::for_streams`]): bytes go from one stream
+/// to another where the recorded run freed them at least the lag before
+/// the other stream allocated them, and the taking stream waits for the
+/// free with an event.
 #[derive(Debug, Default)]
 pub struct StreamPlans {
-    legacy: Mutex<Option<Arc<Plan>>>,
-    others: Mutex<VecDeque<Arc<Plan>>>,
+    legacy: Mutex<Option<PlanShare>>,
+    others: Mutex<VecDeque<PlanShare>>,
+}
+
+/// A stream's part of a plan: the arena, and the plan's stream it serves.
+#[derive(Debug, Clone)]
+pub struct PlanShare {
+    /// The arena (shared by the plan's streams when it has several).
+    pub arena: Arc<PlannedArena>,
+    /// The plan's stream (a lane of the arena).
+    pub lane: u32,
 }
 
 impl StreamPlans {
-    /// The plans of `device`'s streams in `trace`. A free counts on the
-    /// stream of the allocation it frees. An error names the stream a plan
-    /// could not be made for (too many allocations).
-    pub fn from_trace(trace: &Trace, device: usize) -> Result<StreamPlans> {
+    /// The plans of `device`'s streams in `trace`: an arena per stream
+    /// (`lag` `None`), or one arena whose bytes pass from stream to stream
+    /// where the recorded run freed them at least `lag` before another
+    /// stream allocated them. A free counts on the stream of the
+    /// allocation it frees. An error names the stream a plan could not be
+    /// made for (too many allocations).
+    pub fn from_trace(trace: &Trace, device: usize, lag: Option<Duration>) -> Result<StreamPlans> {
+        // The streams in the order they first allocate (the per-thread
+        // default stream left out), and every allocation and free of
+        // theirs.
         let mut order: Vec<Option<u32>> = Vec::new();
-        let mut ops: HashMap<Option<u32>, Vec<Op>> = HashMap::new();
-        let mut allocations: HashMap<Option<u32>, usize> = HashMap::new();
-        let mut live: HashMap<u64, (Option<u32>, usize)> = HashMap::new();
+        let mut ops: Vec<StreamOp> = Vec::new();
+        let mut live: HashMap<u64, usize> = HashMap::new();
+        let mut made = 0usize;
+        let handle = |stream: Option<u32>| {
+            stream
+                .and_then(|i| trace.streams.get(i as usize))
+                .map(|s| s.handle)
+        };
         for e in trace.events.iter().filter(|e| e.device as usize == device) {
             match e.action {
-                Action::Allocate => {
-                    let n = allocations.entry(e.stream).or_insert_with(|| {
-                        order.push(e.stream);
-                        0
-                    });
+                Action::Allocate if handle(e.stream) != Some(PER_THREAD_HANDLE) => {
+                    let lane = match order.iter().position(|s| *s == e.stream) {
+                        Some(i) => i,
+                        None => {
+                            order.push(e.stream);
+                            order.len() - 1
+                        }
+                    } as u32;
                     // An address given out again without a free between
                     // (a lost free): the earlier block is taken as freed.
-                    if let Some((s, k)) = live.insert(e.addr, (e.stream, *n)) {
-                        ops.entry(s).or_default().push(Op::Free(k));
+                    if let Some(k) = live.insert(e.addr, made) {
+                        ops.push(StreamOp {
+                            stream: lane,
+                            op: Op::Free(k),
+                            t_ns: e.t_ns,
+                        });
                     }
-                    *n += 1;
-                    ops.entry(e.stream).or_default().push(Op::Alloc(e.bytes));
+                    made += 1;
+                    ops.push(StreamOp {
+                        stream: lane,
+                        op: Op::Alloc(e.bytes),
+                        t_ns: e.t_ns,
+                    });
                 }
                 Action::Free => {
-                    if let Some((s, k)) = live.remove(&e.addr) {
-                        ops.entry(s).or_default().push(Op::Free(k));
+                    if let Some(k) = live.remove(&e.addr) {
+                        ops.push(StreamOp {
+                            stream: 0,
+                            op: Op::Free(k),
+                            t_ns: e.t_ns,
+                        });
                     }
                 }
                 _ => {}
             }
         }
+        let name =
+            |stream: Option<u32>| handle(stream).map_or_else(|| "(none)".into(), |h| format!("{h:#x}"));
         let plans = StreamPlans::default();
-        for stream in order {
-            let handle = stream
-                .and_then(|i| trace.streams.get(i as usize))
-                .map(|s| s.handle);
-            if handle == Some(PER_THREAD_HANDLE) {
-                continue;
+        let put = |lane: usize, share: PlanShare| match handle(order[lane]) {
+            Some(h) if LEGACY_HANDLES.contains(&h) => {
+                lock(&plans.legacy).get_or_insert(share);
             }
-            let plan = Plan::for_program(ops.get(&stream).map_or(&[][..], |o| &o[..])).map_err(|e| {
-                let name = handle.map_or_else(|| "(none)".into(), |h| format!("{h:#x}"));
-                InvalidReason::Other.error(format!("the trace's stream {name}: {e}"))
-            })?;
-            match handle {
-                Some(h) if LEGACY_HANDLES.contains(&h) => {
-                    lock(&plans.legacy).get_or_insert(Arc::new(plan));
+            _ => lock(&plans.others).push_back(share),
+        };
+        match lag {
+            Some(lag) => {
+                let lag = u64::try_from(lag.as_nanos()).unwrap_or(u64::MAX);
+                let plan = Plan::for_streams(&ops, lag).map_err(|e| {
+                    InvalidReason::Other.error(format!("the trace's streams on device {device}: {e}"))
+                })?;
+                let arena = Arc::new(PlannedArena::new(Arc::new(plan)));
+                for lane in 0..order.len() {
+                    put(
+                        lane,
+                        PlanShare {
+                            arena: Arc::clone(&arena),
+                            lane: lane as u32,
+                        },
+                    );
                 }
-                _ => lock(&plans.others).push_back(Arc::new(plan)),
+            }
+            None => {
+                // Each stream's events alone, its allocations renumbered.
+                let mut own: Vec<Vec<Op>> = vec![Vec::new(); order.len()];
+                let mut number: Vec<(usize, usize)> = Vec::with_capacity(made);
+                for op in &ops {
+                    match op.op {
+                        Op::Alloc(size) => {
+                            let l = op.stream as usize;
+                            let n = own[l].iter().filter(|o| matches!(o, Op::Alloc(_))).count();
+                            number.push((l, n));
+                            own[l].push(Op::Alloc(size));
+                        }
+                        Op::Free(k) => {
+                            let (l, n) = number[k];
+                            own[l].push(Op::Free(n));
+                        }
+                    }
+                }
+                for (lane, ops) in own.iter().enumerate() {
+                    let plan = Plan::for_program(ops).map_err(|e| {
+                        InvalidReason::Other.error(format!("the trace's stream {}: {e}", name(order[lane])))
+                    })?;
+                    put(
+                        lane,
+                        PlanShare {
+                            arena: Arc::new(PlannedArena::new(Arc::new(plan))),
+                            lane: 0,
+                        },
+                    );
+                }
             }
         }
         Ok(plans)
@@ -91,7 +172,7 @@ impl StreamPlans {
 
     /// The plan of a stream seen for the first time: the legacy stream's
     /// for it (`legacy`), else the next one; `None` when none is left.
-    pub fn take(&self, legacy: bool) -> Option<Arc<Plan>> {
+    pub fn take(&self, legacy: bool) -> Option<PlanShare> {
         if legacy {
             lock(&self.legacy).take()
         } else {
@@ -100,21 +181,29 @@ impl StreamPlans {
     }
 }
 
-/// One stream's plan at work: its [`Server`] and its arena, one
-/// allocation from the upstream resource on the stream, made at the
-/// stream's first allocation.
+/// A plan at work: its [`Server`] and its arena, one allocation from the
+/// upstream resource, made at the first allocation from it.
 ///
-/// Every slot is allocated and freed in the order of the arena's stream
-/// (a free on another stream is first made to wait for, see
+/// Every slot is allocated and freed in the order of its stream (a free on
+/// another stream is first made to wait for, see
 /// [`PlannedArena::free_on`]), so a slot freed there is reusable there at
-/// once, as a pool's block would be; the server hands a slot out only if
-/// no live block overlaps it.
+/// once, as a pool's block would be. Where the plan has several streams
+/// (lanes), a stream that takes bytes another freed last waits first for
+/// an event recorded on the other after that free ([`Server::allocate_on`]):
+/// recorded at the free where the server asks for it, else at the
+/// allocation. The server hands a slot out only if no live block overlaps
+/// it.
 #[derive(Debug)]
 pub struct PlannedArena {
+    plan: Arc<Plan>,
     inner: Mutex<ArenaState>,
     served: AtomicU64,
     refused: AtomicU64,
 }
+
+/// Events kept per lane; an older one is reused (a wait for it takes a
+/// later one, which orders after it too).
+const EVENTS_KEPT: usize = 64;
 
 #[derive(Debug)]
 struct ArenaState {
@@ -124,56 +213,142 @@ struct ArenaState {
     /// No arena will be made (the upstream refused it, or it was given
     /// back).
     closed: bool,
-    /// Slots freed while their stream was capturing: a graph may use them
-    /// at every replay, so they are never handed out again.
+    /// Slots freed while their stream was capturing, or whose stream could
+    /// not be ordered after another's free: never handed out again.
     kept: u64,
+    lanes: Vec<LaneState>,
+}
+
+#[derive(Debug, Default)]
+struct LaneState {
+    /// The stream serving the lane (from its first allocation), and
+    /// whether it is gone (released).
+    stream: Option<Stream>,
+    released: bool,
+    /// Events recorded on the lane's stream, by the free they follow.
+    events: BTreeMap<u64, Event>,
+}
+
+impl ArenaState {
+    /// Records an event on lane `lane`'s stream, filed under `ticket`.
+    fn record(&mut self, lane: usize, ticket: u64) -> Result<()> {
+        let l = &mut self.lanes[lane];
+        let stream = l.stream.as_ref().ok_or_else(|| {
+            InvalidReason::Other.error(format!("plan lane {lane} has no stream to record on"))
+        })?;
+        if stream.capturing()?.is_some() {
+            return Err(Error::Capture {
+                why: "a plan's block handed to another stream while its own stream is capturing".into(),
+            });
+        }
+        let event = match l.events.len() >= EVENTS_KEPT {
+            true => l.events.pop_first().map(|(_, e)| e),
+            false => None,
+        };
+        let event = match event {
+            Some(e) => e,
+            None => Event::new(&stream.device())?,
+        };
+        event.record(stream)?;
+        l.events.insert(ticket, event);
+        Ok(())
+    }
+
+    /// `stream` (lane `b`'s) waits as `w` says.
+    fn order_after(&mut self, w: &Wait, stream: &Stream) -> Result<()> {
+        let a = w.stream as usize;
+        if let Some(t) = w.record {
+            self.record(a, t)?;
+        }
+        let event = self.lanes[a].events.range(w.ticket..).next().map(|(_, e)| e);
+        match event {
+            Some(e) => stream.wait_event(e),
+            None => Err(InvalidReason::Other.error(format!(
+                "no event recorded on plan lane {a} after its free {}",
+                w.ticket
+            ))),
+        }
+    }
 }
 
 impl PlannedArena {
     /// Serves `plan` (with [`Server::for_program`]).
     pub fn new(plan: Arc<Plan>) -> PlannedArena {
+        let server = Server::for_program(Arc::clone(&plan), PLAN_WINDOW);
+        let lanes = (0..server.streams()).map(|_| LaneState::default()).collect();
         PlannedArena {
+            plan,
             inner: Mutex::new(ArenaState {
-                server: Server::for_program(plan, PLAN_WINDOW),
+                server,
                 base: None,
                 closed: false,
                 kept: 0,
+                lanes,
             }),
             served: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         }
     }
 
-    /// A planned slot for `bytes` on `stream` (the arena's stream, not
-    /// capturing) and its slot number, or `None` (serve it elsewhere). The
-    /// first call makes the arena from `upstream` on `stream`; if that
+    /// The plan served.
+    pub fn plan(&self) -> &Arc<Plan> {
+        &self.plan
+    }
+
+    /// A planned slot for `bytes` on `stream`, which serves the plan's
+    /// stream `lane` (the first call for a lane binds it to its stream)
+    /// and is not capturing, and its slot number; `None`: serve it
+    /// elsewhere. The first call makes the arena from `upstream` on
+    /// `stream` (and waits for it when other streams share it); if that
     /// fails, the plan serves nothing.
     pub fn allocate(
         &self,
+        lane: u32,
         bytes: usize,
         stream: &Stream,
         upstream: &dyn MemoryResource,
     ) -> Option<(*mut c_void, usize)> {
         let mut st = lock(&self.inner);
+        let shared = st.lanes.len() > 1;
+        let l = st.lanes.get_mut(lane as usize)?;
+        if l.released || l.stream.as_ref().is_some_and(|s| s.as_raw() != stream.as_raw()) {
+            return None;
+        }
+        l.stream.get_or_insert_with(|| stream.clone());
         if st.base.is_none() && !st.closed {
             let size = usize::try_from(st.server.plan().arena).unwrap_or(0);
             match (size > 0).then(|| upstream.allocate(size, stream)) {
-                Some(Ok(ptr)) => st.base = Some(ptr as usize),
+                Some(Ok(ptr)) => {
+                    // Other streams use it without waiting for this one.
+                    if shared && stream.synchronize().is_err() {
+                        // SAFETY: just allocated on this stream, unused.
+                        let _ = unsafe { upstream.deallocate(ptr, size, stream) };
+                        st.closed = true;
+                    } else {
+                        st.base = Some(ptr as usize);
+                    }
+                }
                 _ => st.closed = true,
             }
         }
         let base = st.base?;
-        match st.server.allocate(bytes as u64) {
-            Some((slot, offset)) => {
-                self.served.fetch_add(1, Ordering::Relaxed);
-                // Slots lie inside the arena (`Plan::with_slots`).
-                Some(((base + offset as usize) as *mut c_void, slot))
-            }
-            None => {
+        let Some(grant) = st.server.allocate_on(lane, bytes as u64) else {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        for w in &grant.waits {
+            if st.order_after(w, stream).is_err() {
+                // The bytes cannot be ordered after the other stream's use:
+                // the slot stays taken for good, and the request goes
+                // elsewhere.
+                st.kept += 1;
                 self.refused.fetch_add(1, Ordering::Relaxed);
-                None
+                return None;
             }
         }
+        self.served.fetch_add(1, Ordering::Relaxed);
+        // Slots lie inside the arena (`Plan::with_slots`).
+        Some(((base + grant.offset as usize) as *mut c_void, grant.slot))
     }
 
     /// Whether `ptr` lies in this arena, and if so the live slot it
@@ -184,19 +359,36 @@ impl PlannedArena {
         (offset < st.server.plan().arena).then(|| st.server.live_slot_at(offset))
     }
 
-    /// Slot `slot` freed in the order of the arena's stream; `capturing`:
-    /// that stream is capturing (the slot is then kept out of use for
-    /// good). An error when the slot was not live (nothing changes).
+    /// The stream serving slot `slot`'s lane, if bound.
+    pub fn stream_of(&self, slot: usize) -> Option<Stream> {
+        let st = lock(&self.inner);
+        let lane = st.server.plan().slots.get(slot)?.stream as usize;
+        st.lanes.get(lane)?.stream.clone()
+    }
+
+    /// Slot `slot` freed in the order of its stream; `capturing`: that
+    /// stream is capturing (the slot is then kept out of use for good). An
+    /// error when the slot was not live (nothing changes).
     pub fn free(&self, slot: usize, capturing: bool) -> Result<()> {
         let mut st = lock(&self.inner);
         if capturing {
             st.kept += 1;
             return Ok(());
         }
-        if st.server.free(slot) {
-            Ok(())
-        } else {
-            Err(InvalidReason::UnknownAllocation.error(format!("plan slot {slot} freed but not live")))
+        match st.server.free_slot(slot) {
+            None => {
+                Err(InvalidReason::UnknownAllocation.error(format!("plan slot {slot} freed but not live")))
+            }
+            Some(None) => Ok(()),
+            Some(Some(ticket)) => {
+                let lane = st.server.plan().slots[slot].stream as usize;
+                // Without this event, a later stream records one itself
+                // (`Wait::record` is then asked for again): none is lost.
+                if st.record(lane, ticket).is_err() {
+                    st.server.forget_record(lane as u32);
+                }
+                Ok(())
+            }
         }
     }
 
@@ -218,20 +410,49 @@ impl PlannedArena {
         self.free(slot, false)
     }
 
-    /// Gives the arena back to `upstream` on `stream` (its own) if no slot
-    /// is live, after which the plan serves nothing; `false` (nothing done)
-    /// while slots are live.
-    pub fn release(&self, stream: &Stream, upstream: &dyn MemoryResource) -> Result<bool> {
+    /// Lane `lane`'s stream, `stream`, is done with the plan if none of
+    /// its slots is live (`Ok(false)`, nothing done, while some are): it
+    /// is served elsewhere from then on. When no lane is left, the arena
+    /// goes back to `upstream` on `stream`, after the other lanes' last
+    /// frees.
+    pub fn release(&self, lane: u32, stream: &Stream, upstream: &dyn MemoryResource) -> Result<bool> {
         let mut st = lock(&self.inner);
-        if st.server.live_slots() > 0 {
+        if st.server.live_slots_of(lane) > 0 {
             return Ok(false);
+        }
+        let l = lane as usize;
+        if l >= st.lanes.len() {
+            return Ok(true);
+        }
+        if st.lanes[l].stream.is_none() {
+            st.lanes[l].stream = Some(stream.clone());
+        }
+        // Later streams will wait for this one's frees with no stream to
+        // record on: record after the last one now.
+        if let Some(ticket) = st.server.seal(lane) {
+            if let Err(e) = st.record(l, ticket) {
+                st.server.forget_record(lane);
+                return Err(e);
+            }
+        }
+        st.lanes[l].released = true;
+        if st.lanes.iter().any(|l| !l.released) || st.server.live_slots() > 0 {
+            return Ok(true);
         }
         st.closed = true;
         if let Some(base) = st.base.take() {
+            // Every use of the arena by another lane ended before its last
+            // recorded free (its slots are all freed).
+            for (_, other) in st.lanes.iter().enumerate().filter(|(i, _)| *i != l) {
+                if let Some((_, e)) = other.events.last_key_value() {
+                    stream.wait_event(e)?;
+                }
+            }
             let size = st.server.plan().arena as usize;
-            // SAFETY: the arena was allocated from `upstream` on this
-            // stream with these bytes; no slot of it is live, and every use
-            // of a freed slot was ordered before its free on this stream.
+            // SAFETY: the arena was allocated from `upstream` with these
+            // bytes; no slot of it is live, and every use of a freed slot
+            // was ordered before its free on its stream, which this stream
+            // now follows (its own, or the event just waited for).
             if let Err(e) = unsafe { upstream.deallocate(base as *mut c_void, size, stream) } {
                 st.base = Some(base);
                 return Err(e);
@@ -292,12 +513,13 @@ impl PlannedArena {
 pub struct PlanningAdaptor {
     inner: Arc<dyn MemoryResource>,
     plans: StreamPlans,
-    /// The streams seen, by handle, with their arenas.
+    /// The streams seen, by handle, with their parts of the plans.
     arenas: RwLock<HashMap<usize, Seen>>,
 }
 
-/// A stream seen, and its arena (`None`: no plan was left for it).
-type Seen = (Stream, Option<Arc<PlannedArena>>);
+/// A stream seen, and its part of a plan (`None`: no plan was left for
+/// it).
+type Seen = (Stream, Option<PlanShare>);
 
 impl fmt::Debug for PlanningAdaptor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -310,10 +532,23 @@ impl fmt::Debug for PlanningAdaptor {
 }
 
 impl PlanningAdaptor {
-    /// Serves the plans of `trace`'s streams on `inner`'s device, falling
-    /// back to `inner`.
+    /// Serves the plans of `trace`'s streams on `inner`'s device, an arena
+    /// per stream, falling back to `inner`.
     pub fn new(inner: Arc<dyn MemoryResource>, trace: &Trace) -> Result<PlanningAdaptor> {
-        let plans = StreamPlans::from_trace(trace, inner.device().ordinal())?;
+        Self::with_lag(inner, trace, None)
+    }
+
+    /// As [`new`](PlanningAdaptor::new), the streams sharing one arena
+    /// where `lag` is `Some`: bytes pass from a stream to another where the
+    /// recorded run freed them at least `lag` before the other allocated
+    /// them (see [`Plan::for_streams`]); the taking stream waits for the
+    /// free with an event.
+    pub fn with_lag(
+        inner: Arc<dyn MemoryResource>,
+        trace: &Trace,
+        lag: Option<Duration>,
+    ) -> Result<PlanningAdaptor> {
+        let plans = StreamPlans::from_trace(trace, inner.device().ordinal(), lag)?;
         Ok(PlanningAdaptor {
             inner,
             plans,
@@ -326,41 +561,47 @@ impl PlanningAdaptor {
         &self.inner
     }
 
+    /// The arenas in use, each once.
+    fn arenas(&self) -> Vec<Arc<PlannedArena>> {
+        let mut out: Vec<Arc<PlannedArena>> = Vec::new();
+        for (_, share) in self.arenas.read().unwrap_or_else(|p| p.into_inner()).values() {
+            if let Some(sh) = share {
+                if !out.iter().any(|a| Arc::ptr_eq(a, &sh.arena)) {
+                    out.push(Arc::clone(&sh.arena));
+                }
+            }
+        }
+        out
+    }
+
     /// Allocations served from the plans, and allocations they had no slot
     /// for (served by the inner resource).
     pub fn counts(&self) -> (u64, u64) {
-        self.arenas
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter_map(|(_, a)| a.as_ref().map(|a| a.counts()))
+        self.arenas()
+            .iter()
+            .map(|a| a.counts())
             .fold((0, 0), |(s, r), (s2, r2)| (s + s2, r + r2))
     }
 
     /// Bytes of the arenas made.
     pub fn arena_bytes(&self) -> u64 {
-        self.arenas
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter_map(|(_, a)| a.as_ref().map(|a| a.arena_bytes()))
-            .sum()
+        self.arenas().iter().map(|a| a.arena_bytes()).sum()
     }
 
-    /// Gives `stream`'s arena back to the inner resource if none of its
-    /// blocks is live (`Ok(false)`: blocks are live, nothing done). The
-    /// stream is served by the inner resource from then on; the counts
-    /// stay.
+    /// `stream` is done with its plan if none of its blocks is live
+    /// (`Ok(false)`: blocks are live, nothing done): it is served by the
+    /// inner resource from then on, and its arena goes back to the inner
+    /// resource once no stream uses it. The counts stay.
     pub fn release(&self, stream: &Stream) -> Result<bool> {
         let key = stream.as_raw() as usize;
         let arenas = self.arenas.read().unwrap_or_else(|p| p.into_inner());
         match arenas.get(&key) {
-            Some((own, Some(a))) => a.release(own, &*self.inner),
+            Some((own, Some(sh))) => sh.arena.release(sh.lane, own, &*self.inner),
             _ => Ok(true),
         }
     }
 
-    fn arena_of(&self, stream: &Stream) -> Option<Arc<PlannedArena>> {
+    fn share_of(&self, stream: &Stream) -> Option<PlanShare> {
         let key = stream.as_raw() as usize;
         if let Some((_, a)) = self.arenas.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
             return a.clone();
@@ -372,34 +613,36 @@ impl PlanningAdaptor {
                 PER_THREAD_HANDLE => None,
                 _ => self.plans.take(legacy),
             };
-            (stream.clone(), plan.map(|p| Arc::new(PlannedArena::new(p))))
+            (stream.clone(), plan)
         });
         a.clone()
     }
 
-    /// The arena `ptr` lies in, with its stream and the live slot `ptr`
-    /// starts (`None`: no live block starts there).
-    fn owner_of(&self, ptr: *mut c_void) -> Option<(Stream, Arc<PlannedArena>, Option<usize>)> {
-        let arenas = self.arenas.read().unwrap_or_else(|p| p.into_inner());
-        arenas.values().find_map(|(s, a)| {
-            let a = a.as_ref()?;
-            a.slot_at(ptr).map(|slot| (s.clone(), Arc::clone(a), slot))
-        })
+    /// The arena `ptr` lies in, and the live slot `ptr` starts (`None`: no
+    /// live block starts there).
+    fn owner_of(&self, ptr: *mut c_void) -> Option<(Arc<PlannedArena>, Option<usize>)> {
+        self.arenas()
+            .into_iter()
+            .find_map(|a| a.slot_at(ptr).map(|slot| (a, slot)))
     }
 }
 
 // SAFETY: a block is either the inner resource's (passed through
-// unchanged) or a live slot of a stream's arena, which the server hands
-// out only if no live block overlaps it, inside the arena (one allocation
-// of the inner resource, held until released with no slot live). A slot
-// is allocated in its arena's stream order and freed in that order (a free
-// on another stream makes the arena's stream wait for it first), so its
-// reuse is ordered after every use of the block before.
+// unchanged) or a live slot of an arena, which the server hands out only
+// if no live block overlaps it, inside the arena (one allocation of the
+// inner resource, held until released with no slot live). A slot is
+// allocated in its stream's order and freed in that order (a free on
+// another stream makes the slot's stream wait for it first), so its reuse
+// by the same stream is ordered after every use of the block before; a
+// stream that takes bytes another stream freed last first waits for an
+// event recorded on that stream after the free (`Server::allocate_on`,
+// `ArenaState::order_after`; a wait that cannot be made keeps the slot
+// out of use).
 unsafe impl MemoryResource for PlanningAdaptor {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
         if bytes > 0 && stream.capturing()?.is_none() {
-            if let Some(arena) = self.arena_of(stream) {
-                if let Some((ptr, _)) = arena.allocate(bytes, stream, &*self.inner) {
+            if let Some(sh) = self.share_of(stream) {
+                if let Some((ptr, _)) = sh.arena.allocate(sh.lane, bytes, stream, &*self.inner) {
                     return Ok(ptr);
                 }
             }
@@ -411,13 +654,17 @@ unsafe impl MemoryResource for PlanningAdaptor {
         match self.owner_of(ptr) {
             // Inside an arena but no live block: freed already (never the
             // inner resource's, whose blocks lie outside every arena).
-            Some((_, _, None)) => Err(InvalidReason::UnknownAllocation.error(format!(
+            Some((_, None)) => Err(InvalidReason::UnknownAllocation.error(format!(
                 "free of {ptr:p}, inside a plan's arena but no live block of it"
             ))),
-            Some((own, arena, Some(slot))) if own.as_raw() == stream.as_raw() => {
-                arena.free(slot, stream.capturing()?.is_some())
-            }
-            Some((own, arena, Some(slot))) => arena.free_on(slot, &own, stream),
+            Some((arena, Some(slot))) => match arena.stream_of(slot) {
+                Some(own) if own.as_raw() == stream.as_raw() => {
+                    arena.free(slot, stream.capturing()?.is_some())
+                }
+                Some(own) => arena.free_on(slot, &own, stream),
+                None => Err(InvalidReason::Other
+                    .error(format!("plan slot {slot} is live but its lane has no stream"))),
+            },
             // SAFETY: forwarded from the caller: not a block of an arena,
             // so the inner resource's.
             None => unsafe { self.inner.deallocate(ptr, bytes, stream) },

@@ -852,6 +852,19 @@ impl Server {
         })
     }
 
+    /// The event [`free_slot`](Server::free_slot) or [`seal`](Server::seal)
+    /// asked for on `stream` could not be recorded: a stream that waits for
+    /// its frees is asked to record one itself ([`Wait::record`]).
+    pub fn forget_record(&mut self, stream: u32) {
+        if let Some(r) = self
+            .handoffs
+            .as_mut()
+            .and_then(|h| h.recorded.get_mut(stream as usize))
+        {
+            *r = 0;
+        }
+    }
+
     /// The live slot whose block starts at `offset`, if any.
     pub fn live_slot_at(&self, offset: u64) -> Option<usize> {
         self.taken.get(&offset).map(|&(_, slot)| slot)
