@@ -8,7 +8,10 @@
  * A step is 8 rounds of 8 allocations (256 B to 8 MiB) freed in the reverse
  * order, on a stream the program creates. Prints one line: nanoseconds per
  * allocation + free for the runtime and for somalloc, their ratio, and
- * somalloc's plan and cache counters. With `trace:PATH` the run records the
+ * somalloc's plan and cache counters, then what the two questions somalloc
+ * asks the runtime on every call cost here: is the stream capturing
+ * (StreamGetCaptureInfo) and which device is current (GetDevice). With
+ * `trace:PATH` the run records the
  * trace that a later `plan:PATH` run is served from. Without a GPU: one
  * SKIP line. */
 #define _POSIX_C_SOURCE 199309L
@@ -25,7 +28,11 @@ typedef int (*stream_create_t)(void **, unsigned);
 typedef int (*stream_void_t)(void *);
 typedef int (*malloc_async_t)(void **, size_t, void *);
 typedef int (*free_async_t)(void *, void *);
+typedef int (*capture_info_t)(void *, int *, unsigned long long *);
+typedef int (*get_device_t)(int *);
 static stream_create_t stream_create;
+static capture_info_t capture_info;
+static get_device_t get_device;
 static stream_void_t stream_sync;
 static malloc_async_t malloc_async;
 static free_async_t free_async;
@@ -36,6 +43,10 @@ static int load_runtime(void) {
   RUNTIME_FN(stream_sync, stream_void_t, "StreamSynchronize")
   RUNTIME_FN(malloc_async, malloc_async_t, "MallocAsync")
   RUNTIME_FN(free_async, free_async_t, "FreeAsync")
+  RUNTIME_FN(get_device, get_device_t, "GetDevice")
+  /* The capture query under either of its names (CUDA 12 had a _v2). */
+  capture_info = (capture_info_t)runtime_fn("StreamGetCaptureInfo");
+  if (!capture_info) capture_info = (capture_info_t)runtime_fn("StreamGetCaptureInfo_v2");
   return 1;
 }
 
@@ -73,6 +84,18 @@ static double run(int raw, long steps, void *stream) {
   }
   double t1 = now_ns();
   return (t1 - t0) / ((double)steps * 64);
+}
+
+/* Nanoseconds per call of the runtime's capture query (`what` 0) or of
+ * GetDevice (`what` 1), `n` calls. */
+static double question(int what, long n, void *stream) {
+  int status = 0, dev = 0;
+  unsigned long long id = 0;
+  double t0 = now_ns();
+  for (long i = 0; i < n; i++) {
+    if (what == 0 ? capture_info(stream, &status, &id) : get_device(&dev)) return -1;
+  }
+  return (now_ns() - t0) / (double)n;
 }
 
 int main(int argc, char **argv) {
@@ -116,5 +139,10 @@ int main(int argc, char **argv) {
          conf ? conf : "(defaults)", steps, raw, ours, ours / raw,
          (unsigned long long)st.plan_served, (unsigned long long)st.plan_refused,
          (unsigned long long)st.cache_hits, (unsigned long long)st.cache_misses);
+  if (capture_info) {
+    long n = steps * 64;
+    printf("capi_cost: the runtime's questions: capture query %.1f ns, current device %.1f ns per call\n",
+           question(0, n, stream), question(1, n, stream));
+  }
   return 0;
 }

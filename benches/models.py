@@ -20,6 +20,9 @@ Modes, one process each (per workload), all in one run:
   somalloc-plan    somalloc serving a placement planned from a trace of an earlier
                    run: a first process runs 3 steps with trace:, the measured one
                    runs with plan: (the cache tier, default caps, serves the rest)
+  somalloc-plan-shared  the same with plan_share:10, the streams sharing one arena
+--plan-mode NAME=CONF adds a plan mode with its own keys (recorded, then
+  served), e.g. --plan-mode "plan-share-5=cache:on,plan_share:5".
 --somalloc-conf adds keys to both somalloc modes (e.g. pool:default).
 --mode NAME=CONF (repeatable) adds a somalloc mode with its own keys, e.g.
   --mode "guarded=cache:on,cache_headroom:on"; name it in --modes too or it
@@ -47,6 +50,9 @@ MODES = {
     "somalloc-cache": ("somalloc", "cache:on,cache_per_stream_cap:2GiB,cache_total_cap:4GiB"),
     # Run twice: recorded (trace:), then served from the plan (plan:).
     "somalloc-plan": ("plan", "cache:on"),
+    # The same, the streams sharing one arena: bytes pass from a stream to
+    # another freed 10 ms or more before in the recorded run.
+    "somalloc-plan-shared": ("plan", "cache:on,plan_share:10"),
 }
 # The key the driver adds to a plan mode's child: trace:FILE, then plan:FILE.
 PLAN_KEY = "MODELS_PLAN_KEY"
@@ -218,19 +224,21 @@ def main():
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--somalloc-conf", default="", help="keys added to both somalloc modes")
     ap.add_argument("--mode", action="append", default=[], metavar="NAME=CONF", help="a somalloc mode of your own")
+    ap.add_argument("--plan-mode", action="append", default=[], metavar="NAME=CONF", help="a plan mode of your own")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "WORKLOAD"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    for m in args.mode:
-        name, sep, conf = m.partition("=")
-        if not sep or not name:
-            ap.error("--mode takes NAME=CONF, got %r" % m)
-        MODES[name] = ("somalloc", conf)
+    for kind, given in (("somalloc", args.mode), ("plan", args.plan_mode)):
+        for m in given:
+            name, sep, conf = m.partition("=")
+            if not sep or not name:
+                ap.error("--mode and --plan-mode take NAME=CONF, got %r" % m)
+            MODES[name] = (kind, conf)
     if args.child:
         child(args.child[0], args.child[1], args.steps, args.somalloc_conf)
         return 0
     workloads = args.workloads.split(",")
     modes = args.modes.split(",")
-    modes += [m.partition("=")[0] for m in args.mode if m.partition("=")[0] not in modes]
+    modes += [m.partition("=")[0] for m in args.mode + args.plan_mode if m.partition("=")[0] not in modes]
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         ap.error("unknown modes: %s" % ", ".join(unknown))
@@ -246,11 +254,13 @@ def main():
             cmd = [sys.executable, __file__, "--child", m, wl, "--steps", str(args.steps), "--somalloc-conf", args.somalloc_conf]
             for extra in args.mode:
                 cmd += ["--mode", extra]
+            for extra in args.plan_mode:
+                cmd += ["--plan-mode", extra]
             if kind == "plan":
                 # The earlier run: three steps (the first, and two of the
                 # step it repeats), recorded.
                 os.makedirs(args.out, exist_ok=True)
-                trace = os.path.abspath(os.path.join(args.out, "%s.plan.trace" % wl))
+                trace = os.path.abspath(os.path.join(args.out, "%s.%s.trace" % (wl, m)))
                 rec = list(cmd)
                 rec[rec.index("--steps") + 1] = "3"
                 p = subprocess.run(rec, env=dict(env, **{PLAN_KEY: "trace:" + trace}), capture_output=True, text=True)

@@ -48,6 +48,9 @@ part cupy python3 "$dir/cupy_gpu.py"
 rm -f "$out"/plan.trace*
 part plan-record python3 "$dir/plan_gpu.py" record "$out/plan.trace"
 part plan-serve python3 "$dir/plan_gpu.py" plan "$out/plan.trace"
+# The same, the two streams sharing one arena (bytes passing between them
+# with events).
+part plan-serve-shared python3 "$dir/plan_gpu.py" plan "$out/plan.trace" plan_share:0
 if [ "$bench" = --bench ]; then
   # The C ABI's cost per allocation and free, beside the runtime's own
   # calls: the pool, the cache tier, and a plan (recorded first).

@@ -3,6 +3,7 @@ script that prints one line per check and ends with "N passed, N failed".
 
     python3 python/tests/plan_gpu.py record TRACE   # 3 steps under trace:TRACE
     python3 python/tests/plan_gpu.py plan TRACE     # 12 steps under plan:TRACE
+    python3 python/tests/plan_gpu.py plan TRACE plan_share:0   # the streams sharing one arena
 
 Each step trains a small network on PyTorch's default stream and another on
 a side stream, keeps tensors of many sizes filled with the step's value
@@ -35,7 +36,8 @@ SIZES = [1, 255, 4096, 65535, 1 << 20, (3 << 20) + 7, 17 << 20]
 def main():
     what, trace = sys.argv[1], sys.argv[2]
     key = "trace" if what == "record" else "plan"
-    somalloc.torch.enable("cache:on,%s:%s" % (key, trace))
+    extra = "".join("," + k for k in sys.argv[3:])
+    somalloc.torch.enable("cache:on,%s:%s%s" % (key, trace, extra))
     steps = 3 if what == "record" else 12
     dev = torch.device("cuda")
     side = torch.cuda.Stream()

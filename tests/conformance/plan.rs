@@ -87,3 +87,86 @@ fn a_recorded_run_is_served_from_its_plan() {
     assert!(planned.release(&ctx.stream).unwrap());
     ctx.finish(&[&other]);
 }
+
+/// One step of two streams that share bytes: on `a`, a 16 MiB buffer
+/// filled, held by a 20 ms spin, then copied into `keep_a` and freed; on
+/// `b`, a buffer allocated after that free (the same bytes, when shared)
+/// and filled at once. Unless `b` waits for `a`'s free, its fill lands
+/// during `a`'s spin and `keep_a` gets `b`'s pattern. A small block each
+/// makes the step long enough to repeat.
+fn two_stream_step(
+    ctx: &Ctx,
+    res: &Arc<dyn MemoryResource>,
+    b: &somalloc::Stream,
+    keep: (&mut DeviceBuffer<u8>, &mut DeviceBuffer<u8>),
+    seed: u32,
+) {
+    let a = &ctx.stream;
+    let mut x = DeviceBuffer::<u8>::new_with(16 << 20, res, a).unwrap();
+    let small_a = DeviceBuffer::<u8>::new_with(4096, res, a).unwrap();
+    ctx.k.fill(&mut x, seed, a).unwrap();
+    ctx.k.spin(crate::common::spin_cycles(20), a).unwrap();
+    keep.0.copy_from_device(&x).unwrap();
+    drop(small_a);
+    drop(x);
+    let mut y = DeviceBuffer::<u8>::new_with(16 << 20, res, b).unwrap();
+    let small_b = DeviceBuffer::<u8>::new_with(4096, res, b).unwrap();
+    ctx.k.fill(&mut y, seed + 1, b).unwrap();
+    keep.1.copy_from_device(&y).unwrap();
+    drop(small_b);
+    drop(y);
+}
+
+#[test]
+fn streams_sharing_a_plan_wait_for_each_other() {
+    let Some(ctx) = setup("plan::streams_sharing_a_plan_wait_for_each_other") else {
+        return;
+    };
+    let b = ctx.new_stream();
+    let mut keep_a = DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &ctx.stream).unwrap();
+    let mut keep_b = DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &b).unwrap();
+    let path = std::env::temp_dir().join(format!("somalloc-plan-shared-{}.trace", std::process::id()));
+    let recording = Arc::new(
+        RecordingAdaptor::to_file(Arc::new(ctx.pool.clone()), &path, RecordOptions::default()).unwrap(),
+    );
+    let res: Arc<dyn MemoryResource> = recording.clone();
+    for step in 0..3 {
+        two_stream_step(&ctx, &res, &b, (&mut keep_a, &mut keep_b), 10 * step);
+    }
+    drop(res);
+    recording.recorder().finish().unwrap();
+    let trace = Trace::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+
+    let planned = Arc::new(
+        PlanningAdaptor::with_lag(Arc::new(ctx.pool.clone()), &trace, Some(std::time::Duration::ZERO)).unwrap(),
+    );
+    let res: Arc<dyn MemoryResource> = planned.clone();
+    for step in 0..8 {
+        let seed = 100 + 10 * step;
+        two_stream_step(&ctx, &res, &b, (&mut keep_a, &mut keep_b), seed);
+        assert_eq!(
+            ctx.k.verify(&keep_a, seed, &ctx.stream).unwrap(),
+            0,
+            "step {step}: stream b wrote into a's block before a was done with it"
+        );
+        assert_eq!(ctx.k.verify(&keep_b, seed + 1, &b).unwrap(), 0, "step {step}");
+    }
+    let (served, refused) = planned.counts();
+    say(&format!(
+        "plan::streams_sharing_a_plan_wait_for_each_other: {served} served, {refused} refused, arena {} bytes",
+        planned.arena_bytes()
+    ));
+    // The two 16 MiB blocks share their bytes (one arena for both streams).
+    assert!(planned.arena_bytes() < 17 << 20, "arena {}", planned.arena_bytes());
+    assert_eq!(served + refused, 8 * 4);
+    assert!(served >= 8 * 4 - 2, "{served} served, {refused} refused");
+    drop(res);
+    ctx.stream.synchronize().unwrap();
+    b.synchronize().unwrap();
+    assert!(planned.release(&b).unwrap());
+    assert!(planned.release(&ctx.stream).unwrap());
+    drop(keep_a);
+    drop(keep_b);
+    ctx.finish(&[&b]);
+}
