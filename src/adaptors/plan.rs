@@ -12,8 +12,8 @@ use crate::device::Device;
 use crate::error::{Error, InvalidReason, Result};
 use crate::resource::MemoryResource;
 use crate::stream::{Event, Stream};
-use crate::trace::plan::{Op, Plan, Server, StreamOp, Wait};
-use crate::trace::{Action, Trace};
+use crate::trace::plan::{DeviceProgram, Plan, Server, Wait};
+use crate::trace::Trace;
 
 /// How many slots ahead an allocation looks for a slot of its size.
 pub const PLAN_WINDOW: usize = 16;
@@ -59,56 +59,14 @@ impl StreamPlans {
     /// allocation it frees. An error names the stream a plan could not be
     /// made for (too many allocations).
     pub fn from_trace(trace: &Trace, device: usize, lag: Option<Duration>) -> Result<StreamPlans> {
-        // The streams in the order they first allocate (the per-thread
-        // default stream left out), and every allocation and free of
-        // theirs.
-        let mut order: Vec<Option<u32>> = Vec::new();
-        let mut ops: Vec<StreamOp> = Vec::new();
-        let mut live: HashMap<u64, usize> = HashMap::new();
-        let mut made = 0usize;
         let handle = |stream: Option<u32>| {
             stream
                 .and_then(|i| trace.streams.get(i as usize))
                 .map(|s| s.handle)
         };
-        for e in trace.events.iter().filter(|e| e.device as usize == device) {
-            match e.action {
-                Action::Allocate if handle(e.stream) != Some(PER_THREAD_HANDLE) => {
-                    let lane = match order.iter().position(|s| *s == e.stream) {
-                        Some(i) => i,
-                        None => {
-                            order.push(e.stream);
-                            order.len() - 1
-                        }
-                    } as u32;
-                    // An address given out again without a free between
-                    // (a lost free): the earlier block is taken as freed.
-                    if let Some(k) = live.insert(e.addr, made) {
-                        ops.push(StreamOp {
-                            stream: lane,
-                            op: Op::Free(k),
-                            t_ns: e.t_ns,
-                        });
-                    }
-                    made += 1;
-                    ops.push(StreamOp {
-                        stream: lane,
-                        op: Op::Alloc(e.bytes),
-                        t_ns: e.t_ns,
-                    });
-                }
-                Action::Free => {
-                    if let Some(k) = live.remove(&e.addr) {
-                        ops.push(StreamOp {
-                            stream: 0,
-                            op: Op::Free(k),
-                            t_ns: e.t_ns,
-                        });
-                    }
-                }
-                _ => {}
-            }
-        }
+        // The per-thread default stream is left out (it gets no plan).
+        let program = DeviceProgram::of(trace, device as u32, |s| handle(s) == Some(PER_THREAD_HANDLE));
+        let order = &program.streams;
         let name =
             |stream: Option<u32>| handle(stream).map_or_else(|| "(none)".into(), |h| format!("{h:#x}"));
         let plans = StreamPlans::default();
@@ -121,7 +79,7 @@ impl StreamPlans {
         match lag {
             Some(lag) => {
                 let lag = u64::try_from(lag.as_nanos()).unwrap_or(u64::MAX);
-                let plan = Plan::for_streams(&ops, lag).map_err(|e| {
+                let plan = Plan::for_streams(&program.ops, lag).map_err(|e| {
                     InvalidReason::Other.error(format!("the trace's streams on device {device}: {e}"))
                 })?;
                 let arena = Arc::new(PlannedArena::new(Arc::new(plan)));
@@ -136,23 +94,7 @@ impl StreamPlans {
                 }
             }
             None => {
-                // Each stream's events alone, its allocations renumbered.
-                let mut own: Vec<Vec<Op>> = vec![Vec::new(); order.len()];
-                let mut number: Vec<(usize, usize)> = Vec::with_capacity(made);
-                for op in &ops {
-                    match op.op {
-                        Op::Alloc(size) => {
-                            let l = op.stream as usize;
-                            let n = own[l].iter().filter(|o| matches!(o, Op::Alloc(_))).count();
-                            number.push((l, n));
-                            own[l].push(Op::Alloc(size));
-                        }
-                        Op::Free(k) => {
-                            let (l, n) = number[k];
-                            own[l].push(Op::Free(n));
-                        }
-                    }
-                }
+                let own = program.per_stream();
                 for (lane, ops) in own.iter().enumerate() {
                     let plan = Plan::for_program(ops).map_err(|e| {
                         InvalidReason::Other.error(format!("the trace's stream {}: {e}", name(order[lane])))

@@ -52,8 +52,10 @@
 //! # }
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+
+use super::format::{Action, Trace};
 
 /// Offsets and sizes round up to a multiple of this.
 pub const ALIGN: u64 = 512;
@@ -106,6 +108,92 @@ pub struct StreamOp {
     pub op: Op,
     /// When, in nanoseconds from any origin; events come in time order.
     pub t_ns: u64,
+}
+
+/// A device's allocations and frees in a trace, ready to plan: its streams
+/// (the trace's stream indices) in the order they first allocated, and the
+/// events, each allocation on its stream's number in that order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceProgram {
+    /// The trace's stream index of each stream (`None`: the events of no
+    /// stream), in the order they first allocated.
+    pub streams: Vec<Option<u32>>,
+    /// The events; an allocation's `stream` indexes `streams`.
+    pub ops: Vec<StreamOp>,
+}
+
+impl DeviceProgram {
+    /// The events of `device` in `trace`, leaving out the streams that
+    /// `skip` names (by their trace index). A free counts on the stream of
+    /// the allocation it frees; an address allocated again without a free
+    /// between (a lost free) frees the earlier block there.
+    pub fn of(trace: &Trace, device: u32, skip: impl Fn(Option<u32>) -> bool) -> DeviceProgram {
+        let mut p = DeviceProgram::default();
+        let mut live: HashMap<u64, usize> = HashMap::new();
+        let mut made = 0usize;
+        for e in trace.events.iter().filter(|e| e.device == device) {
+            match e.action {
+                Action::Allocate if !skip(e.stream) => {
+                    let lane = match p.streams.iter().position(|s| *s == e.stream) {
+                        Some(i) => i,
+                        None => {
+                            p.streams.push(e.stream);
+                            p.streams.len() - 1
+                        }
+                    } as u32;
+                    if let Some(k) = live.insert(e.addr, made) {
+                        p.ops.push(StreamOp {
+                            stream: lane,
+                            op: Op::Free(k),
+                            t_ns: e.t_ns,
+                        });
+                    }
+                    made += 1;
+                    p.ops.push(StreamOp {
+                        stream: lane,
+                        op: Op::Alloc(e.bytes),
+                        t_ns: e.t_ns,
+                    });
+                }
+                Action::Free => {
+                    if let Some(k) = live.remove(&e.addr) {
+                        p.ops.push(StreamOp {
+                            stream: 0,
+                            op: Op::Free(k),
+                            t_ns: e.t_ns,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        p
+    }
+
+    /// Each stream's events alone ([`Plan::for_program`]'s input), its
+    /// allocations numbered from 0, in the order of `streams`.
+    pub fn per_stream(&self) -> Vec<Vec<Op>> {
+        let mut own: Vec<Vec<Op>> = vec![Vec::new(); self.streams.len()];
+        let mut made = vec![0usize; self.streams.len()];
+        // Each allocation's (stream, number on it).
+        let mut number: Vec<(usize, usize)> = Vec::new();
+        for op in &self.ops {
+            match op.op {
+                Op::Alloc(size) => {
+                    let l = op.stream as usize;
+                    number.push((l, made[l]));
+                    made[l] += 1;
+                    own[l].push(Op::Alloc(size));
+                }
+                Op::Free(k) => {
+                    if let Some(&(l, n)) = number.get(k) {
+                        own[l].push(Op::Free(n));
+                    }
+                }
+            }
+        }
+        own
+    }
 }
 
 /// The shortest step [`find_step`] looks for, in allocations.

@@ -139,7 +139,12 @@ fn streams_sharing_a_plan_wait_for_each_other() {
     let _ = std::fs::remove_file(&path);
 
     let planned = Arc::new(
-        PlanningAdaptor::with_lag(Arc::new(ctx.pool.clone()), &trace, Some(std::time::Duration::ZERO)).unwrap(),
+        PlanningAdaptor::with_lag(
+            Arc::new(ctx.pool.clone()),
+            &trace,
+            Some(std::time::Duration::ZERO),
+        )
+        .unwrap(),
     );
     let res: Arc<dyn MemoryResource> = planned.clone();
     for step in 0..8 {
@@ -158,7 +163,11 @@ fn streams_sharing_a_plan_wait_for_each_other() {
         planned.arena_bytes()
     ));
     // The two 16 MiB blocks share their bytes (one arena for both streams).
-    assert!(planned.arena_bytes() < 17 << 20, "arena {}", planned.arena_bytes());
+    assert!(
+        planned.arena_bytes() < 17 << 20,
+        "arena {}",
+        planned.arena_bytes()
+    );
     assert_eq!(served + refused, 8 * 4);
     assert!(served >= 8 * 4 - 2, "{served} served, {refused} refused");
     drop(res);

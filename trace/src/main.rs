@@ -124,6 +124,10 @@ enum Command {
         /// How many slots ahead an allocation looks for a slot of its size.
         #[arg(long, default_value_t = 16)]
         window: usize,
+        /// The lag of the plan whose streams share one arena (the C ABI's
+        /// plan_share:MS), in milliseconds.
+        #[arg(long, default_value_t = 10.0)]
+        share: f64,
     },
     /// Writes a synthetic trace (threads, streams, random sizes, address
     /// reuse), to try the tool and the page on a trace of any size.
@@ -204,10 +208,15 @@ fn run(cli: Cli) -> Result<(), String> {
                 simulate::simulate(&t, &models, one_pool).map_err(|e| format!("{}: {e}", trace.display()))?;
             print!("{}", simulate::report(&t, &sim));
         }
-        Command::Steps { trace, window } => {
+        Command::Steps { trace, window, share } => {
+            if !(0.0..=10_000.0).contains(&share) {
+                return Err(format!("--share takes milliseconds from 0 to 10000, not {share}"));
+            }
             let t = read(&trace)?;
             let s = steps::steps(&t, window).map_err(|e| format!("{}: {e}", trace.display()))?;
-            print!("{}", steps::report(&t, &s));
+            let lag = (share * 1e6) as u64;
+            let sh = steps::shared(&t, lag).map_err(|e| format!("{}: {e}", trace.display()))?;
+            print!("{}", steps::report(&t, &s, &sh, share));
         }
         Command::Convert { trace, out } => {
             let t = read(&trace)?;

@@ -15,10 +15,10 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use crate::format::{Action, Trace};
+use crate::format::Trace;
 use std::sync::Arc;
 
-use crate::plan::{find_step, End, Op, Plan, Rec, Server};
+use crate::plan::{find_step, DeviceProgram, End, Op, Plan, Rec, Server};
 
 /// One stream's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,28 +54,50 @@ enum Ev {
 }
 
 pub fn steps(trace: &Trace, window: usize) -> Result<Vec<StreamSteps>, String> {
-    let mut per: HashMap<(u32, Option<u32>), Vec<Ev>> = HashMap::new();
-    let mut owner: HashMap<u64, ((u32, Option<u32>), usize)> = HashMap::new();
-    for e in &trace.events {
-        match e.action {
-            Action::Allocate => {
-                let key = (e.device, e.stream);
-                let evs = per.entry(key).or_default();
-                owner.insert(e.addr, (key, evs.len()));
-                evs.push(Ev::Alloc(e.bytes));
-            }
-            Action::Free => {
-                if let Some((key, at)) = owner.remove(&e.addr) {
-                    per.entry(key).or_default().push(Ev::Free(at));
-                }
-            }
-            _ => {}
+    let mut out = Vec::new();
+    for device in devices(trace) {
+        let program = DeviceProgram::of(trace, device, |_| false);
+        for (stream, ops) in program.streams.iter().zip(program.per_stream()) {
+            // Frees name their allocation's event position here.
+            let mut at: Vec<usize> = Vec::new();
+            let evs: Vec<Ev> = ops
+                .iter()
+                .enumerate()
+                .map(|(i, op)| match *op {
+                    Op::Alloc(s) => {
+                        at.push(i);
+                        Ev::Alloc(s)
+                    }
+                    Op::Free(k) => Ev::Free(at[k]),
+                })
+                .collect();
+            out.push(stream_steps((device, *stream), &evs, window)?);
         }
     }
-    let mut keys: Vec<_> = per.keys().copied().collect();
-    keys.sort();
-    keys.into_iter()
-        .map(|k| stream_steps(k, &per[&k], window))
+    out.sort_by_key(|s| (s.device, s.stream));
+    Ok(out)
+}
+
+/// The devices with events, in order.
+fn devices(trace: &Trace) -> Vec<u32> {
+    let mut d: Vec<u32> = trace.events.iter().map(|e| e.device).collect();
+    d.sort_unstable();
+    d.dedup();
+    d
+}
+
+/// Per device: the arena of one plan for all its streams
+/// ([`Plan::for_streams`]), bytes passing from a stream to another freed at
+/// least `lag_ns` before.
+pub fn shared(trace: &Trace, lag_ns: u64) -> Result<Vec<(u32, u64)>, String> {
+    devices(trace)
+        .into_iter()
+        .map(|d| {
+            Ok((
+                d,
+                Plan::for_streams(&DeviceProgram::of(trace, d, |_| false).ops, lag_ns)?.arena,
+            ))
+        })
         .collect()
 }
 
@@ -221,7 +243,9 @@ fn mib(n: u64) -> String {
     format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64)
 }
 
-pub fn report(trace: &Trace, streams: &[StreamSteps]) -> String {
+/// The report; `shared`: per device, the arena of the streams sharing one
+/// plan, and the lag it was planned with.
+pub fn report(trace: &Trace, streams: &[StreamSteps], shared: &[(u32, u64)], lag_ms: f64) -> String {
     let mut out = String::new();
     let (mut arena, mut outside) = (0, 0);
     let program: u64 = streams.iter().map(|s| s.program_arena).sum();
@@ -278,6 +302,14 @@ pub fn report(trace: &Trace, streams: &[StreamSteps]) -> String {
         mib(arena + outside),
         mib(program)
     );
+    for &(device, bytes) in shared {
+        let _ = writeln!(
+            out,
+            "device {device}, its streams planned whole in one arena, a block passing to another stream \
+             {lag_ms} ms or more after its free (plan_share:{lag_ms}): {}",
+            mib(bytes)
+        );
+    }
     out
 }
 
@@ -302,6 +334,33 @@ mod tests {
                 main.program_arena >= live && main.program_arena <= live + live / 100,
                 "{name}"
             );
+            // One stream (the legacy one): one arena either way.
+            assert_eq!(shared(&t, 0).unwrap(), vec![(0, main.program_arena)], "{name}");
         }
+    }
+
+    #[test]
+    fn the_mix_shares_one_arena_when_the_lag_allows() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../benches/data/");
+        let t = Trace::parse(&std::fs::read(format!("{dir}mix.trace")).unwrap()).unwrap();
+        let apart: u64 = steps(&t, 16).unwrap().iter().map(|s| s.program_arena).sum();
+        let live = crate::analysis::Analysis::of(&t).total.peak.bytes;
+        let ms = 1_000_000;
+        // ResNet-50's step frees its activations 15 ms or more before
+        // GPT-2's peak (in the recorded run): shared, the arena is about
+        // the live peak of both; with a 30 ms lag the streams keep apart.
+        let [(0, at_10)] = shared(&t, 10 * ms).unwrap()[..] else {
+            panic!()
+        };
+        assert!(
+            at_10 >= live && at_10 <= live + live / 100,
+            "{at_10} against {live}"
+        );
+        let [(0, at_30)] = shared(&t, 30 * ms).unwrap()[..] else {
+            panic!()
+        };
+        assert!(at_30 > apart - apart / 50, "{at_30} against {apart}");
+        let text = report(&t, &steps(&t, 16).unwrap(), &shared(&t, 10 * ms).unwrap(), 10.0);
+        assert!(text.contains("(plan_share:10): 7"), "{text}");
     }
 }
