@@ -93,7 +93,8 @@ typedef struct {
   // Allocations made while their stream was capturing (graph memory).
   uint64_t cache_captured;
   // Bytes of the arenas of the streams' plans (`plan:`), over the
-  // streams somalloc holds (not those forgotten).
+  // streams somalloc holds (not those forgotten); an arena the streams
+  // share (`plan_share:`) counts once.
   uint64_t plan_arena_bytes;
   // Allocations served from a plan's arena (the same streams).
   uint64_t plan_served;

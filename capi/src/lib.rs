@@ -100,7 +100,8 @@ pub struct SomallocStats {
     /// Allocations made while their stream was capturing (graph memory).
     pub cache_captured: u64,
     /// Bytes of the arenas of the streams' plans (`plan:`), over the
-    /// streams somalloc holds (not those forgotten).
+    /// streams somalloc holds (not those forgotten); an arena the streams
+    /// share (`plan_share:`) counts once.
     pub plan_arena_bytes: u64,
     /// Allocations served from a plan's arena (the same streams).
     pub plan_served: u64,
