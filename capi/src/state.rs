@@ -154,6 +154,17 @@ pub struct Entry {
     pub stream: Stream,
     pub cache: Option<Arc<StreamCache>>,
     pub plan: Option<PlanShare>,
+    /// The legacy default stream, which the runtime never captures
+    /// (`cudaStreamBeginCapture` refuses it, and it cannot join a capture).
+    pub legacy: bool,
+}
+
+impl Entry {
+    /// Whether the stream is capturing: the runtime is asked, except for
+    /// the legacy default stream.
+    pub fn is_capturing(&self) -> Result<bool, CapiError> {
+        Ok(!self.legacy && self.stream.is_capturing()?)
+    }
 }
 
 #[derive(Default)]
@@ -266,7 +277,12 @@ impl DeviceState {
         // the stream: a stream takes one plan, in the order streams come.
         let e = streams.entry(key).or_insert_with(|| {
             let plan = self.plans.as_ref().and_then(|p| p.take(key == LEGACY));
-            Arc::new(Entry { stream, cache, plan })
+            Arc::new(Entry {
+                stream,
+                cache,
+                plan,
+                legacy: key == LEGACY,
+            })
         });
         Ok(Arc::clone(e))
     }
@@ -304,7 +320,7 @@ impl DeviceState {
         if let Some(plan) = &entry.plan {
             // Not during a capture: a graph's memory is the capture's
             // business (the cache tier's rules or the pool's).
-            if !entry.stream.is_capturing()? {
+            if !entry.is_capturing()? {
                 if let Some((ptr, slot)) = plan.arena.allocate(plan.lane, size, &entry.stream, pool) {
                     // Slots number fewer than `trace::plan::MAX_BLOCKS`.
                     return Ok((ptr, Path::Plan(slot as u32)));
@@ -371,7 +387,7 @@ impl DeviceState {
             .plan
             .as_ref()
             .ok_or_else(|| CapiError::new(Status::Internal, "a planned allocation's stream has no plan"))?;
-        Ok(plan.arena.free(slot as usize, entry.stream.is_capturing()?)?)
+        Ok(plan.arena.free(slot as usize, entry.is_capturing()?)?)
     }
 
     /// A block of the cache of stream `live.stream` freed on another stream
@@ -385,7 +401,7 @@ impl DeviceState {
     /// As for `deallocate`.
     unsafe fn on_own_stream(&self, ptr: *mut c_void, live: Live, on: &Stream) -> Result<(), CapiError> {
         let own = self.entry(live.stream)?;
-        if own.stream.is_capturing()? || on.is_capturing()? {
+        if own.is_capturing()? || on.is_capturing()? {
             return Err(CapiError::new(
                 Status::Capture,
                 "a block of the cache tier freed on another stream than its own while one of \
