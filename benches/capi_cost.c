@@ -3,10 +3,11 @@
  * cudaMallocAsync / cudaFreeAsync (hipMallocAsync / hipFreeAsync) called
  * directly in the same process, on the same stream, with the same sizes.
  *
- *   SOMALLOC_CONF=... capi_cost STEPS
+ *   SOMALLOC_CONF=... capi_cost STEPS [legacy]
  *
  * A step is 8 rounds of 8 allocations (256 B to 8 MiB) freed in the reverse
- * order, on a stream the program creates. Prints one line: nanoseconds per
+ * order, on a stream the program creates (with `legacy`: on the legacy
+ * default stream, handle 0, which PyTorch's default stream is). Prints one line: nanoseconds per
  * allocation + free for the runtime and for somalloc, their ratio, and
  * somalloc's plan and cache counters, then what the two questions somalloc
  * asks the runtime on every call cost here: is the stream capturing
@@ -100,8 +101,9 @@ static double question(int what, long n, void *stream) {
 
 int main(int argc, char **argv) {
   long steps = argc > 1 ? strtol(argv[1], NULL, 10) : 1000;
-  if (steps < 1) {
-    fprintf(stderr, "usage: capi_cost STEPS\n");
+  int legacy = argc > 2 && strcmp(argv[2], "legacy") == 0;
+  if (steps < 1 || (argc > 2 && !legacy)) {
+    fprintf(stderr, "usage: capi_cost STEPS [legacy]\n");
     return 2;
   }
   int count = 0;
@@ -114,7 +116,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   void *stream = NULL;
-  if (stream_create(&stream, 1)) {
+  if (!legacy && stream_create(&stream, 1)) {
     printf("capi_cost: no stream\n");
     return 1;
   }
@@ -134,9 +136,9 @@ int main(int argc, char **argv) {
   memset(&st, 0, sizeof st);
   somalloc_stats(0, &st, sizeof st);
   const char *conf = getenv("SOMALLOC_CONF");
-  printf("capi_cost: %s: %ld steps of 64; runtime %.1f ns, somalloc %.1f ns per allocate + free "
+  printf("capi_cost: %s%s: %ld steps of 64; runtime %.1f ns, somalloc %.1f ns per allocate + free "
          "(%.3f x); plan served %llu, refused %llu; cache hits %llu, misses %llu\n",
-         conf ? conf : "(defaults)", steps, raw, ours, ours / raw,
+         conf ? conf : "(defaults)", legacy ? ", legacy stream" : "", steps, raw, ours, ours / raw,
          (unsigned long long)st.plan_served, (unsigned long long)st.plan_refused,
          (unsigned long long)st.cache_hits, (unsigned long long)st.cache_misses);
   if (capture_info) {

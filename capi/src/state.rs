@@ -315,6 +315,31 @@ impl DeviceState {
         self.allocate_on(&entry, size)
     }
 
+    /// The legacy default stream's allocation from a plan of that stream
+    /// alone, which makes no call to the runtime (so none that reads the
+    /// current device): `None` when it cannot be served so (no such plan,
+    /// its arena not made yet, no free slot), and then nothing was done.
+    /// A training loop on PyTorch's default stream allocates this way.
+    fn allocate_quiet(&self, size: usize) -> Option<(*mut c_void, Path)> {
+        let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
+        let entry = streams.get(&LEGACY)?;
+        let plan = entry.plan.as_ref()?;
+        // The legacy stream is never capturing: no question to ask.
+        let (ptr, slot) = plan.arena.allocate_made(size, &entry.stream)?;
+        Some((ptr, Path::Plan(slot as u32)))
+    }
+
+    /// The free of slot `slot` of the legacy default stream's plan, on that
+    /// stream, where it makes no call to the runtime (a plan of that
+    /// stream alone); `None`: not so (nothing done).
+    fn free_quiet(&self, slot: u32) -> Option<Result<(), CapiError>> {
+        let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
+        let plan = streams.get(&LEGACY)?.plan.as_ref()?;
+        // One stream: a free records no event; the legacy stream is never
+        // capturing.
+        (plan.arena.lanes() == 1).then(|| Ok(plan.arena.free(slot as usize, false)?))
+    }
+
     fn allocate_on(&self, entry: &Entry, size: usize) -> Result<(*mut c_void, Path), CapiError> {
         let pool = &self.pool;
         if let Some(plan) = &entry.plan {
@@ -557,9 +582,19 @@ pub fn allocate(size: usize, device: i32, stream: *mut c_void) -> Result<*mut c_
     }
     let g = global();
     let dev = g.device(device)?;
-    let _current = DeviceGuard::set(&dev.device)?;
     let key = key_of(stream);
-    let (ptr, path) = match dev.allocate(size, key) {
+    // A planned slot of the legacy stream needs no device made current
+    // (no runtime call); everything else runs with this device current.
+    let quiet = if key == LEGACY {
+        dev.allocate_quiet(size)
+    } else {
+        None
+    };
+    let served = match quiet {
+        Some(p) => Ok(p),
+        None => DeviceGuard::set(&dev.device).and_then(|_current| dev.allocate(size, key)),
+    };
+    let (ptr, path) = match served {
         Ok(p) => p,
         Err(e) => {
             dev.counters.failed_allocations.fetch_add(1, Ordering::Relaxed);
@@ -636,11 +671,24 @@ pub unsafe fn deallocate(
             .registry
             .take(ptr as usize, size, dev.device.ordinal())
             .map_err(|r| refused(ptr, size, device, r))?;
-        let _current = DeviceGuard::set(&dev.device)?;
-        // SAFETY: the registry said `ptr` is live with this size on this
-        // device and took it (so it is freed once); the caller orders every
-        // use before this point of `stream`.
-        match unsafe { dev.deallocate(ptr, live, key_of(stream)) } {
+        let key = key_of(stream);
+        // A planned slot of the legacy stream freed there: no runtime call,
+        // so no device made current (see `allocate`).
+        let quiet = match live.path {
+            Path::Plan(slot) if key == LEGACY && live.stream == LEGACY => dev.free_quiet(slot),
+            _ => None,
+        };
+        let freed = match quiet {
+            Some(r) => r,
+            None => {
+                let _current = DeviceGuard::set(&dev.device)?;
+                // SAFETY: the registry said `ptr` is live with this size on
+                // this device and took it (so it is freed once); the caller
+                // orders every use before this point of `stream`.
+                unsafe { dev.deallocate(ptr, live, key) }
+            }
+        };
+        match freed {
             Ok(()) => Ok(live),
             Err(e) => {
                 // Whether anything was freed is unknown for a vendor error;

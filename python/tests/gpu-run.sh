@@ -58,7 +58,9 @@ if [ "$bench" = --bench ]; then
     SOMALLOC_CONF=cache:off "$dir/capi_cost" 2000 &&
       SOMALLOC_CONF=cache:on "$dir/capi_cost" 2000 &&
       SOMALLOC_CONF="trace:$out/cost.trace" "$dir/capi_cost" 3 &&
-      SOMALLOC_CONF="plan:$out/cost.trace" "$dir/capi_cost" 2000
+      SOMALLOC_CONF="plan:$out/cost.trace" "$dir/capi_cost" 2000 &&
+      SOMALLOC_CONF="trace:$out/cost-legacy.trace" "$dir/capi_cost" 3 legacy &&
+      SOMALLOC_CONF="plan:$out/cost-legacy.trace" "$dir/capi_cost" 2000 legacy
   }
   part capi-cost cost
   part models python3 "$dir/models.py" --out "$out"

@@ -138,6 +138,8 @@ impl StreamPlans {
 #[derive(Debug)]
 pub struct PlannedArena {
     plan: Arc<Plan>,
+    /// The plan's streams.
+    lanes: usize,
     inner: Mutex<ArenaState>,
     served: AtomicU64,
     refused: AtomicU64,
@@ -217,9 +219,10 @@ impl PlannedArena {
     /// Serves `plan` (with [`Server::for_program`]).
     pub fn new(plan: Arc<Plan>) -> PlannedArena {
         let server = Server::for_program(Arc::clone(&plan), PLAN_WINDOW);
-        let lanes = (0..server.streams()).map(|_| LaneState::default()).collect();
+        let lanes: Vec<LaneState> = (0..server.streams()).map(|_| LaneState::default()).collect();
         PlannedArena {
             plan,
+            lanes: server.streams(),
             inner: Mutex::new(ArenaState {
                 server,
                 base: None,
@@ -235,6 +238,35 @@ impl PlannedArena {
     /// The plan served.
     pub fn plan(&self) -> &Arc<Plan> {
         &self.plan
+    }
+
+    /// How many streams the plan has (lanes of the arena).
+    pub fn lanes(&self) -> usize {
+        self.lanes
+    }
+
+    /// [`allocate`](PlannedArena::allocate) where it makes no call to the
+    /// runtime: a plan of one stream whose arena is made and whose lane is
+    /// `stream`'s, the slot free. `Some(ptr, slot)`: served; `None`:
+    /// nothing done and nothing counted (call `allocate`, which decides).
+    /// A slot of a plan of one stream is freed with no call to the runtime
+    /// either ([`free`](PlannedArena::free) of a stream not capturing), so
+    /// a caller that makes a device current only for the runtime's sake
+    /// can skip that here.
+    pub fn allocate_made(&self, bytes: usize, stream: &Stream) -> Option<(*mut c_void, usize)> {
+        if self.lanes != 1 {
+            return None;
+        }
+        let mut st = lock(&self.inner);
+        let base = st.base?;
+        let l = &st.lanes[0];
+        if l.released || l.stream.as_ref()?.as_raw() != stream.as_raw() {
+            return None;
+        }
+        // One stream: no waits, so `allocate` on lane 0 hands out the same.
+        let (slot, offset) = st.server.allocate(bytes as u64)?;
+        self.served.fetch_add(1, Ordering::Relaxed);
+        Some(((base + offset as usize) as *mut c_void, slot))
     }
 
     /// A planned slot for `bytes` on `stream`, which serves the plan's
