@@ -321,7 +321,7 @@ impl PlannedArena {
             }
         }
         self.served.fetch_add(1, Ordering::Relaxed);
-        // Slots lie inside the arena (`Plan::with_slots`).
+        // The server hands out only slots inside the arena.
         Some(((base + grant.offset as usize) as *mut c_void, grant.slot))
     }
 

@@ -62,6 +62,9 @@ pub const ALIGN: u64 = 512;
 /// The most allocations a plan places (planning takes time quadratic in
 /// them).
 pub const MAX_BLOCKS: usize = 20_000;
+/// The most streams one plan serves ([`Plan::for_streams`]; a server keeps
+/// a table of streams by streams).
+pub const MAX_STREAMS: u32 = 256;
 
 /// When a recorded block of a step was freed, in event positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -495,6 +498,12 @@ impl Plan {
                 "{n} allocations in a stream; at most {MAX_BLOCKS} are planned (record fewer steps)"
             ));
         }
+        if let Some(&s) = streams.iter().find(|&&s| s >= MAX_STREAMS) {
+            return Err(format!(
+                "an allocation on stream {s}; a plan serves streams 0 to {}",
+                MAX_STREAMS - 1
+            ));
+        }
         let mut freed = vec![u64::MAX; n];
         // For blocks of other streams: the first allocation `lag_ns` or
         // more after the free (at least `freed`).
@@ -596,9 +605,14 @@ impl Plan {
     /// A plan of these slots in an arena of `arena` bytes, whatever their
     /// offsets (they may overlap: the server's check keeps live blocks
     /// apart all the same). Slots that do not fit in the arena are not
-    /// placed.
+    /// placed; slots of streams from [`MAX_STREAMS`] on are not placed and
+    /// count as stream 0's.
     pub fn with_slots(mut slots: Vec<Slot>, arena: u64) -> Plan {
         for s in &mut slots {
+            if s.stream >= MAX_STREAMS {
+                s.stream = 0;
+                s.offset = None;
+            }
             if s.offset
                 .is_some_and(|o| o.checked_add(round(s.size)).is_none_or(|end| end > arena))
             {
@@ -721,9 +735,12 @@ impl Server {
     /// [`begin_step`](Server::begin_step) at each step's start. A request
     /// looks up to `window` slots ahead for its size.
     pub fn new(plan: Arc<Plan>, window: usize) -> Server {
+        // Slots of streams from MAX_STREAMS on (a plan made by hand) are
+        // never served.
         let streams = plan
             .slots
             .iter()
+            .filter(|s| s.stream < MAX_STREAMS)
             .map(|s| s.stream as usize + 1)
             .max()
             .unwrap_or(1);
@@ -736,7 +753,9 @@ impl Server {
             })
             .collect();
         for (k, s) in plan.slots.iter().enumerate() {
-            lanes[s.stream as usize].order.push(k);
+            if let Some(lane) = lanes.get_mut(s.stream as usize) {
+                lane.order.push(k);
+            }
         }
         if let Some(w) = plan.wrap_to {
             for lane in &mut lanes {
@@ -846,8 +865,11 @@ impl Server {
                 .next_back()
                 .is_none_or(|(_, &(end, _))| end <= from)
         };
+        // Inside the arena (a plan's fields are public: one made by hand
+        // may say otherwise), and no live block there.
+        let inside = |o: u64| o.checked_add(round(size)).is_some_and(|e| e <= self.plan.arena);
         let offset = match slots[j].offset {
-            Some(offset) if !self.live[j] && free(offset, offset + round(size)) => offset,
+            Some(offset) if !self.live[j] && inside(offset) && free(offset, offset + round(size)) => offset,
             _ => {
                 self.refused += 1;
                 return None;
@@ -1273,6 +1295,52 @@ mod tests {
     fn too_many_blocks_are_an_error() {
         let recs = vec![rec(1, 0, End::InStep(1)); MAX_BLOCKS + 1];
         assert!(Plan::build(&recs, 2).unwrap_err().contains("at most"));
+    }
+
+    #[test]
+    fn streams_beyond_the_limit_are_refused_not_served() {
+        let ops = [sop(MAX_STREAMS, Op::Alloc(512), 0)];
+        assert!(Plan::for_streams(&ops, 0).unwrap_err().contains("stream 256"));
+        let plan = Plan::with_slots(
+            vec![Slot {
+                size: 512,
+                offset: Some(0),
+                stream: u32::MAX,
+            }],
+            1024,
+        );
+        assert_eq!((plan.slots[0].stream, plan.slots[0].offset), (0, None));
+        let mut s = Server::new(Arc::new(plan), 4);
+        assert_eq!(s.streams(), 1);
+        assert_eq!(s.allocate(512), None);
+    }
+
+    #[test]
+    fn a_plan_made_by_hand_serves_nothing_outside_its_arena_or_its_streams() {
+        let plan = Plan {
+            slots: vec![
+                Slot {
+                    size: 512,
+                    offset: Some(1024),
+                    stream: 0,
+                },
+                Slot {
+                    size: 512,
+                    offset: Some(0),
+                    stream: 1 << 30,
+                },
+            ],
+            arena: 1024,
+            wrap_to: None,
+        };
+        let mut s = Server::new(Arc::new(plan), 4);
+        assert_eq!(s.streams(), 1);
+        assert_eq!(s.allocate(512), None, "past the arena's end");
+        assert_eq!(
+            s.allocate_on(1 << 30, 512),
+            None,
+            "a stream the server has no lane for"
+        );
     }
 
     #[test]
