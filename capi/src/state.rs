@@ -256,10 +256,11 @@ impl DeviceState {
             return Ok(Arc::clone(e));
         }
         let stream = if key == LEGACY {
-            // SAFETY: every use of this stream happens inside an entry point
-            // that made this device current first (`DeviceGuard`), on the
-            // calling thread: the null handle then names this device's
-            // legacy default stream.
+            // SAFETY: every runtime call with this stream happens inside an
+            // entry point that made this device current first
+            // (`DeviceGuard`), on the calling thread: the null handle then
+            // names this device's legacy default stream. (The legacy
+            // stream's planned slots make no runtime call and skip that.)
             unsafe { Stream::legacy_default(&self.device) }
         } else {
             // SAFETY: the caller of the entry point promises that the handle
@@ -296,10 +297,13 @@ impl DeviceState {
             .collect()
     }
 
+    /// Allocates on stream `key`, with this device made current for every
+    /// path that reaches the runtime.
     fn allocate(&self, size: usize, key: usize) -> Result<(*mut c_void, Path), CapiError> {
         if key == PER_THREAD {
+            let _current = DeviceGuard::set(&self.device)?;
             // SAFETY: used only inside this call, on this thread, with this
-            // device current (the caller holds a `DeviceGuard`).
+            // device current.
             let stream = unsafe { Stream::per_thread_default(&self.device) };
             return Ok((self.pool.allocate(size, &stream)?, Path::Pool));
         }
@@ -308,36 +312,32 @@ impl DeviceState {
         {
             let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
             if let Some(entry) = streams.get(&key) {
+                if let Some(p) = Self::allocate_quiet(entry, size) {
+                    return Ok(p);
+                }
+                let _current = DeviceGuard::set(&self.device)?;
                 return self.allocate_on(entry, size);
             }
         }
+        let _current = DeviceGuard::set(&self.device)?;
         let entry = self.entry(key)?;
         self.allocate_on(&entry, size)
     }
 
-    /// The legacy default stream's allocation from a plan of that stream
-    /// alone, which makes no call to the runtime (so none that reads the
-    /// current device): `None` when it cannot be served so (no such plan,
-    /// its arena not made yet, no free slot), and then nothing was done.
-    /// A training loop on PyTorch's default stream allocates this way.
-    fn allocate_quiet(&self, size: usize) -> Option<(*mut c_void, Path)> {
-        let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
-        let entry = streams.get(&LEGACY)?;
+    /// A planned slot of the legacy default stream, from a plan of that
+    /// stream alone, which makes no call to the runtime (so none that
+    /// reads the current device): `None` when it cannot be served so
+    /// (another stream, no such plan, its arena not made yet, no free
+    /// slot), and then nothing was done. A training loop on PyTorch's
+    /// default stream allocates this way.
+    fn allocate_quiet(entry: &Entry, size: usize) -> Option<(*mut c_void, Path)> {
+        if !entry.legacy {
+            return None;
+        }
         let plan = entry.plan.as_ref()?;
         // The legacy stream is never capturing: no question to ask.
         let (ptr, slot) = plan.arena.allocate_made(size, &entry.stream)?;
         Some((ptr, Path::Plan(slot as u32)))
-    }
-
-    /// The free of slot `slot` of the legacy default stream's plan, on that
-    /// stream, where it makes no call to the runtime (a plan of that
-    /// stream alone); `None`: not so (nothing done).
-    fn free_quiet(&self, slot: u32) -> Option<Result<(), CapiError>> {
-        let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
-        let plan = streams.get(&LEGACY)?.plan.as_ref()?;
-        // One stream: a free records no event; the legacy stream is never
-        // capturing.
-        (plan.arena.lanes() == 1).then(|| Ok(plan.arena.free(slot as usize, false)?))
     }
 
     fn allocate_on(&self, entry: &Entry, size: usize) -> Result<(*mut c_void, Path), CapiError> {
@@ -358,11 +358,29 @@ impl DeviceState {
         }
     }
 
+    /// Frees on stream `key`, with this device made current for every path
+    /// that reaches the runtime.
+    ///
     /// # Safety
     /// `ptr` was allocated here as `live` says and is freed once; every use
     /// is ordered before this point of the stream `key`.
     unsafe fn deallocate(&self, ptr: *mut c_void, live: Live, key: usize) -> Result<(), CapiError> {
         let size = live.size;
+        if let Path::Plan(slot) = live.path {
+            if key == LEGACY && live.stream == LEGACY {
+                // A planned slot of the legacy stream freed there, from a
+                // plan of that stream alone: no event to record, and the
+                // legacy stream is never capturing, so no runtime call (see
+                // `allocate_quiet`).
+                let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
+                if let Some(plan) = streams.get(&LEGACY).and_then(|e| e.plan.as_ref()) {
+                    if plan.arena.lanes() == 1 {
+                        return Ok(plan.arena.free(slot as usize, false)?);
+                    }
+                }
+            }
+        }
+        let _current = DeviceGuard::set(&self.device)?;
         if key == PER_THREAD {
             // SAFETY: used only inside this call, on this thread, with this
             // device current.
@@ -583,18 +601,7 @@ pub fn allocate(size: usize, device: i32, stream: *mut c_void) -> Result<*mut c_
     let g = global();
     let dev = g.device(device)?;
     let key = key_of(stream);
-    // A planned slot of the legacy stream needs no device made current
-    // (no runtime call); everything else runs with this device current.
-    let quiet = if key == LEGACY {
-        dev.allocate_quiet(size)
-    } else {
-        None
-    };
-    let served = match quiet {
-        Some(p) => Ok(p),
-        None => DeviceGuard::set(&dev.device).and_then(|_current| dev.allocate(size, key)),
-    };
-    let (ptr, path) = match served {
+    let (ptr, path) = match dev.allocate(size, key) {
         Ok(p) => p,
         Err(e) => {
             dev.counters.failed_allocations.fetch_add(1, Ordering::Relaxed);
@@ -671,24 +678,10 @@ pub unsafe fn deallocate(
             .registry
             .take(ptr as usize, size, dev.device.ordinal())
             .map_err(|r| refused(ptr, size, device, r))?;
-        let key = key_of(stream);
-        // A planned slot of the legacy stream freed there: no runtime call,
-        // so no device made current (see `allocate`).
-        let quiet = match live.path {
-            Path::Plan(slot) if key == LEGACY && live.stream == LEGACY => dev.free_quiet(slot),
-            _ => None,
-        };
-        let freed = match quiet {
-            Some(r) => r,
-            None => {
-                let _current = DeviceGuard::set(&dev.device)?;
-                // SAFETY: the registry said `ptr` is live with this size on
-                // this device and took it (so it is freed once); the caller
-                // orders every use before this point of `stream`.
-                unsafe { dev.deallocate(ptr, live, key) }
-            }
-        };
-        match freed {
+        // SAFETY: the registry said `ptr` is live with this size on this
+        // device and took it (so it is freed once); the caller orders every
+        // use before this point of `stream`.
+        match unsafe { dev.deallocate(ptr, live, key_of(stream)) } {
             Ok(()) => Ok(live),
             Err(e) => {
                 // Whether anything was freed is unknown for a vendor error;
