@@ -21,6 +21,9 @@ Modes, one process each (per workload), all in one run:
                    run: a first process runs 3 steps with trace:, the measured one
                    runs with plan: (the cache tier, default caps, serves the rest)
   somalloc-plan-shared  the same with plan_share:10, the streams sharing one arena
+  somalloc-plan-device  the same with plan_share:device: bytes pass between the
+                   streams only where the recorded run's device had released
+                   them (the recording run has trace_device:on)
 --plan-mode NAME=CONF adds a plan mode with its own keys (recorded, then
   served), e.g. --plan-mode "plan-share-5=cache:on,plan_share:5".
 --somalloc-conf adds keys to both somalloc modes (e.g. pool:default).
@@ -53,6 +56,10 @@ MODES = {
     # The same, the streams sharing one arena: bytes pass from a stream to
     # another freed 10 ms or more before in the recorded run.
     "somalloc-plan-shared": ("plan", "cache:on,plan_share:10"),
+    # The same, by the recorded run's device times: a stream takes bytes
+    # another freed only where the device had passed that free 1 ms or more
+    # before it reached the allocation.
+    "somalloc-plan-device": ("plan", "cache:on,plan_share:device"),
 }
 # The key the driver adds to a plan mode's child: trace:FILE, then plan:FILE.
 PLAN_KEY = "MODELS_PLAN_KEY"
@@ -263,7 +270,10 @@ def main():
                 trace = os.path.abspath(os.path.join(args.out, "%s.%s.trace" % (wl, m)))
                 rec = list(cmd)
                 rec[rec.index("--steps") + 1] = "3"
-                p = subprocess.run(rec, env=dict(env, **{PLAN_KEY: "trace:" + trace}), capture_output=True, text=True)
+                key = "trace:" + trace
+                if "plan_share:device" in conf:
+                    key += ",trace_device:on"
+                p = subprocess.run(rec, env=dict(env, **{PLAN_KEY: key}), capture_output=True, text=True)
                 if p.returncode != 0:
                     print("%-9s %-15s FAILED recording (rc %d)\n%s" % (wl, m, p.returncode, (p.stdout + p.stderr)[-3000:]), flush=True)
                     rows[(wl, m)] = None

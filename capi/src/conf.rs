@@ -3,6 +3,7 @@
 //! when that was never called, from the environment variable
 //! `SOMALLOC_CONF` at the first use.
 
+use somalloc_rs::trace::plan::Sharing;
 use somalloc_rs::{CacheConfig, Headroom, ReusePolicy};
 
 /// The variable read when no configuration was given.
@@ -40,9 +41,11 @@ pub struct Conf {
     /// earlier run (`plan.rs`), or `None`.
     pub plan: Option<String>,
     /// The plan's streams share one arena, bytes passing from a stream to
-    /// another freed this long before in the recorded run (`None`: an
-    /// arena per stream).
-    pub plan_share: Option<std::time::Duration>,
+    /// another by this rule (`None`: an arena per stream).
+    pub plan_share: Option<Sharing>,
+    /// With the trace: the time the device reached each allocation and
+    /// free (what `plan_share:device` plans with).
+    pub trace_device: bool,
     /// Grant every device that can reach a device's pool read-write access
     /// to it (so that copies between devices, which PyTorch makes, can read
     /// and write pool memory).
@@ -61,6 +64,7 @@ impl Default for Conf {
             trace_backtraces: false,
             plan: None,
             plan_share: None,
+            trace_device: false,
             peer_access: true,
         }
     }
@@ -69,7 +73,7 @@ impl Default for Conf {
 /// The keys, for messages and the documentation.
 pub const KEYS: &str = "pool, release_threshold, reuse, max_size, cache, cache_total_cap, \
                         cache_per_stream_cap, cache_max_block, cache_reuse_larger, cache_headroom, trace, \
-                        trace_backtraces, plan, plan_share, peer_access";
+                        trace_backtraces, trace_device, plan, plan_share, peer_access";
 
 impl Conf {
     /// Parses `text` over the defaults. Empty text (or only commas and
@@ -153,23 +157,16 @@ impl Conf {
                     )),
                     path => Some(path.to_string()),
                 },
-                // Streams sharing the plan's arena: `off`, or the lag in
-                // milliseconds (0 to 10000, fractions allowed).
+                // Streams sharing the plan's arena: `off`, the host lag in
+                // milliseconds (0 to 10000, fractions allowed), `device` or
+                // `device+MS` (the recorded run's device times).
                 "plan_share" => {
-                    conf.plan_share = match value {
-                        "off" | "false" | "False" => None,
-                        v => match v.parse::<f64>() {
-                            Ok(ms) if (0.0..=10_000.0).contains(&ms) => {
-                                Some(std::time::Duration::from_secs_f64(ms / 1000.0))
-                            }
-                            _ => {
-                                return Err(bad(
-                                    "expected off or milliseconds from 0 to 10000 (e.g. plan_share:10)",
-                                ))
-                            }
-                        },
+                    conf.plan_share = match Sharing::parse(value).map_err(|e| bad(&e))? {
+                        Sharing::Never => None,
+                        rule => Some(rule),
                     }
                 }
+                "trace_device" => conf.trace_device = parse_switch(value).map_err(|e| bad(&e))?,
                 "peer_access" => conf.peer_access = parse_switch(value).map_err(|e| bad(&e))?,
                 _ => return Err(format!("unknown key `{key}` (keys: {KEYS})")),
             }
@@ -305,7 +302,15 @@ mod tests {
         assert_eq!(Conf::parse("plan:off").unwrap().plan, None);
         assert_eq!(t.plan_share, None);
         let s = Conf::parse("plan:/tmp/run.trace,plan_share:7.5").unwrap();
-        assert_eq!(s.plan_share, Some(std::time::Duration::from_micros(7500)));
+        assert_eq!(s.plan_share, Some(Sharing::HostLag(7_500_000)));
+        let d = Conf::parse("plan_share:device,trace_device:on").unwrap();
+        assert_eq!(
+            (d.plan_share, d.trace_device),
+            (Some(Sharing::Device { margin_ns: 1_000_000 }), true)
+        );
+        let d = Conf::parse("plan_share:device+2.5").unwrap();
+        assert_eq!(d.plan_share, Some(Sharing::Device { margin_ns: 2_500_000 }));
+        assert!(!d.trace_device);
         assert_eq!(Conf::parse("plan_share:off").unwrap().plan_share, None);
         assert!(!t.trace_backtraces);
         assert_eq!(
@@ -349,6 +354,9 @@ mod tests {
             ("plan:on", "a trace of an earlier run"),
             ("plan:", "a trace of an earlier run"),
             ("plan_share:on", "milliseconds from 0 to 10000"),
+            ("plan_share:device+", "device or device+MS"),
+            ("plan_share:device-1", "device or device+MS"),
+            ("trace_device:maybe", "trace_device:maybe"),
             ("plan_share:-1", "milliseconds from 0 to 10000"),
             ("plan_share:NaN", "milliseconds from 0 to 10000"),
             ("trace_backtraces:maybe", "on or off"),

@@ -19,6 +19,13 @@
 //! The arena is one allocation from the pool, on the first stream that
 //! allocates, which then waits for it once.
 //!
+//! With `plan_share:device` (or `device+MS`), bytes pass from one stream to
+//! another only where the recorded run's device had reached the free (at
+//! least MS milliseconds, 1 by default) before it reached the other
+//! stream's allocation: the wait then costs the taking stream nothing, as
+//! far as the run goes as the recorded one did. The trace must have been
+//! recorded with `trace_device:on`.
+//!
 //! The library's `StreamPlans` and `PlannedArena` (those of its
 //! `PlanningAdaptor`) do the work: a slot is handed out only if no live
 //! block overlaps it, so a run that strays from the recorded one gets its
@@ -27,20 +34,19 @@
 //! stream (a free on another stream first makes that stream wait for it;
 //! see `state.rs`).
 
-use std::time::Duration;
-
 use somalloc_rs::adaptors::StreamPlans;
+use somalloc_rs::trace::plan::Sharing;
 use somalloc_rs::trace::Trace;
 
 use crate::error::{CapiError, Status};
 
 /// The plans of `device`'s streams in the trace at `path`: one arena per
 /// stream, or one shared by the streams with bytes passing between them
-/// after `share` (`plan_share:`).
-pub fn load(path: &str, device: usize, share: Option<Duration>) -> Result<StreamPlans, CapiError> {
+/// by the rule `share` (`plan_share:`).
+pub fn load(path: &str, device: usize, share: Option<Sharing>) -> Result<StreamPlans, CapiError> {
     let bad = |what: String| CapiError::new(Status::Config, format!("plan:{path}: {what}"));
     let trace = Trace::read(path).map_err(|e| bad(e.to_string()))?;
-    StreamPlans::from_trace(&trace, device, share).map_err(|e| bad(e.to_string()))
+    StreamPlans::from_trace_sharing(&trace, device, share).map_err(|e| bad(e.to_string()))
 }
 
 #[cfg(test)]
@@ -79,13 +85,17 @@ mod tests {
         assert!(load(&path, 1, None).unwrap().take(false).is_none());
         // Shared: one arena, the streams its lanes in the order they came
         // (each block lives beside the other stream's, so none shares).
-        let plans = load(&path, 0, Some(std::time::Duration::ZERO)).unwrap();
+        let plans = load(&path, 0, Some(Sharing::HostLag(0))).unwrap();
         let (legacy, other) = (plans.take(true).unwrap(), plans.take(false).unwrap());
         assert!(std::sync::Arc::ptr_eq(&legacy.arena, &other.arena));
         assert_eq!((other.lane, legacy.lane), (0, 1));
         assert_eq!(other.arena.plan().slots.len(), 16);
         assert_eq!(other.arena.plan().arena, (1 << 20) + 512);
         assert!(plans.take(false).is_none());
+        // Sharing by device times needs a trace that has them.
+        let e = load(&path, 0, Some(Sharing::Device { margin_ns: 0 })).unwrap_err();
+        assert_eq!(e.status, Status::Config);
+        assert!(e.text.contains("trace_device:on"), "{}", e.text);
         let _ = std::fs::remove_file(&path);
     }
 

@@ -288,6 +288,26 @@ impl DeviceState {
         Ok(Arc::clone(e))
     }
 
+    /// Gives the event just recorded at `t` on stream `key` its device
+    /// time (`trace_device:on`), with this device current for the default
+    /// streams' handles.
+    fn record_device_time(&self, recorder: &Recorder, key: usize, t: u64) {
+        if !recorder.device_times() {
+            return;
+        }
+        let Ok(_current) = DeviceGuard::set(&self.device) else {
+            return;
+        };
+        if key == PER_THREAD {
+            // SAFETY: used only inside this call, on this thread, with this
+            // device current.
+            let stream = unsafe { Stream::per_thread_default(&self.device) };
+            recorder.record_device_time(&stream, t);
+        } else if let Ok(entry) = self.entry(key) {
+            recorder.record_device_time(&entry.stream, t);
+        }
+    }
+
     pub fn streams(&self) -> Vec<Arc<Entry>> {
         self.streams
             .read()
@@ -514,7 +534,9 @@ fn recorder(conf: &Conf) -> Result<Option<Arc<Recorder>>, CapiError> {
                 return Ok(None);
             };
             let path = template.replace("%p", &std::process::id().to_string());
-            let options = RecordOptions::default().backtraces(conf.trace_backtraces);
+            let options = RecordOptions::default()
+                .backtraces(conf.trace_backtraces)
+                .device_times(conf.trace_device);
             let recorder = Recorder::to_file(&path, options)
                 .map_err(|e| CapiError::new(Status::Config, format!("trace:{template}: {e}")))?;
             recorder.set_meta("recorded_through", "the C ABI (SOMALLOC_CONF trace)");
@@ -635,14 +657,16 @@ pub fn allocate(size: usize, device: i32, stream: *mut c_void) -> Result<*mut c_
     }
     if let Some(r) = &dev.recorder {
         // After the allocator answered (see `Recorder::record`).
+        let t = r.now_ns();
         r.record(
-            r.now_ns(),
+            t,
             Action::Allocate,
             dev.device.ordinal(),
             Some(key as u64),
             size,
             ptr as usize,
         );
+        dev.record_device_time(r, key, t);
     }
     let c = &dev.counters;
     c.allocations.fetch_add(1, Ordering::Relaxed);
@@ -710,6 +734,7 @@ pub unsafe fn deallocate(
                     live.size,
                     ptr as usize,
                 );
+                dev.record_device_time(r, key as usize, t);
             }
             c.frees.fetch_add(1, Ordering::Relaxed);
             c.live_bytes.fetch_sub(live.size as u64, Ordering::Relaxed);

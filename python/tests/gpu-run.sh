@@ -51,6 +51,11 @@ part plan-serve python3 "$dir/plan_gpu.py" plan "$out/plan.trace"
 # The same, the two streams sharing one arena (bytes passing between them
 # with events).
 part plan-serve-shared python3 "$dir/plan_gpu.py" plan "$out/plan.trace" plan_share:0
+# Recorded with device times, the streams sharing bytes only where the
+# recorded run's device had released them.
+part plan-record-device python3 "$dir/plan_gpu.py" record "$out/plan-device.trace" trace_device:on
+part plan-serve-device python3 "$dir/plan_gpu.py" plan "$out/plan-device.trace" plan_share:device
+part plan-device-times bash -c '"$2/somalloc-trace" summary "$1" | tee /dev/stderr | grep -q "device times: [1-9]" && echo "1 passed, 0 failed"' _ "$out/plan-device.trace" "$dir"
 if [ "$bench" = --bench ]; then
   # The C ABI's cost per allocation and free, beside the runtime's own
   # calls: the pool, the cache tier, and a plan (recorded first).

@@ -4,6 +4,8 @@ script that prints one line per check and ends with "N passed, N failed".
     python3 python/tests/plan_gpu.py record TRACE   # 3 steps under trace:TRACE
     python3 python/tests/plan_gpu.py plan TRACE     # 12 steps under plan:TRACE
     python3 python/tests/plan_gpu.py plan TRACE plan_share:0   # the streams sharing one arena
+    python3 python/tests/plan_gpu.py record TRACE trace_device:on   # with device times
+    python3 python/tests/plan_gpu.py plan TRACE plan_share:device   # shared by them
 
 Each step trains a small network on PyTorch's default stream and another on
 a side stream, keeps tensors of many sizes filled with the step's value

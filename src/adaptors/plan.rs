@@ -12,7 +12,7 @@ use crate::device::Device;
 use crate::error::{Error, InvalidReason, Result};
 use crate::resource::MemoryResource;
 use crate::stream::{Event, Stream};
-use crate::trace::plan::{DeviceProgram, Plan, Server, Wait};
+use crate::trace::plan::{DeviceProgram, Plan, Server, Sharing, Wait};
 use crate::trace::Trace;
 
 /// How many slots ahead an allocation looks for a slot of its size.
@@ -59,6 +59,28 @@ impl StreamPlans {
     /// allocation it frees. An error names the stream a plan could not be
     /// made for (too many allocations).
     pub fn from_trace(trace: &Trace, device: usize, lag: Option<Duration>) -> Result<StreamPlans> {
+        let sharing = lag.map(|lag| Sharing::HostLag(u64::try_from(lag.as_nanos()).unwrap_or(u64::MAX)));
+        StreamPlans::from_trace_sharing(trace, device, sharing)
+    }
+
+    /// The plans of `device`'s streams in `trace`: an arena per stream
+    /// (`sharing` `None`), or one arena whose bytes pass from stream to
+    /// stream by the rule `sharing` ([`Plan::for_streams_sharing`]). A
+    /// rule that reads device times needs a trace recorded with them
+    /// ([`RecordOptions::device_times`](crate::trace::RecordOptions::device_times)):
+    /// without any, it is an error that says so.
+    pub fn from_trace_sharing(trace: &Trace, device: usize, sharing: Option<Sharing>) -> Result<StreamPlans> {
+        if sharing.is_some_and(Sharing::needs_device_times)
+            && !trace
+                .events
+                .iter()
+                .any(|e| e.device == device as u32 && e.device_ns.is_some())
+        {
+            return Err(InvalidReason::Other.error(format!(
+                "sharing by device times, and the trace has none for device {device}: record it with device \
+                 times (RecordOptions::device_times, the C ABI's trace_device:on)"
+            )));
+        }
         let handle = |stream: Option<u32>| {
             stream
                 .and_then(|i| trace.streams.get(i as usize))
@@ -76,10 +98,9 @@ impl StreamPlans {
             }
             _ => lock(&plans.others).push_back(share),
         };
-        match lag {
-            Some(lag) => {
-                let lag = u64::try_from(lag.as_nanos()).unwrap_or(u64::MAX);
-                let plan = Plan::for_streams(&program.ops, lag).map_err(|e| {
+        match sharing {
+            Some(sharing) => {
+                let plan = Plan::for_streams_sharing(&program.ops, sharing).map_err(|e| {
                     InvalidReason::Other.error(format!("the trace's streams on device {device}: {e}"))
                 })?;
                 let arena = Arc::new(PlannedArena::new(Arc::new(plan)));
@@ -522,7 +543,21 @@ impl PlanningAdaptor {
         trace: &Trace,
         lag: Option<Duration>,
     ) -> Result<PlanningAdaptor> {
-        let plans = StreamPlans::from_trace(trace, inner.device().ordinal(), lag)?;
+        let sharing = lag.map(|lag| Sharing::HostLag(u64::try_from(lag.as_nanos()).unwrap_or(u64::MAX)));
+        Self::with_sharing(inner, trace, sharing)
+    }
+
+    /// As [`new`](PlanningAdaptor::new), the streams sharing one arena
+    /// where `sharing` is `Some`, bytes passing from a stream to another by
+    /// its rule (see [`Sharing`]; [`Sharing::Device`] needs a trace
+    /// recorded with
+    /// [device times](crate::trace::RecordOptions::device_times)).
+    pub fn with_sharing(
+        inner: Arc<dyn MemoryResource>,
+        trace: &Trace,
+        sharing: Option<Sharing>,
+    ) -> Result<PlanningAdaptor> {
+        let plans = StreamPlans::from_trace_sharing(trace, inner.device().ordinal(), sharing)?;
         Ok(PlanningAdaptor {
             inner,
             plans,

@@ -110,6 +110,9 @@ impl RecordingAdaptor {
             bytes,
             addr,
         );
+        if let (Some(clock), Action::Allocate | Action::Free) = (&self.shared.device_clock, action) {
+            clock.mark(stream, t_ns);
+        }
     }
 }
 

@@ -24,6 +24,7 @@ const TAG_BACKTRACE: u8 = 4;
 const TAG_EVENT: u8 = 5;
 const TAG_DROPPED: u8 = 6;
 const TAG_END: u8 = 7;
+const TAG_DEVICE_TIME: u8 = 8;
 
 /// What happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -110,6 +111,15 @@ pub struct Event {
     pub addr: u64,
     /// Index into [`Trace::backtraces`], where one was recorded.
     pub backtrace: Option<u32>,
+    /// When the device reached the event in its stream's queue, in
+    /// nanoseconds from an origin of its device (one origin per device and
+    /// file; it may come after some events, which then have negative
+    /// times): recorded for allocations and frees with
+    /// `RecordOptions::device_times`.
+    /// An allocation's device time is when the work queued before it on
+    /// its stream was done; a free's, when the work queued before the free
+    /// (every use of the block) was done.
+    pub device_ns: Option<i64>,
 }
 
 impl Event {
@@ -124,6 +134,7 @@ impl Event {
             bytes: 0,
             addr: 0,
             backtrace: None,
+            device_ns: None,
         }
     }
 
@@ -143,6 +154,12 @@ impl Event {
     /// With a backtrace (an index into [`Trace::backtraces`]).
     pub fn with_backtrace(mut self, index: u32) -> Event {
         self.backtrace = Some(index);
+        self
+    }
+
+    /// With the time the device reached it ([`Event::device_ns`]).
+    pub fn with_device_ns(mut self, device_ns: i64) -> Event {
+        self.device_ns = Some(device_ns);
         self
     }
 }
@@ -451,6 +468,16 @@ impl<W: Write> TraceWriter<W> {
         self.emit(TAG_EVENT)
     }
 
+    /// The event of stream `stream` (an index written before) at host time
+    /// `t_ns` was reached by the device at `device_ns` ([`Event::device_ns`]).
+    /// Written after the event, whenever the device time is known.
+    pub fn device_time(&mut self, stream: u32, t_ns: u64, device_ns: i64) -> io::Result<()> {
+        put_varint(&mut self.record, u64::from(stream));
+        put_varint(&mut self.record, t_ns);
+        put_varint(&mut self.record, zigzag(device_ns));
+        self.emit(TAG_DEVICE_TIME)
+    }
+
     /// `count` events of thread `thread` were dropped (seen at `t_ns`).
     pub fn dropped(&mut self, thread: u32, count: u64, t_ns: u64) -> io::Result<()> {
         put_varint(&mut self.record, u64::from(thread));
@@ -503,6 +530,9 @@ pub fn write_trace<W: Write>(trace: &Trace, out: W) -> io::Result<W> {
     }
     for e in &trace.events {
         w.event(e)?;
+        if let (Some(stream), Some(d)) = (e.stream, e.device_ns) {
+            w.device_time(stream, e.t_ns, d)?;
+        }
     }
     if trace.dropped > 0 {
         w.dropped(0, trace.dropped, trace.events.last().map_or(0, |e| e.t_ns))?;
@@ -549,6 +579,8 @@ fn parse_somalloc(bytes: &[u8]) -> Result<Trace, FormatError> {
     let (mut last_t, mut last_addr) = (0u64, 0u64);
     let mut pos = nl + 1;
     let mut end_counts = None;
+    // (stream, host time, device time): attached to their events at the end.
+    let mut device_times: Vec<(u32, u64, i64)> = Vec::new();
     while pos < bytes.len() {
         let start = pos;
         let mut head = Cursor { bytes, pos, base: 0 };
@@ -623,7 +655,14 @@ fn parse_somalloc(bytes: &[u8]) -> Result<Trace, FormatError> {
                     bytes: bytes_,
                     addr,
                     backtrace,
+                    device_ns: None,
                 });
+            }
+            TAG_DEVICE_TIME => {
+                let stream = c.u32()?;
+                let t_ns = c.varint()?;
+                let device_ns = unzigzag(c.varint()?);
+                device_times.push((stream, t_ns, device_ns));
             }
             TAG_DROPPED => {
                 let _thread = c.u32()?;
@@ -657,7 +696,33 @@ fn parse_somalloc(bytes: &[u8]) -> Result<Trace, FormatError> {
     t.streams = fill(streams, |_| StreamInfo { device: 0, handle: 0 });
     t.backtraces = fill(backtraces, |_| String::new());
     t.events.sort_by_key(|e| e.t_ns);
+    attach_device_times(&mut t.events, device_times);
     Ok(t)
+}
+
+/// Gives each event its device time: the record of its stream and host
+/// time (events of one stream at one host time take them in order). A
+/// record that matches no event is dropped.
+fn attach_device_times(events: &mut [Event], mut times: Vec<(u32, u64, i64)>) {
+    if times.is_empty() {
+        return;
+    }
+    times.sort_by_key(|&(s, t, _)| (s, t));
+    let mut next = 0usize;
+    let mut order: Vec<usize> = (0..events.len())
+        .filter(|&i| events[i].stream.is_some())
+        .collect();
+    order.sort_by_key(|&i| (events[i].stream, events[i].t_ns));
+    for i in order {
+        let key = (events[i].stream.unwrap_or(0), events[i].t_ns);
+        while next < times.len() && (times[next].0, times[next].1) < key {
+            next += 1;
+        }
+        if next < times.len() && (times[next].0, times[next].1) == key {
+            events[i].device_ns = Some(times[next].2);
+            next += 1;
+        }
+    }
 }
 
 fn define<T>(v: &mut Vec<Option<T>>, i: usize, value: T, at: usize) -> Result<(), FormatError> {

@@ -96,6 +96,7 @@
 //! | 5 | event | action: u8, thread: varint, time: zigzag, device: varint, stream: varint, bytes: varint, address: zigzag, backtrace: varint |
 //! | 6 | dropped | thread: varint (`u32::MAX`: none), count: varint, time: varint (ns) |
 //! | 7 | end | events: varint, dropped: varint |
+//! | 8 | device time | stream: varint, time: varint (ns, the host time of the event), device time: zigzag (ns) |
 //!
 //! In an event, *time* is the difference to the previous event's time
 //! (the first event's to 0) and *address* the difference to the previous
@@ -105,6 +106,15 @@
 //! 3 failed allocate (address 0), 4 flush (of a cache tier, or of one
 //! stream's cache), 5 trim (bytes: what is kept), 6 capture begin,
 //! 7 capture end.
+//!
+//! A device time record (written with [`RecordOptions::device_times`], some
+//! time after its event) gives the event of that stream and host time the
+//! time at which the device reached it in its stream's queue, in
+//! nanoseconds from an origin of the stream's device (the first event the
+//! device timed, or a later one that took its place: one origin per device
+//! in a file); readers attach it to the event ([`Event::device_ns`]). The
+//! device times come from the vendor's timing events: their resolution is
+//! about half a microsecond.
 //!
 //! Events of different threads are not in time order in the file (the
 //! writer takes each thread's events in turn); events of one thread are.
@@ -124,6 +134,7 @@
 //! device 0.
 
 mod clock;
+mod device_time;
 mod format;
 pub mod plan;
 pub(crate) mod recorder;

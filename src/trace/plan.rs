@@ -111,6 +111,54 @@ pub struct StreamOp {
     pub op: Op,
     /// When, in nanoseconds from any origin; events come in time order.
     pub t_ns: u64,
+    /// When the device reached it in its stream's queue, in nanoseconds
+    /// from an origin of its own, where the trace has it
+    /// ([`Event::device_ns`](crate::trace::Event::device_ns)); used by
+    /// [`Sharing::Device`].
+    pub device_ns: Option<i64>,
+}
+
+impl StreamOp {
+    /// `op` on `stream` at `t_ns`, with no device time.
+    pub fn new(stream: u32, op: Op, t_ns: u64) -> StreamOp {
+        StreamOp {
+            stream,
+            op,
+            t_ns,
+            device_ns: None,
+        }
+    }
+
+    /// With the time the device reached it.
+    pub fn at_device(mut self, device_ns: i64) -> StreamOp {
+        self.device_ns = Some(device_ns);
+        self
+    }
+}
+
+/// When a block freed on one stream may take its bytes to a block of
+/// another stream, in a plan of several streams ([`Plan::for_streams_sharing`]).
+/// The taking stream then waits for the free ([`Server::allocate_on`]),
+/// so that the rule decides how much memory the streams share against how
+/// long a stream may wait for another; never whether the plan is sound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sharing {
+    /// Never: each stream's blocks have bytes of their own.
+    Never,
+    /// When the recorded run freed it at least this many nanoseconds
+    /// before the other stream allocated, in the host's time. The device
+    /// reaches a free later than the host (by as much as the host runs
+    /// ahead of it), which this lag stands for.
+    HostLag(u64),
+    /// When the device had reached the free at least `margin_ns` before it
+    /// reached the other stream's allocation, in the recorded run's device
+    /// times ([`StreamOp::device_ns`]): the wait would have cost the
+    /// taking stream nothing then. Events without device times share
+    /// nothing.
+    Device {
+        /// Nanoseconds the free must come before the allocation by.
+        margin_ns: u64,
+    },
 }
 
 /// A device's allocations and frees in a trace, ready to plan: its streams
@@ -149,6 +197,7 @@ impl DeviceProgram {
                             stream: lane,
                             op: Op::Free(k),
                             t_ns: e.t_ns,
+                            device_ns: e.device_ns,
                         });
                     }
                     made += 1;
@@ -156,6 +205,7 @@ impl DeviceProgram {
                         stream: lane,
                         op: Op::Alloc(e.bytes),
                         t_ns: e.t_ns,
+                        device_ns: e.device_ns,
                     });
                 }
                 Action::Free => {
@@ -164,6 +214,7 @@ impl DeviceProgram {
                             stream: 0,
                             op: Op::Free(k),
                             t_ns: e.t_ns,
+                            device_ns: e.device_ns,
                         });
                     }
                 }
@@ -196,6 +247,109 @@ impl DeviceProgram {
             }
         }
         own
+    }
+}
+
+/// The margin of [`Sharing::Device`] when none is given: 1 ms.
+pub const DEVICE_MARGIN_NS: u64 = 1_000_000;
+
+impl Sharing {
+    /// Reads a sharing rule from text (the C ABI's `plan_share`, the
+    /// trace tool's `--share`): `off` ([`Never`](Sharing::Never)),
+    /// milliseconds ([`HostLag`](Sharing::HostLag)), `device`
+    /// ([`Device`](Sharing::Device) with a margin of [`DEVICE_MARGIN_NS`])
+    /// or `device+MS` (a margin of MS milliseconds). Milliseconds go from 0
+    /// to 10000, fractions allowed.
+    ///
+    /// ```
+    /// use somalloc::trace::plan::Sharing;
+    /// assert_eq!(Sharing::parse("10"), Ok(Sharing::HostLag(10_000_000)));
+    /// assert_eq!(Sharing::parse("device+0.5"), Ok(Sharing::Device { margin_ns: 500_000 }));
+    /// assert!(Sharing::parse("device+soon").is_err());
+    /// ```
+    pub fn parse(text: &str) -> Result<Sharing, String> {
+        let ms = |v: &str| {
+            match v.trim().parse::<f64>() {
+            Ok(ms) if (0.0..=10_000.0).contains(&ms) => Ok((ms * 1e6).round() as u64),
+            _ => Err(format!(
+                "expected off, milliseconds from 0 to 10000, device or device+MS (e.g. 10 or device+0.5), not `{text}`"
+            )),
+        }
+        };
+        match text.trim() {
+            "off" | "false" | "False" => Ok(Sharing::Never),
+            "device" => Ok(Sharing::Device {
+                margin_ns: DEVICE_MARGIN_NS,
+            }),
+            t => match t.strip_prefix("device+") {
+                Some(m) => Ok(Sharing::Device { margin_ns: ms(m)? }),
+                None => Ok(Sharing::HostLag(ms(t)?)),
+            },
+        }
+    }
+
+    /// Whether the rule reads device times.
+    pub fn needs_device_times(self) -> bool {
+        matches!(self, Sharing::Device { .. })
+    }
+}
+
+impl std::fmt::Display for Sharing {
+    /// The text [`Sharing::parse`] reads.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        match *self {
+            Sharing::Never => f.write_str("off"),
+            Sharing::HostLag(ns) => write!(f, "{}", ms(ns)),
+            Sharing::Device { margin_ns } => write!(f, "device+{}", ms(margin_ns)),
+        }
+    }
+}
+
+/// Each stream's allocations (their positions among all the allocations)
+/// and, at each, the latest device time reached on the stream so far (a
+/// stream's queue is reached in order; an allocation without a device time
+/// has the one before it).
+struct Reached {
+    per_stream: Vec<Vec<(u64, i64)>>,
+}
+
+impl Reached {
+    fn of(ops: &[StreamOp], streams: &[u32]) -> Reached {
+        let count = streams.iter().map(|&s| s as usize + 1).max().unwrap_or(0);
+        let mut per_stream: Vec<Vec<(u64, i64)>> = vec![Vec::new(); count];
+        let mut pos = 0u64;
+        for op in ops {
+            if let Op::Alloc(_) = op.op {
+                let list = &mut per_stream[streams[pos as usize] as usize];
+                let before = list.last().map_or(i64::MIN, |&(_, d)| d);
+                list.push((pos, op.device_ns.map_or(before, |d| d.max(before))));
+                pos += 1;
+            }
+        }
+        Reached { per_stream }
+    }
+
+    /// The first allocation from `made` on from which every stream but
+    /// `own` that allocates then had reached `t` (`u64::MAX` if one never
+    /// did; `made` if no other stream allocates from then on).
+    fn first_after(&self, own: u32, made: usize, t: i64) -> u64 {
+        let mut first = made as u64;
+        for (s, list) in self.per_stream.iter().enumerate() {
+            if s == own as usize {
+                continue;
+            }
+            let from = list.partition_point(|&(p, _)| p < made as u64);
+            let rest = &list[from..];
+            if rest.is_empty() {
+                continue;
+            }
+            match rest.get(rest.partition_point(|&(_, d)| d < t)) {
+                Some(&(p, _)) => first = first.max(p),
+                None => return u64::MAX,
+            }
+        }
+        first
     }
 }
 
@@ -433,15 +587,8 @@ impl Plan {
     /// counterparts had in the step before. Without a repeated step, every
     /// allocation gets a slot of its own and the plan ends with them.
     pub fn for_program(ops: &[Op]) -> Result<Plan, String> {
-        let ops: Vec<StreamOp> = ops
-            .iter()
-            .map(|&op| StreamOp {
-                stream: 0,
-                op,
-                t_ns: 0,
-            })
-            .collect();
-        Plan::for_streams(&ops, 0)
+        let ops: Vec<StreamOp> = ops.iter().map(|&op| StreamOp::new(0, op, 0)).collect();
+        Plan::for_streams_sharing(&ops, Sharing::HostLag(0))
     }
 
     /// Plans a device's recorded program, `ops` in order, its streams'
@@ -464,10 +611,10 @@ impl Plan {
     /// // 10 ms.
     /// let mib = 1u64 << 20;
     /// let ops = [
-    ///     StreamOp { stream: 0, op: Op::Alloc(4 * mib), t_ns: 0 },
-    ///     StreamOp { stream: 0, op: Op::Free(0), t_ns: 1_000_000 },
-    ///     StreamOp { stream: 1, op: Op::Alloc(4 * mib), t_ns: 10_000_000 },
-    ///     StreamOp { stream: 1, op: Op::Free(1), t_ns: 11_000_000 },
+    ///     StreamOp::new(0, Op::Alloc(4 * mib), 0),
+    ///     StreamOp::new(0, Op::Free(0), 1_000_000),
+    ///     StreamOp::new(1, Op::Alloc(4 * mib), 10_000_000),
+    ///     StreamOp::new(1, Op::Free(1), 11_000_000),
     /// ];
     /// // Freed 9 ms before: shared when 5 ms is enough, apart when 20 ms is
     /// // needed.
@@ -477,6 +624,36 @@ impl Plan {
     /// # }
     /// ```
     pub fn for_streams(ops: &[StreamOp], lag_ns: u64) -> Result<Plan, String> {
+        Plan::for_streams_sharing(ops, Sharing::HostLag(lag_ns))
+    }
+
+    /// Plans a device's recorded program as [`for_streams`](Plan::for_streams)
+    /// does, with `sharing` deciding when bytes pass from a stream to
+    /// another.
+    ///
+    /// ```
+    /// use somalloc::trace::plan::{Op, Plan, Sharing, StreamOp};
+    /// # fn main() -> Result<(), String> {
+    /// // Stream 0 frees 4 MiB at 1 ms on the host, stream 1 allocates 4 MiB
+    /// // at 10 ms; the device reached stream 0's free at 30 ms, stream
+    /// // 1's allocation at 12 ms (stream 0 had work queued).
+    /// let mib = 1u64 << 20;
+    /// let ms = 1_000_000;
+    /// let ops = [
+    ///     StreamOp::new(0, Op::Alloc(4 * mib), 0).at_device(0),
+    ///     StreamOp::new(0, Op::Free(0), ms).at_device(30 * ms),
+    ///     StreamOp::new(1, Op::Alloc(4 * mib), 10 * ms).at_device(12 * ms as i64),
+    ///     StreamOp::new(1, Op::Free(1), 11 * ms).at_device(13 * ms as i64),
+    /// ];
+    /// // A host lag of 5 ms shares the bytes (stream 1 would wait 18 ms
+    /// // for them); the device times keep them apart.
+    /// assert_eq!(Plan::for_streams_sharing(&ops, Sharing::HostLag(5 * ms))?.arena, 4 * mib);
+    /// let device = Sharing::Device { margin_ns: ms };
+    /// assert_eq!(Plan::for_streams_sharing(&ops, device)?.arena, 8 * mib);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn for_streams_sharing(ops: &[StreamOp], sharing: Sharing) -> Result<Plan, String> {
         // Positions count allocations: a block freed before the program's
         // allocation `f` is live over [its own number, f). Two blocks live
         // at the same time exactly when these intervals meet, however the
@@ -505,9 +682,10 @@ impl Plan {
             ));
         }
         let mut freed = vec![u64::MAX; n];
-        // For blocks of other streams: the first allocation `lag_ns` or
-        // more after the free (at least `freed`).
+        // For blocks of other streams: the first allocation from which
+        // `sharing` lets them take the block (at least `freed`).
         let mut handed = vec![u64::MAX; n];
+        let reached = Reached::of(ops, &streams);
         let mut made = 0usize;
         for (pos, op) in ops.iter().enumerate() {
             match op.op {
@@ -520,9 +698,18 @@ impl Plan {
                         return Err(format!("event {pos} frees allocation {k}, which is not live"));
                     }
                     *slot = made as u64;
-                    handed[k] = match op.t_ns.checked_add(lag_ns) {
-                        Some(t) => (times.partition_point(|&a| a < t) as u64).max(made as u64),
-                        None => u64::MAX,
+                    handed[k] = match sharing {
+                        Sharing::Never => u64::MAX,
+                        Sharing::HostLag(lag_ns) => match op.t_ns.checked_add(lag_ns) {
+                            Some(t) => (times.partition_point(|&a| a < t) as u64).max(made as u64),
+                            None => u64::MAX,
+                        },
+                        Sharing::Device { margin_ns } => match op.device_ns {
+                            Some(d) => {
+                                reached.first_after(streams[k], made, d.saturating_add_unsigned(margin_ns))
+                            }
+                            None => u64::MAX,
+                        },
                     };
                 }
             }
@@ -1364,11 +1551,7 @@ mod tests {
     }
 
     fn sop(stream: u32, op: Op, ms: u64) -> StreamOp {
-        StreamOp {
-            stream,
-            op,
-            t_ns: ms * 1_000_000,
-        }
+        StreamOp::new(stream, op, ms * 1_000_000)
     }
 
     /// Two streams, each a step of one 1 MiB block, stream 1 allocating
@@ -1396,6 +1579,80 @@ mod tests {
         // A plan of one stream is the same either way.
         let one: Vec<Op> = two_streams(3).iter().map(|o| o.op).collect();
         assert_eq!(Plan::for_program(&one).unwrap().arena, 1 << 20);
+    }
+
+    #[test]
+    fn device_times_share_bytes_only_where_every_other_stream_had_passed_the_free() {
+        let ms = 1_000_000i64;
+        let d = |stream, op, host: u64, dev: i64| sop(stream, op, host).at_device(dev * ms);
+        // Stream 0 frees 1 MiB; on the device, stream 1 passes the free by
+        // 8 ms, stream 2 by only 0.5 ms.
+        let ops = [
+            d(0, Op::Alloc(1 << 20), 0, 0),
+            d(0, Op::Free(0), 1, 10),
+            d(1, Op::Alloc(1 << 20), 2, 18),
+            d(2, Op::Alloc(1 << 20), 3, 10),
+            d(1, Op::Free(1), 4, 19),
+            d(2, Op::Free(2), 5, 11),
+        ];
+        let plan = |margin_ms: u64| {
+            Plan::for_streams_sharing(
+                &ops,
+                Sharing::Device {
+                    margin_ns: margin_ms * 1_000_000,
+                },
+            )
+            .unwrap()
+        };
+        // Stream 2's allocation comes after stream 1's in the program, and
+        // stream 2 had not passed the free by 1 ms: neither takes the
+        // bytes (one rule for every stream after the free).
+        assert_eq!(plan(1).arena, 3 << 20);
+        // With no margin both had passed it: from stream 2's allocation
+        // on, the bytes are free to take (1 and 2 live together, so only
+        // one of them could anyway).
+        assert_eq!(plan(0).arena, 2 << 20);
+        // Without device times nothing is shared, whatever the host times.
+        let bare: Vec<StreamOp> = ops
+            .iter()
+            .map(|o| StreamOp::new(o.stream, o.op, o.t_ns))
+            .collect();
+        let none = Plan::for_streams_sharing(&bare, Sharing::Device { margin_ns: 0 }).unwrap();
+        assert_eq!(none.arena, 3 << 20);
+        assert_eq!(
+            Plan::for_streams_sharing(&bare, Sharing::HostLag(0))
+                .unwrap()
+                .arena,
+            2 << 20
+        );
+        assert_eq!(
+            Plan::for_streams_sharing(&bare, Sharing::Never).unwrap().arena,
+            3 << 20
+        );
+    }
+
+    #[test]
+    fn sharing_rules_read_back_as_written() {
+        for rule in [
+            Sharing::Never,
+            Sharing::HostLag(0),
+            Sharing::HostLag(17_500_000),
+            Sharing::Device {
+                margin_ns: DEVICE_MARGIN_NS,
+            },
+            Sharing::Device { margin_ns: 250_000 },
+        ] {
+            assert_eq!(Sharing::parse(&rule.to_string()), Ok(rule));
+        }
+        assert_eq!(
+            Sharing::parse("device"),
+            Ok(Sharing::Device { margin_ns: 1_000_000 })
+        );
+        for bad in [
+            "", "on", "-1", "10001", "NaN", "device+", "device+x", "device-1", "devices",
+        ] {
+            assert!(Sharing::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::clock::Clock;
+use super::device_time::{DeviceClock, Reached};
 use super::format::{Action, Event, TraceWriter};
 use super::ring::{ring, Consumer, Producer};
 use crate::error::{record_drop_error, Error, Result};
@@ -43,6 +44,15 @@ pub struct RecordOptions {
     /// recorder is alive (on by default), not only those of the recorded
     /// resources.
     pub markers: bool,
+    /// Record, for every allocation and free on a stream, when the device
+    /// reached it in the stream's queue ([`Event::device_ns`](crate::trace::Event::device_ns);
+    /// off by default). Each such event records a timing event on its
+    /// stream (about a microsecond on the host), which the writer thread
+    /// reads once the device has passed it; events of a capturing stream
+    /// get none. A placement planned from the trace uses them to share
+    /// bytes between streams only where the device had released them
+    /// ([`Sharing::Device`](crate::trace::plan::Sharing::Device)).
+    pub device_times: bool,
 }
 
 impl Default for RecordOptions {
@@ -51,6 +61,7 @@ impl Default for RecordOptions {
             backtraces: false,
             buffer_events: 8192,
             markers: true,
+            device_times: false,
         }
     }
 }
@@ -74,6 +85,12 @@ impl RecordOptions {
         self.markers = on;
         self
     }
+
+    /// Sets [`device_times`](RecordOptions::device_times).
+    pub fn device_times(mut self, on: bool) -> RecordOptions {
+        self.device_times = on;
+        self
+    }
 }
 
 /// What a [`Recorder`] has done so far.
@@ -91,6 +108,12 @@ pub struct RecorderStats {
     pub threads: u32,
     /// The first error writing the file, if any (later events are dropped).
     pub error: Option<String>,
+    /// Device times written ([`RecordOptions::device_times`]).
+    pub device_times: u64,
+    /// Events of a stream with no device time although
+    /// [`RecordOptions::device_times`] is on: a capturing stream's, or
+    /// ones the device had not reached when the recording finished.
+    pub device_times_missed: u64,
 }
 
 impl fmt::Display for RecorderStats {
@@ -166,6 +189,8 @@ pub(crate) struct Shared {
     /// (every published event is written) rests on the ring alone.
     sleeping: AtomicBool,
     stats: Mutex<RecorderStats>,
+    /// With [`RecordOptions::device_times`].
+    pub(crate) device_clock: Option<DeviceClock>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -437,6 +462,7 @@ impl Recorder {
             flushed: Condvar::new(),
             sleeping: AtomicBool::new(false),
             stats: Mutex::new(RecorderStats::default()),
+            device_clock: options.device_times.then(DeviceClock::default),
         });
         let unix_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -453,6 +479,7 @@ impl Recorder {
             ("start_unix_ns".to_string(), unix_ns.to_string()),
             ("backtraces".to_string(), options.backtraces.to_string()),
             ("markers".to_string(), options.markers.to_string()),
+            ("device_times".to_string(), options.device_times.to_string()),
             (
                 "clock".to_string(),
                 if shared.clock.uses_tsc() {
@@ -489,6 +516,27 @@ impl Recorder {
     /// Whether allocations get a backtrace ([`RecordOptions::backtraces`]).
     pub fn backtraces(&self) -> bool {
         self.backtraces
+    }
+
+    /// Whether events get device times ([`RecordOptions::device_times`]).
+    pub fn device_times(&self) -> bool {
+        self.shared.device_clock.is_some()
+    }
+
+    /// Gives the event just recorded at `t_ns` on `stream` (with
+    /// [`record`](Recorder::record), whose `stream` must be this stream's
+    /// handle) its device time: records a timing event at the current end
+    /// of the stream's queue, which the writer reads once the device has
+    /// passed it. Does nothing unless the recorder takes
+    /// [device times](RecordOptions::device_times). Make the stream's
+    /// device current first for a handle that needs it (the legacy default
+    /// stream). An event of a capturing stream, or one whose timing event
+    /// cannot be recorded, gets none (counted in
+    /// [`RecorderStats::device_times_missed`]).
+    pub fn record_device_time(&self, stream: &Stream, t_ns: u64) {
+        if let Some(c) = &self.shared.device_clock {
+            c.mark(stream, t_ns);
+        }
     }
 
     /// Nanoseconds since the recording started: the time of
@@ -593,6 +641,9 @@ impl Recorder {
     pub fn stats(&self) -> RecorderStats {
         let mut s = lock(&self.shared.stats).clone();
         s.dropped += self.shared.late.load(Ordering::Relaxed);
+        if let Some(c) = &self.shared.device_clock {
+            s.device_times_missed = s.device_times_missed.max(c.missed());
+        }
         s
     }
 
@@ -656,6 +707,9 @@ struct Writer {
     /// Drops written into the file (all rings, the late ones included).
     dropped_written: u64,
     late_written: u64,
+    /// Device times read and not yet written (kept to reuse its memory).
+    reached: Vec<Reached>,
+    device_times: u64,
 }
 
 impl Writer {
@@ -689,6 +743,43 @@ impl Writer {
         }
     }
 
+    /// The index of stream `handle` of `device`, its record written the
+    /// first time.
+    fn stream_index(&mut self, device: u32, handle: u64) -> u32 {
+        let key = (device, handle);
+        match self.last_stream {
+            // Most events are on the stream of the one before.
+            Some((k, i)) if k == key => i,
+            _ => {
+                let next = self.streams.len() as u32;
+                let index = *self.streams.entry(key).or_insert(next);
+                if index == next {
+                    self.io(|w| w.stream(index, device, handle));
+                }
+                self.last_stream = Some((key, index));
+                index
+            }
+        }
+    }
+
+    /// Writes the device times the devices have reached.
+    fn write_device_times(&mut self) -> u64 {
+        let Some(clock) = &self.shared.device_clock else {
+            return 0;
+        };
+        let mut reached = std::mem::take(&mut self.reached);
+        clock.harvest(&mut reached);
+        let n = reached.len() as u64;
+        for r in reached.drain(..) {
+            let index = self.stream_index(r.device, r.handle);
+            if self.io(|w| w.device_time(index, r.t_ns, r.device_ns)) {
+                self.device_times += 1;
+            }
+        }
+        self.reached = reached;
+        n
+    }
+
     fn write_event(&mut self, thread: u32, raw: RawEvent) {
         if self.out.is_none() {
             self.lost += 1;
@@ -696,21 +787,7 @@ impl Writer {
         }
         let mut e = Event::new(raw.t_ns, raw.action, thread, raw.device).at(raw.bytes, raw.addr);
         if let Some(handle) = raw.stream {
-            let key = (raw.device, handle);
-            let index = match self.last_stream {
-                // Most events are on the stream of the one before.
-                Some((k, i)) if k == key => i,
-                _ => {
-                    let next = self.streams.len() as u32;
-                    let index = *self.streams.entry(key).or_insert(next);
-                    if index == next {
-                        self.io(|w| w.stream(index, raw.device, handle));
-                    }
-                    self.last_stream = Some((key, index));
-                    index
-                }
-            };
-            e = e.on(index);
+            e = e.on(self.stream_index(raw.device, handle));
         }
         if let Some(bt) = raw.backtrace {
             let text = clean_backtrace(&bt.to_string());
@@ -787,6 +864,7 @@ impl Writer {
             s.bytes = out.bytes_written();
         }
         s.threads = self.shared.next_thread.load(Ordering::Relaxed);
+        s.device_times = self.device_times;
         // Late drops are added by `Recorder::stats`.
         s.dropped = self.dropped_written
             + self.lost
@@ -810,6 +888,8 @@ fn writer_thread(shared: Arc<Shared>, out: Box<dyn Write + Send>, meta: Vec<(Str
         lost: 0,
         dropped_written: 0,
         late_written: 0,
+        reached: Vec::new(),
+        device_times: 0,
     };
     match TraceWriter::new(out) {
         Ok(tw) => w.out = Some(tw),
@@ -829,7 +909,16 @@ fn writer_thread(shared: Arc<Shared>, out: Box<dyn Write + Send>, meta: Vec<(Str
         for (k, v) in &meta {
             w.io(|o| o.meta(k, v));
         }
-        let n = w.drain();
+        // Events first: a device time's event is in its thread's ring
+        // before the timing event is recorded.
+        let n = w.drain() + w.write_device_times();
+        if stop {
+            if let Some(clock) = &shared.device_clock {
+                let missed = clock.finish();
+                lock(&shared.stats).device_times_missed = missed;
+                w.io(|o| o.meta("device_times_missed", &missed.to_string()));
+            }
+        }
         if n > 0 || target > 0 || stop || !meta.is_empty() {
             // Hand what is written to the OS each round, so that a crash
             // loses at most the events of the last round.

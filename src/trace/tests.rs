@@ -67,11 +67,13 @@ fn sample_trace() -> Trace {
             Event::new(10, Action::Allocate, 0, 0)
                 .on(0)
                 .at(1000, 0x7f12_0000_0000)
-                .with_backtrace(0),
+                .with_backtrace(0)
+                .with_device_ns(5_000),
             Event::new(20, Action::Allocate, 1, 1).on(1).at(1 << 40, 0x200),
             Event::new(30, Action::Free, 0, 0)
                 .on(0)
-                .at(1000, 0x7f12_0000_0000),
+                .at(1000, 0x7f12_0000_0000)
+                .with_device_ns(-7),
             Event::new(31, Action::FailedAllocate, 1, 1).on(1).at(1 << 50, 0),
             Event::new(40, Action::Flush, 0, 0),
             Event::new(41, Action::Trim, 0, 1).at(4096, 0),
@@ -97,6 +99,38 @@ fn a_trace_reads_back_as_written() {
     assert_eq!(back.meta("nothing"), None);
     // Compact: the nine events take well under 20 bytes each.
     assert!(bytes.len() < 400, "{} bytes", bytes.len());
+}
+
+#[test]
+fn device_times_find_their_events_by_stream_and_time() {
+    let mut w = TraceWriter::new(Vec::new()).unwrap();
+    w.thread(0, "main").unwrap();
+    w.stream(0, 0, 0x10).unwrap();
+    w.stream(1, 0, 0x20).unwrap();
+    // Two events of stream 0 at one host time, one of stream 1 at the same.
+    let e = |t, s| Event::new(t, Action::Allocate, 0, 0).on(s).at(64, 0x1000 + t);
+    w.event(&e(100, 0)).unwrap();
+    w.event(&e(100, 0)).unwrap();
+    w.event(&e(100, 1)).unwrap();
+    w.event(&e(200, 1)).unwrap();
+    // Device times come later, in any order; one matches no event.
+    w.device_time(1, 200, 9_000).unwrap();
+    w.device_time(0, 100, 1_000).unwrap();
+    w.device_time(1, 100, 8_000).unwrap();
+    w.device_time(0, 100, 1_500).unwrap();
+    w.device_time(0, 150, 77).unwrap();
+    let t = Trace::parse(&w.finish(0).unwrap()).unwrap();
+    let got: Vec<(Option<u32>, u64, Option<i64>)> =
+        t.events.iter().map(|e| (e.stream, e.t_ns, e.device_ns)).collect();
+    assert_eq!(
+        got,
+        [
+            (Some(0), 100, Some(1_000)),
+            (Some(0), 100, Some(1_500)),
+            (Some(1), 100, Some(8_000)),
+            (Some(1), 200, Some(9_000)),
+        ]
+    );
 }
 
 #[test]
@@ -421,6 +455,37 @@ fn the_adaptor_records_allocations_frees_and_failures() {
     assert_eq!(recorder.stats().dropped, 1);
     assert_eq!(out.trace().events.len(), 7);
     assert!(matches!(recorder.finish(), Ok(s) if s.events == 7));
+    fake.state().live.clear();
+}
+
+#[test]
+fn device_times_are_counted_missing_where_a_stream_has_no_device_queue() {
+    // Fake streams have no queue to time: every allocation and free is
+    // counted as missing its device time, and nothing else changes.
+    let fake = FakeResource::new(None);
+    let out = SharedBuf::default();
+    let options = RecordOptions::default().markers(false).device_times(true);
+    let recorder = Recorder::to_writer(out.clone(), options).unwrap();
+    assert!(recorder.device_times());
+    let res: Arc<dyn MemoryResource> = Arc::new(RecordingAdaptor::new(fake.clone(), recorder.clone()));
+    let a = s(0x4000);
+    for _ in 0..3 {
+        let p = res.allocate(256, &a).unwrap();
+        // SAFETY: from this stack, freed once.
+        unsafe { res.deallocate(p, 256, &a).unwrap() };
+    }
+    let t0 = recorder.now_ns();
+    recorder.record(t0, Action::Allocate, 0, Some(0x4000), 8, 0x10);
+    recorder.record_device_time(&a, t0);
+    let stats = recorder.finish().unwrap();
+    assert_eq!(
+        (stats.events, stats.device_times, stats.device_times_missed),
+        (7, 0, 7)
+    );
+    let t = out.trace();
+    assert_eq!(t.meta("device_times"), Some("true"));
+    assert_eq!(t.meta("device_times_missed"), Some("7"));
+    assert!(t.events.iter().all(|e| e.device_ns.is_none()));
     fake.state().live.clear();
 }
 

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use somalloc::adaptors::{PlanningAdaptor, RecordingAdaptor};
-use somalloc::trace::{RecordOptions, Trace};
+use somalloc::trace::plan::{DeviceProgram, Plan, Sharing};
+use somalloc::trace::{Action, RecordOptions, Trace};
 use somalloc::{DeviceBuffer, MemoryResource};
 
 use crate::common::{say, setup, Ctx};
@@ -175,6 +176,107 @@ fn streams_sharing_a_plan_wait_for_each_other() {
     b.synchronize().unwrap();
     assert!(planned.release(&b).unwrap());
     assert!(planned.release(&ctx.stream).unwrap());
+    drop(keep_a);
+    drop(keep_b);
+    ctx.finish(&[&b]);
+}
+
+#[test]
+fn device_times_keep_apart_the_bytes_the_device_had_not_released() {
+    let Some(ctx) = setup("plan::device_times_keep_apart_the_bytes_the_device_had_not_released") else {
+        return;
+    };
+    let b = ctx.new_stream();
+    let mut keep_a = DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &ctx.stream).unwrap();
+    let mut keep_b = DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &b).unwrap();
+    let path = std::env::temp_dir().join(format!("somalloc-plan-device-{}.trace", std::process::id()));
+    let recording = Arc::new(
+        RecordingAdaptor::to_file(
+            Arc::new(ctx.pool.clone()),
+            &path,
+            RecordOptions::default().device_times(true),
+        )
+        .unwrap(),
+    );
+    let res: Arc<dyn MemoryResource> = recording.clone();
+    for step in 0..3 {
+        two_stream_step(&ctx, &res, &b, (&mut keep_a, &mut keep_b), 10 * step);
+    }
+    drop(res);
+    ctx.stream.synchronize().unwrap();
+    b.synchronize().unwrap();
+    let stats = recording.recorder().finish().unwrap();
+    let trace = Trace::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    // Every allocation and free has its device time (3 steps of 4 blocks).
+    assert_eq!(
+        (stats.device_times, stats.device_times_missed),
+        (24, 0),
+        "{stats:?}"
+    );
+    assert!(trace.events.iter().all(|e| e.device_ns.is_some()));
+    // Each stream's queue is reached in order.
+    for s in 0..trace.streams.len() as u32 {
+        let times: Vec<i64> = trace
+            .events
+            .iter()
+            .filter(|e| e.stream == Some(s))
+            .filter_map(|e| e.device_ns)
+            .collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "stream {s}: {times:?}");
+    }
+    // In each step, stream a's free of its 16 MiB block comes after the
+    // 20 ms spin on the device, stream b's allocation that follows it on
+    // the host finds b idle: the device reached b's allocation first.
+    let big: Vec<_> = trace.events.iter().filter(|e| e.bytes == 16 << 20).collect();
+    assert_eq!(big.len(), 12);
+    let mut gaps = Vec::new();
+    for step in big.chunks(4) {
+        let (a_free, b_alloc) = (step[1], step[2]);
+        assert_eq!((a_free.action, b_alloc.action), (Action::Free, Action::Allocate));
+        gaps.push((a_free.device_ns.unwrap() - b_alloc.device_ns.unwrap()) as f64 / 1e6);
+    }
+    say(&format!(
+        "plan::device_times: a's free reached {gaps:.1?} ms after b's allocation on the device"
+    ));
+    assert!(gaps.iter().all(|&g| g > 5.0), "{gaps:?}");
+
+    // Planned by device times: the blocks stay apart (b never waits for
+    // a); by a host lag of 0 they share bytes (see the test above).
+    let device = Sharing::Device { margin_ns: 1_000_000 };
+    let planned =
+        Arc::new(PlanningAdaptor::with_sharing(Arc::new(ctx.pool.clone()), &trace, Some(device)).unwrap());
+    let res: Arc<dyn MemoryResource> = planned.clone();
+    for step in 0..8 {
+        let seed = 100 + 10 * step;
+        two_stream_step(&ctx, &res, &b, (&mut keep_a, &mut keep_b), seed);
+        assert_eq!(
+            ctx.k.verify(&keep_a, seed, &ctx.stream).unwrap(),
+            0,
+            "step {step}"
+        );
+        assert_eq!(ctx.k.verify(&keep_b, seed + 1, &b).unwrap(), 0, "step {step}");
+    }
+    let (served, refused) = planned.counts();
+    say(&format!(
+        "plan::device_times: {served} served, {refused} refused, arena {} bytes",
+        planned.arena_bytes()
+    ));
+    assert!(
+        planned.arena_bytes() >= 32 << 20,
+        "arena {}",
+        planned.arena_bytes()
+    );
+    assert!(served >= 8 * 4 - 2, "{served} served, {refused} refused");
+    drop(res);
+    ctx.stream.synchronize().unwrap();
+    b.synchronize().unwrap();
+    assert!(planned.release(&b).unwrap());
+    assert!(planned.release(&ctx.stream).unwrap());
+    // The same trace planned by a host lag of 0 shares the bytes.
+    let program = DeviceProgram::of(&trace, ctx.stream.device().ordinal() as u32, |_| false);
+    let by_host = Plan::for_streams_sharing(&program.ops, Sharing::HostLag(0)).unwrap();
+    assert!(by_host.arena < 17 << 20, "arena {}", by_host.arena);
     drop(keep_a);
     drop(keep_b);
     ctx.finish(&[&b]);

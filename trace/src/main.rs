@@ -124,10 +124,11 @@ enum Command {
         /// How many slots ahead an allocation looks for a slot of its size.
         #[arg(long, default_value_t = 16)]
         window: usize,
-        /// The lag of the plan whose streams share one arena (the C ABI's
-        /// plan_share:MS), in milliseconds.
-        #[arg(long, default_value_t = 10.0)]
-        share: f64,
+        /// How the plan whose streams share one arena passes bytes between
+        /// them (the C ABI's plan_share): a host lag in milliseconds,
+        /// `device` or `device+MS` (by the trace's device times).
+        #[arg(long, default_value = "10")]
+        share: String,
     },
     /// Writes a synthetic trace (threads, streams, random sizes, address
     /// reuse), to try the tool and the page on a trace of any size.
@@ -209,14 +210,17 @@ fn run(cli: Cli) -> Result<(), String> {
             print!("{}", simulate::report(&t, &sim));
         }
         Command::Steps { trace, window, share } => {
-            if !(0.0..=10_000.0).contains(&share) {
-                return Err(format!("--share takes milliseconds from 0 to 10000, not {share}"));
-            }
+            let sharing = plan::Sharing::parse(&share).map_err(|e| format!("--share: {e}"))?;
             let t = read(&trace)?;
+            if sharing.needs_device_times() && !t.events.iter().any(|e| e.device_ns.is_some()) {
+                return Err(format!(
+                    "--share {share}: {} has no device times (record with trace_device:on)",
+                    trace.display()
+                ));
+            }
             let s = steps::steps(&t, window).map_err(|e| format!("{}: {e}", trace.display()))?;
-            let lag = (share * 1e6) as u64;
-            let sh = steps::shared(&t, lag).map_err(|e| format!("{}: {e}", trace.display()))?;
-            print!("{}", steps::report(&t, &s, &sh, share));
+            let sh = steps::shared(&t, sharing).map_err(|e| format!("{}: {e}", trace.display()))?;
+            print!("{}", steps::report(&t, &s, &sh, sharing));
         }
         Command::Convert { trace, out } => {
             let t = read(&trace)?;

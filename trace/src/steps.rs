@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use crate::format::Trace;
 use std::sync::Arc;
 
-use crate::plan::{find_step, DeviceProgram, End, Op, Plan, Rec, Server};
+use crate::plan::{find_step, DeviceProgram, End, Op, Plan, Rec, Server, Sharing};
 
 /// One stream's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,13 +89,13 @@ fn devices(trace: &Trace) -> Vec<u32> {
 /// Per device: the arena of one plan for all its streams
 /// ([`Plan::for_streams`]), bytes passing from a stream to another freed at
 /// least `lag_ns` before.
-pub fn shared(trace: &Trace, lag_ns: u64) -> Result<Vec<(u32, u64)>, String> {
+pub fn shared(trace: &Trace, sharing: Sharing) -> Result<Vec<(u32, u64)>, String> {
     devices(trace)
         .into_iter()
         .map(|d| {
             Ok((
                 d,
-                Plan::for_streams(&DeviceProgram::of(trace, d, |_| false).ops, lag_ns)?.arena,
+                Plan::for_streams_sharing(&DeviceProgram::of(trace, d, |_| false).ops, sharing)?.arena,
             ))
         })
         .collect()
@@ -245,7 +245,7 @@ fn mib(n: u64) -> String {
 
 /// The report; `shared`: per device, the arena of the streams sharing one
 /// plan, and the lag it was planned with.
-pub fn report(trace: &Trace, streams: &[StreamSteps], shared: &[(u32, u64)], lag_ms: f64) -> String {
+pub fn report(trace: &Trace, streams: &[StreamSteps], shared: &[(u32, u64)], sharing: Sharing) -> String {
     let mut out = String::new();
     let (mut arena, mut outside) = (0, 0);
     let program: u64 = streams.iter().map(|s| s.program_arena).sum();
@@ -302,11 +302,19 @@ pub fn report(trace: &Trace, streams: &[StreamSteps], shared: &[(u32, u64)], lag
         mib(arena + outside),
         mib(program)
     );
+    let rule = match sharing {
+        Sharing::Never => "never".to_string(),
+        Sharing::HostLag(ns) => format!("{} ms or more after its free", ns as f64 / 1e6),
+        Sharing::Device { margin_ns } => format!(
+            "where the device reached its free {} ms or more before the allocation",
+            margin_ns as f64 / 1e6
+        ),
+    };
     for &(device, bytes) in shared {
         let _ = writeln!(
             out,
             "device {device}, its streams planned whole in one arena, a block passing to another stream \
-             {lag_ms} ms or more after its free (plan_share:{lag_ms}): {}",
+             {rule} (plan_share:{sharing}): {}",
             mib(bytes)
         );
     }
@@ -335,7 +343,11 @@ mod tests {
                 "{name}"
             );
             // One stream (the legacy one): one arena either way.
-            assert_eq!(shared(&t, 0).unwrap(), vec![(0, main.program_arena)], "{name}");
+            assert_eq!(
+                shared(&t, Sharing::HostLag(0)).unwrap(),
+                vec![(0, main.program_arena)],
+                "{name}"
+            );
         }
     }
 
@@ -349,18 +361,23 @@ mod tests {
         // ResNet-50's step frees its activations 15 ms or more before
         // GPT-2's peak (in the recorded run): shared, the arena is about
         // the live peak of both; with a 30 ms lag the streams keep apart.
-        let [(0, at_10)] = shared(&t, 10 * ms).unwrap()[..] else {
+        let [(0, at_10)] = shared(&t, Sharing::HostLag(10 * ms)).unwrap()[..] else {
             panic!()
         };
         assert!(
             at_10 >= live && at_10 <= live + live / 100,
             "{at_10} against {live}"
         );
-        let [(0, at_30)] = shared(&t, 30 * ms).unwrap()[..] else {
+        let [(0, at_30)] = shared(&t, Sharing::HostLag(30 * ms)).unwrap()[..] else {
             panic!()
         };
         assert!(at_30 > apart - apart / 50, "{at_30} against {apart}");
-        let text = report(&t, &steps(&t, 16).unwrap(), &shared(&t, 10 * ms).unwrap(), 10.0);
+        let text = report(
+            &t,
+            &steps(&t, 16).unwrap(),
+            &shared(&t, Sharing::HostLag(10 * ms)).unwrap(),
+            Sharing::HostLag(10 * ms),
+        );
         assert!(text.contains("(plan_share:10): 7"), "{text}");
     }
 }

@@ -106,6 +106,20 @@ pub fn summary(t: &Trace, a: &Analysis, top: usize) -> String {
         .filter_map(|act| a.actions.get(act).map(|n| format!("{} {n}", act.name())))
         .collect();
     let _ = writeln!(s, "  events: {}", actions.join(", "));
+    let timed = t.events.iter().filter(|e| e.device_ns.is_some()).count();
+    if timed > 0 || t.meta("device_times") == Some("true") {
+        let of = t
+            .events
+            .iter()
+            .filter(|e| matches!(e.action, Action::Allocate | Action::Free))
+            .count();
+        let _ = writeln!(
+            s,
+            "  device times: {timed} of {of} allocations and frees{}",
+            t.meta("device_times_missed")
+                .map_or(String::new(), |m| format!(" ({m} missed while recording)"))
+        );
+    }
     let _ = writeln!(s);
     let p = a.total.peak;
     let _ = writeln!(
@@ -242,7 +256,9 @@ mod tests {
                 "   0: somalloc::buffer::new\n   1: app::model::forward\n      at src/model.rs:9".into(),
             ],
             events: vec![
-                ev(1_000, Action::Allocate, 0, 3 << 20, 0x1000_0000).with_backtrace(0),
+                ev(1_000, Action::Allocate, 0, 3 << 20, 0x1000_0000)
+                    .with_backtrace(0)
+                    .with_device_ns(40),
                 ev(2_000, Action::Allocate, 1, 1 << 20, 0x2000_0000),
                 ev(3_000, Action::Free, 0, 3 << 20, 0x1000_0000),
                 ev(4_000, Action::Free, 1, 1 << 20, 0x2000_0000),
@@ -269,6 +285,7 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("0xaa (dev 0)"));
+        assert!(s.contains("device times: 1 of 4 allocations and frees\n"), "{s}");
     }
 
     #[test]
