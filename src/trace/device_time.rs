@@ -14,7 +14,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::backend::Backend;
 use crate::error::{Error, VendorCode};
@@ -49,28 +49,29 @@ struct Pending {
     t_ns: u64,
 }
 
-struct Origin {
-    event: Event,
-    /// The origin's own device time.
-    at_ns: i64,
-}
-
 #[derive(Default)]
 struct Inner {
-    origins: HashMap<u32, Origin>,
+    /// Each device's origin: a completed (or the first recorded) timing
+    /// event, with its own device time.
+    origins: HashMap<u32, (Arc<Event>, i64)>,
     /// Recorded, not yet read, in the order they were recorded.
     pending: VecDeque<Pending>,
     /// Completed events, per device, to record again.
     spare: HashMap<u32, Vec<Event>>,
+    /// The host time of each stream's last timing event.
+    last: HashMap<(u32, u64), u64>,
 }
 
 /// The device times of one recorder.
-#[derive(Default)]
 pub(crate) struct DeviceClock {
     inner: Mutex<Inner>,
-    /// Events with no device time: their timing event could not be
-    /// recorded (a capturing stream, a runtime error) or read, or the
-    /// device had not reached it when the recording finished.
+    /// A stream gets a timing event at most once per this many host
+    /// nanoseconds.
+    interval_ns: u64,
+    /// Events that should have had a timing event and have none: it could
+    /// not be recorded (a runtime error) or read, or the device had not
+    /// reached it when the recording finished. (Capturing streams' events
+    /// and the ones the interval skips are not counted.)
     missed: AtomicU64,
 }
 
@@ -84,66 +85,105 @@ fn is_not_ready(e: &Error) -> bool {
 }
 
 impl DeviceClock {
-    /// Records a timing event at the current end of `stream`'s queue, for
-    /// the event recorded at host time `t_ns`. The caller makes the
-    /// stream's device current where the handle needs it (the legacy
-    /// default stream). A capturing stream's event gets no device time
-    /// (its queue is a graph's, not the device's).
-    pub(crate) fn mark(&self, stream: &Stream, t_ns: u64) {
-        if self.try_mark(stream, t_ns).is_err() {
-            self.missed.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn new(interval_ns: u64) -> DeviceClock {
+        DeviceClock {
+            inner: Mutex::new(Inner::default()),
+            interval_ns,
+            missed: AtomicU64::new(0),
         }
     }
 
-    fn try_mark(&self, stream: &Stream, t_ns: u64) -> Result<(), ()> {
+    /// Records a timing event at the current end of `stream`'s queue, for
+    /// the event recorded at host time `t_ns`, unless the stream had one
+    /// less than the interval before. The caller makes the stream's device
+    /// current where the handle needs it (the legacy default stream). A
+    /// capturing stream's event gets none (its queue is a graph's, not the
+    /// device's).
+    pub(crate) fn mark(&self, stream: &Stream, t_ns: u64) {
         #[cfg(test)]
         if stream.fake_domain().is_some() {
             // Fake streams have no queue to time.
-            return Err(());
-        }
-        if !matches!(stream.capturing(), Ok(None)) {
-            return Err(());
+            self.missed.fetch_add(1, Ordering::Relaxed);
+            return;
         }
         let device = stream.device();
         let ordinal = device.ordinal() as u32;
-        let mut g = lock(&self.inner);
-        let take = |g: &mut Inner| match g.spare.get_mut(&ordinal).and_then(Vec::pop) {
-            Some(e) => Ok(e),
-            None => Event::with_timing(&device).map_err(|_| ()),
-        };
-        if !g.origins.contains_key(&ordinal) {
-            let origin = take(&mut g)?;
-            origin.record(stream).map_err(|_| ())?;
-            g.origins.insert(
-                ordinal,
-                Origin {
-                    event: origin,
-                    at_ns: 0,
-                },
-            );
+        let handle = stream.as_raw() as u64;
+        {
+            let mut g = lock(&self.inner);
+            match g.last.get(&(ordinal, handle)) {
+                Some(&last) if t_ns.saturating_sub(last) < self.interval_ns => return,
+                _ => {}
+            }
+            g.last.insert((ordinal, handle), t_ns);
         }
-        let event = take(&mut g)?;
-        event.record(stream).map_err(|_| ())?;
-        g.pending.push_back(Pending {
-            event,
-            device: ordinal,
-            handle: stream.as_raw() as u64,
-            t_ns,
-        });
-        Ok(())
+        if !matches!(stream.capturing(), Ok(None)) {
+            return;
+        }
+        // The events to record, taken from the spares under the lock; the
+        // runtime is called outside it.
+        let (origin, event) = {
+            let mut g = lock(&self.inner);
+            let need_origin = !g.origins.contains_key(&ordinal);
+            let spare = g.spare.entry(ordinal).or_default();
+            let origin = if need_origin { Some(spare.pop()) } else { None };
+            (origin, spare.pop())
+        };
+        let make = |e: Option<Event>| match e {
+            Some(e) => Ok(e),
+            None => Event::with_timing(&device),
+        };
+        let recorded = (|| {
+            let origin = match origin {
+                Some(o) => {
+                    let o = make(o)?;
+                    o.record(stream)?;
+                    Some(o)
+                }
+                None => None,
+            };
+            let event = make(event)?;
+            event.record(stream)?;
+            Ok::<_, Error>((origin, event))
+        })();
+        match recorded {
+            Ok((origin, event)) => {
+                let mut g = lock(&self.inner);
+                if let Some(o) = origin {
+                    g.origins.entry(ordinal).or_insert((Arc::new(o), 0));
+                }
+                g.pending.push_back(Pending {
+                    event,
+                    device: ordinal,
+                    handle,
+                    t_ns,
+                });
+            }
+            Err(_) => {
+                self.missed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// The events the devices have reached since the last call, in the
     /// order they were recorded; stops at the first one not reached yet.
+    /// The runtime is asked outside the lock, so that recording threads
+    /// never wait for it.
     pub(crate) fn harvest(&self, out: &mut Vec<Reached>) {
-        let mut g = lock(&self.inner);
-        let g = &mut *g;
+        let (mut pending, mut origins) = {
+            let mut g = lock(&self.inner);
+            if g.pending.is_empty() {
+                return;
+            }
+            (std::mem::take(&mut g.pending), g.origins.clone())
+        };
+        let mut done: Vec<(u32, Event)> = Vec::new();
         let mut current: Option<u32> = None;
-        while let Some(front) = g.pending.front() {
+        while let Some(front) = pending.front() {
             let device = front.device;
-            let Some(origin) = g.origins.get(&device) else {
-                // Never happens: a device's origin comes with its first event.
-                g.pending.pop_front();
+            let Some((origin, at_ns)) = origins.get(&device).cloned() else {
+                // An origin whose recording failed: this event cannot be timed.
+                pending.pop_front();
                 self.missed.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
@@ -154,40 +194,43 @@ impl DeviceClock {
                 let _ = Active::set_device(device as usize);
                 current = Some(device);
             }
-            match origin.event.elapsed_ms(&front.event) {
+            match origin.elapsed_ms(&front.event) {
                 Ok(ms) => {
-                    let device_ns = origin.at_ns + (f64::from(ms) * 1e6).round() as i64;
-                    let Some(p) = g.pending.pop_front() else { break };
+                    let device_ns = at_ns + (f64::from(ms) * 1e6).round() as i64;
+                    let Some(p) = pending.pop_front() else { break };
                     out.push(Reached {
                         device,
                         handle: p.handle,
                         t_ns: p.t_ns,
                         device_ns,
                     });
-                    let spare = if ms > REBASE_MS {
-                        let old = g.origins.insert(
-                            device,
-                            Origin {
-                                event: p.event,
-                                at_ns: device_ns,
-                            },
-                        );
-                        old.map(|o| o.event)
+                    if ms > REBASE_MS {
+                        // A completed event far from the origin: the new origin.
+                        origins.insert(device, (Arc::new(p.event), device_ns));
                     } else {
-                        Some(p.event)
-                    };
-                    if let Some(e) = spare {
-                        let kept = g.spare.entry(device).or_default();
-                        if kept.len() < SPARE_KEPT {
-                            kept.push(e);
-                        }
+                        done.push((device, p.event));
                     }
                 }
                 Err(e) if is_not_ready(&e) => break,
                 Err(_) => {
-                    g.pending.pop_front();
+                    pending.pop_front();
                     self.missed.fetch_add(1, Ordering::Relaxed);
                 }
+            }
+        }
+        let mut g = lock(&self.inner);
+        // What was not reached goes back ahead of what came meanwhile.
+        while let Some(p) = pending.pop_back() {
+            g.pending.push_front(p);
+        }
+        for (device, o) in origins {
+            // New origins; an old one is dropped with its last `Arc`.
+            g.origins.insert(device, o);
+        }
+        for (device, e) in done {
+            let kept = g.spare.entry(device).or_default();
+            if kept.len() < SPARE_KEPT {
+                kept.push(e);
             }
         }
     }

@@ -153,8 +153,10 @@ pub enum Sharing {
     /// When the device had reached the free at least `margin_ns` before it
     /// reached the other stream's allocation, in the recorded run's device
     /// times ([`StreamOp::device_ns`]): the wait would have cost the
-    /// taking stream nothing then. Events without device times share
-    /// nothing.
+    /// taking stream nothing then. Each other stream is judged on its own
+    /// (in plans of up to 16 streams; beyond, a block passes to the other
+    /// streams from where the last of them had passed its free). Events
+    /// without device times share nothing.
     Device {
         /// Nanoseconds the free must come before the allocation by.
         margin_ns: u64,
@@ -178,8 +180,18 @@ impl DeviceProgram {
     /// `skip` names (by their trace index). A free counts on the stream of
     /// the allocation it frees; an address allocated again without a free
     /// between (a lost free) frees the earlier block there.
+    ///
+    /// Device times: an event the trace has none for (a recorder times an
+    /// event per interval, see `RecordOptions::device_times`) gets a bound
+    /// from the timed events of the stream it was recorded on: a free the
+    /// time of the next one (the device had reached the free by then), an
+    /// allocation the time of the one before (it had not reached the
+    /// allocation earlier). So a plan that shares by device times
+    /// ([`Sharing::Device`]) shares only what the timed events prove.
     pub fn of(trace: &Trace, device: u32, skip: impl Fn(Option<u32>) -> bool) -> DeviceProgram {
         let mut p = DeviceProgram::default();
+        // The trace stream each event was recorded on.
+        let mut on: Vec<Option<u32>> = Vec::new();
         let mut live: HashMap<u64, usize> = HashMap::new();
         let mut made = 0usize;
         for e in trace.events.iter().filter(|e| e.device == device) {
@@ -193,6 +205,7 @@ impl DeviceProgram {
                         }
                     } as u32;
                     if let Some(k) = live.insert(e.addr, made) {
+                        on.push(e.stream);
                         p.ops.push(StreamOp {
                             stream: lane,
                             op: Op::Free(k),
@@ -201,6 +214,7 @@ impl DeviceProgram {
                         });
                     }
                     made += 1;
+                    on.push(e.stream);
                     p.ops.push(StreamOp {
                         stream: lane,
                         op: Op::Alloc(e.bytes),
@@ -210,6 +224,7 @@ impl DeviceProgram {
                 }
                 Action::Free => {
                     if let Some(k) = live.remove(&e.addr) {
+                        on.push(e.stream);
                         p.ops.push(StreamOp {
                             stream: 0,
                             op: Op::Free(k),
@@ -221,6 +236,7 @@ impl DeviceProgram {
                 _ => {}
             }
         }
+        bound_device_times(&mut p.ops, &on);
         p
     }
 
@@ -249,6 +265,11 @@ impl DeviceProgram {
         own
     }
 }
+
+/// [`Sharing::Device`] keeps a block's lifetime for each other stream of
+/// plans of up to this many streams; plans of more streams keep one for
+/// all of them (the latest), which shares less.
+const PER_STREAM_MAX: usize = 16;
 
 /// The margin of [`Sharing::Device`] when none is given: 1 ms.
 pub const DEVICE_MARGIN_NS: u64 = 1_000_000;
@@ -306,6 +327,41 @@ impl std::fmt::Display for Sharing {
     }
 }
 
+/// Gives the events without a device time the bounds of
+/// [`DeviceProgram::of`]: `on[i]` is the stream event `i` was recorded on.
+/// An event that is itself a lost free (recorded at the next allocation
+/// of its address) takes that allocation's bound like any free.
+fn bound_device_times(ops: &mut [StreamOp], on: &[Option<u32>]) {
+    if ops.iter().all(|o| o.device_ns.is_none()) {
+        return;
+    }
+    let mut next: HashMap<Option<u32>, i64> = HashMap::new();
+    let mut bounds: Vec<Option<i64>> = vec![None; ops.len()];
+    for i in (0..ops.len()).rev() {
+        match ops[i].device_ns {
+            Some(d) => {
+                next.insert(on[i], d);
+            }
+            None if matches!(ops[i].op, Op::Free(_)) => bounds[i] = next.get(&on[i]).copied(),
+            None => {}
+        }
+    }
+    let mut last: HashMap<Option<u32>, i64> = HashMap::new();
+    for (i, op) in ops.iter_mut().enumerate() {
+        match op.device_ns {
+            Some(d) => {
+                last.insert(on[i], d);
+            }
+            None => {
+                op.device_ns = match op.op {
+                    Op::Free(_) => bounds[i],
+                    Op::Alloc(_) => last.get(&on[i]).copied(),
+                };
+            }
+        }
+    }
+}
+
 /// Each stream's allocations (their positions among all the allocations)
 /// and, at each, the latest device time reached on the stream so far (a
 /// stream's queue is reached in order; an allocation without a device time
@@ -330,26 +386,29 @@ impl Reached {
         Reached { per_stream }
     }
 
-    /// The first allocation from `made` on from which every stream but
-    /// `own` that allocates then had reached `t` (`u64::MAX` if one never
-    /// did; `made` if no other stream allocates from then on).
-    fn first_after(&self, own: u32, made: usize, t: i64) -> u64 {
-        let mut first = made as u64;
-        for (s, list) in self.per_stream.iter().enumerate() {
-            if s == own as usize {
-                continue;
-            }
-            let from = list.partition_point(|&(p, _)| p < made as u64);
-            let rest = &list[from..];
-            if rest.is_empty() {
-                continue;
-            }
-            match rest.get(rest.partition_point(|&(_, d)| d < t)) {
-                Some(&(p, _)) => first = first.max(p),
-                None => return u64::MAX,
-            }
+    /// The first allocation of stream `s` from `made` on at which it had
+    /// reached `t` (`u64::MAX` if it never did; `made` if it allocates
+    /// nothing from then on).
+    fn first_on(&self, s: usize, made: usize, t: i64) -> u64 {
+        let list = &self.per_stream[s];
+        let rest = &list[list.partition_point(|&(p, _)| p < made as u64)..];
+        if rest.is_empty() {
+            return made as u64;
         }
-        first
+        rest.get(rest.partition_point(|&(_, d)| d < t))
+            .map_or(u64::MAX, |&(p, _)| p)
+    }
+
+    /// The first allocation from `made` on from which every stream but
+    /// `own` had reached `t` (see [`first_on`](Reached::first_on)): the
+    /// rule for all the other streams at once, where a rule per stream
+    /// would take too much memory.
+    fn first_after(&self, own: u32, made: usize, t: i64) -> u64 {
+        (0..self.per_stream.len())
+            .filter(|&s| s != own as usize)
+            .map(|s| self.first_on(s, made, t))
+            .max()
+            .unwrap_or(made as u64)
     }
 }
 
@@ -683,9 +742,18 @@ impl Plan {
         }
         let mut freed = vec![u64::MAX; n];
         // For blocks of other streams: the first allocation from which
-        // `sharing` lets them take the block (at least `freed`).
+        // `sharing` lets them take the block (at least `freed`), one rule
+        // for every other stream (`handed`), or one per stream (`per`,
+        // device times, up to `PER_STREAM_MAX` streams).
         let mut handed = vec![u64::MAX; n];
         let reached = Reached::of(ops, &streams);
+        let count = reached.per_stream.len();
+        let per_stream = matches!(sharing, Sharing::Device { .. }) && count <= PER_STREAM_MAX;
+        let mut per: Vec<Vec<u64>> = if per_stream {
+            vec![vec![u64::MAX; n]; count]
+        } else {
+            Vec::new()
+        };
         let mut made = 0usize;
         for (pos, op) in ops.iter().enumerate() {
             match op.op {
@@ -704,12 +772,17 @@ impl Plan {
                             Some(t) => (times.partition_point(|&a| a < t) as u64).max(made as u64),
                             None => u64::MAX,
                         },
-                        Sharing::Device { margin_ns } => match op.device_ns {
-                            Some(d) => {
-                                reached.first_after(streams[k], made, d.saturating_add_unsigned(margin_ns))
+                        Sharing::Device { margin_ns } => {
+                            let t = op.device_ns.map(|d| d.saturating_add_unsigned(margin_ns));
+                            for (s, h) in per.iter_mut().enumerate() {
+                                h[k] = match t {
+                                    _ if s == streams[k] as usize => made as u64,
+                                    Some(t) => reached.first_on(s, made, t),
+                                    None => u64::MAX,
+                                };
                             }
-                            None => u64::MAX,
-                        },
+                            t.map_or(u64::MAX, |t| reached.first_after(streams[k], made, t))
+                        }
                     };
                 }
             }
@@ -767,20 +840,41 @@ impl Plan {
             Some((p, prev, last, end)) if (last..end).contains(&k) => every(k, (p, prev, last), freed, whole),
             _ => once(k, freed),
         };
-        // (stream, lifetime, lifetime for the other streams): the second
-        // only where it differs.
-        let lives: Vec<Option<(u32, Life, Option<Life>)>> = (0..n)
+        // (stream, lifetime, lifetimes for other streams): the latter
+        // only where they differ, for one stream or (`ANY`) for all.
+        const ANY: u32 = u32::MAX;
+        let lives: Vec<Option<(u32, Life, Vec<(u32, Life)>)>> = (0..n)
             .map(|k| {
                 let own = life(k, &freed, false)?;
-                let other = (handed[k] != freed[k]).then(|| life(k, &handed, true)).flatten();
-                Some((streams[k], own, other))
+                let mut others = Vec::new();
+                if per_stream {
+                    for (s, h) in per.iter().enumerate() {
+                        if h[k] != freed[k] {
+                            if let Some(l) = life(k, h, true) {
+                                others.push((s as u32, l));
+                            }
+                        }
+                    }
+                } else if handed[k] != freed[k] {
+                    if let Some(l) = life(k, &handed, true) {
+                        others.push((ANY, l));
+                    }
+                }
+                Some((streams[k], own, others))
             })
             .collect();
-        let meets = |a: &(u32, Life, Option<Life>), b: &(u32, Life, Option<Life>)| {
+        let for_stream = |x: &'_ (u32, Life, Vec<(u32, Life)>), s: u32| -> Life {
+            x.2.iter()
+                .find(|(t, _)| *t == s || *t == ANY)
+                .map_or(x.1, |(_, l)| *l)
+        };
+        // Two blocks of different streams meet where each one's lifetime
+        // for the other's stream meets the other's.
+        let meets = |a: &(u32, Life, Vec<(u32, Life)>), b: &(u32, Life, Vec<(u32, Life)>)| {
             if a.0 == b.0 {
                 a.1.meets(&b.1)
             } else {
-                a.2.as_ref().unwrap_or(&a.1).meets(b.2.as_ref().unwrap_or(&b.1))
+                for_stream(a, b.0).meets(&for_stream(b, a.0))
             }
         };
         let (slots, arena) = place_on(&sizes, &streams, &lives, meets);
@@ -1582,7 +1676,7 @@ mod tests {
     }
 
     #[test]
-    fn device_times_share_bytes_only_where_every_other_stream_had_passed_the_free() {
+    fn device_times_share_bytes_only_with_the_streams_that_had_passed_the_free() {
         let ms = 1_000_000i64;
         let d = |stream, op, host: u64, dev: i64| sop(stream, op, host).at_device(dev * ms);
         // Stream 0 frees 1 MiB; on the device, stream 1 passes the free by
@@ -1604,14 +1698,15 @@ mod tests {
             )
             .unwrap()
         };
-        // Stream 2's allocation comes after stream 1's in the program, and
-        // stream 2 had not passed the free by 1 ms: neither takes the
-        // bytes (one rule for every stream after the free).
-        assert_eq!(plan(1).arena, 3 << 20);
-        // With no margin both had passed it: from stream 2's allocation
-        // on, the bytes are free to take (1 and 2 live together, so only
-        // one of them could anyway).
-        assert_eq!(plan(0).arena, 2 << 20);
+        // Stream 1 had passed the free by more than 1 ms: its block takes
+        // stream 0's bytes. Stream 2 had not: its block keeps apart from
+        // stream 0's (and from stream 1's, which lives beside it).
+        let by_1 = plan(1);
+        assert_eq!(by_1.arena, 2 << 20);
+        assert_eq!(by_1.slots[1].offset, by_1.slots[0].offset);
+        assert_ne!(by_1.slots[2].offset, by_1.slots[0].offset);
+        // By 9 ms neither had.
+        assert_eq!(plan(9).arena, 3 << 20);
         // Without device times nothing is shared, whatever the host times.
         let bare: Vec<StreamOp> = ops
             .iter()
@@ -1628,6 +1723,58 @@ mod tests {
         assert_eq!(
             Plan::for_streams_sharing(&bare, Sharing::Never).unwrap().arena,
             3 << 20
+        );
+    }
+
+    #[test]
+    fn untimed_events_take_the_bounds_of_their_streams_timed_ones() {
+        use super::super::format::{Event, Source, StreamInfo, ThreadInfo};
+        let ev = |t: u64, action, stream: u32, addr: u64| Event::new(t, action, 0, 0).on(stream).at(64, addr);
+        let trace = Trace {
+            source: Source::Somalloc,
+            version: 1,
+            meta: Vec::new(),
+            threads: vec![ThreadInfo { name: "main".into() }],
+            streams: vec![
+                StreamInfo {
+                    device: 0,
+                    handle: 0x10,
+                },
+                StreamInfo {
+                    device: 0,
+                    handle: 0x20,
+                },
+            ],
+            backtraces: Vec::new(),
+            events: vec![
+                ev(1, Action::Allocate, 0, 0xa).with_device_ns(100),
+                ev(2, Action::Allocate, 0, 0xb),
+                // Freed on stream 1: bounded by stream 1's next timed event.
+                ev(3, Action::Free, 1, 0xa),
+                ev(4, Action::Allocate, 1, 0xc).with_device_ns(900),
+                ev(5, Action::Free, 0, 0xb),
+                ev(6, Action::Allocate, 0, 0xd).with_device_ns(500),
+                ev(7, Action::Free, 0, 0xd),
+            ],
+            dropped: 0,
+            complete: true,
+        };
+        let p = DeviceProgram::of(&trace, 0, |_| false);
+        let got: Vec<(Op, Option<i64>)> = p.ops.iter().map(|o| (o.op, o.device_ns)).collect();
+        assert_eq!(
+            got,
+            [
+                (Op::Alloc(64), Some(100)),
+                // No earlier than the allocation before it on its stream.
+                (Op::Alloc(64), Some(100)),
+                (Op::Free(0), Some(900)),
+                (Op::Alloc(64), Some(900)),
+                // No later than the next timed event of its stream.
+                (Op::Free(1), Some(500)),
+                (Op::Alloc(64), Some(500)),
+                // Nothing timed after it: no bound.
+                (Op::Free(3), None),
+            ]
         );
     }
 

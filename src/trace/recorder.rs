@@ -44,15 +44,24 @@ pub struct RecordOptions {
     /// recorder is alive (on by default), not only those of the recorded
     /// resources.
     pub markers: bool,
-    /// Record, for every allocation and free on a stream, when the device
-    /// reached it in the stream's queue ([`Event::device_ns`](crate::trace::Event::device_ns);
-    /// off by default). Each such event records a timing event on its
-    /// stream (about a microsecond on the host), which the writer thread
-    /// reads once the device has passed it; events of a capturing stream
-    /// get none. A placement planned from the trace uses them to share
-    /// bytes between streams only where the device had released them
-    /// ([`Sharing::Device`](crate::trace::plan::Sharing::Device)).
+    /// Record, for allocations and frees on a stream, when the device
+    /// reached them in the stream's queue ([`Event::device_ns`](crate::trace::Event::device_ns);
+    /// off by default): at most one event per stream every
+    /// [`device_time_interval_ns`](RecordOptions::device_time_interval_ns)
+    /// of host time gets a timing event recorded on its stream, which the
+    /// writer thread reads once the device has passed it. Events of a
+    /// capturing stream get none. A placement planned from the trace uses
+    /// them to share bytes between streams only where the device had
+    /// released them ([`Sharing::Device`](crate::trace::plan::Sharing::Device));
+    /// the events between two timed ones of their stream are bounded by
+    /// them (a free by the next, an allocation by the one before).
     pub device_times: bool,
+    /// The host time a stream's timed events are apart at least (default
+    /// 100 µs; 0 times every event). Each timing event costs the recording
+    /// thread about a microsecond or two: a program that launches work as
+    /// fast as the device runs it would slow down, and with it the device
+    /// times, if every event had one.
+    pub device_time_interval_ns: u64,
 }
 
 impl Default for RecordOptions {
@@ -62,6 +71,7 @@ impl Default for RecordOptions {
             buffer_events: 8192,
             markers: true,
             device_times: false,
+            device_time_interval_ns: 100_000,
         }
     }
 }
@@ -91,6 +101,12 @@ impl RecordOptions {
         self.device_times = on;
         self
     }
+
+    /// Sets [`device_time_interval_ns`](RecordOptions::device_time_interval_ns).
+    pub fn device_time_interval(mut self, interval: Duration) -> RecordOptions {
+        self.device_time_interval_ns = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+        self
+    }
 }
 
 /// What a [`Recorder`] has done so far.
@@ -110,9 +126,10 @@ pub struct RecorderStats {
     pub error: Option<String>,
     /// Device times written ([`RecordOptions::device_times`]).
     pub device_times: u64,
-    /// Events of a stream with no device time although
-    /// [`RecordOptions::device_times`] is on: a capturing stream's, or
-    /// ones the device had not reached when the recording finished.
+    /// Events that were to get a device time and have none: the runtime
+    /// refused their timing event, or the device had not reached it when
+    /// the recording finished (the events the interval skips, and a
+    /// capturing stream's, are not counted).
     pub device_times_missed: u64,
 }
 
@@ -462,7 +479,9 @@ impl Recorder {
             flushed: Condvar::new(),
             sleeping: AtomicBool::new(false),
             stats: Mutex::new(RecorderStats::default()),
-            device_clock: options.device_times.then(DeviceClock::default),
+            device_clock: options
+                .device_times
+                .then(|| DeviceClock::new(options.device_time_interval_ns)),
         });
         let unix_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -480,6 +499,10 @@ impl Recorder {
             ("backtraces".to_string(), options.backtraces.to_string()),
             ("markers".to_string(), options.markers.to_string()),
             ("device_times".to_string(), options.device_times.to_string()),
+            (
+                "device_time_interval_ns".to_string(),
+                options.device_time_interval_ns.to_string(),
+            ),
             (
                 "clock".to_string(),
                 if shared.clock.uses_tsc() {

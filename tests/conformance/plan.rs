@@ -194,7 +194,10 @@ fn device_times_keep_apart_the_bytes_the_device_had_not_released() {
         RecordingAdaptor::to_file(
             Arc::new(ctx.pool.clone()),
             &path,
-            RecordOptions::default().device_times(true),
+            // Every event timed (the default times one per 100 µs per stream).
+            RecordOptions::default()
+                .device_times(true)
+                .device_time_interval(std::time::Duration::ZERO),
         )
         .unwrap(),
     );
