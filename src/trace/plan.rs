@@ -521,6 +521,10 @@ fn meet(a: &[(u32, u32); 2], b: &[(u32, u32); 2]) -> bool {
         .any(|x| x.0 < x.1 && b.iter().any(|y| y.0 < y.1 && x.0 < y.1 && y.0 < x.1))
 }
 
+/// A block's stream, lifetime, and lifetimes for other streams where they
+/// differ (for one stream, or for all with stream `u32::MAX`).
+type Lives = (u32, Life, Vec<(u32, Life)>);
+
 /// A slot's lifetime in a whole program's events.
 #[derive(Clone, Copy, Debug)]
 enum Life {
@@ -843,7 +847,7 @@ impl Plan {
         // (stream, lifetime, lifetimes for other streams): the latter
         // only where they differ, for one stream or (`ANY`) for all.
         const ANY: u32 = u32::MAX;
-        let lives: Vec<Option<(u32, Life, Vec<(u32, Life)>)>> = (0..n)
+        let lives: Vec<Option<Lives>> = (0..n)
             .map(|k| {
                 let own = life(k, &freed, false)?;
                 let mut others = Vec::new();
@@ -863,14 +867,14 @@ impl Plan {
                 Some((streams[k], own, others))
             })
             .collect();
-        let for_stream = |x: &'_ (u32, Life, Vec<(u32, Life)>), s: u32| -> Life {
+        let for_stream = |x: &Lives, s: u32| -> Life {
             x.2.iter()
                 .find(|(t, _)| *t == s || *t == ANY)
                 .map_or(x.1, |(_, l)| *l)
         };
         // Two blocks of different streams meet where each one's lifetime
         // for the other's stream meets the other's.
-        let meets = |a: &(u32, Life, Vec<(u32, Life)>), b: &(u32, Life, Vec<(u32, Life)>)| {
+        let meets = |a: &Lives, b: &Lives| {
             if a.0 == b.0 {
                 a.1.meets(&b.1)
             } else {
