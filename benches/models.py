@@ -27,6 +27,9 @@ Modes, one process each (per workload), all in one run:
 --plan-mode NAME=CONF adds a plan mode with its own keys (recorded, then
   served), e.g. --plan-mode "plan-share-5=cache:on,plan_share:5".
 --somalloc-conf adds keys to both somalloc modes (e.g. pool:default).
+--repeat N runs the modes of each workload N times in turn (A B C A B C ...):
+  the table gives each mode's median ms/step and its largest peak, the JSON
+  every run (a machine whose speed drifts then drifts under every mode).
 --mode NAME=CONF (repeatable) adds a somalloc mode with its own keys, e.g.
   --mode "guarded=cache:on,cache_headroom:on"; name it in --modes too or it
   runs after the others.
@@ -227,6 +230,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="benches/data")
     ap.add_argument("--steps", type=int, default=25)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the modes of a workload this many times in turn; the table gives the median ms/step and the largest peak")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--somalloc-conf", default="", help="keys added to both somalloc modes")
@@ -249,48 +254,63 @@ def main():
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         ap.error("unknown modes: %s" % ", ".join(unknown))
+    if args.repeat < 1:
+        ap.error("--repeat takes 1 or more")
     rows = {}
-    for wl in workloads:
-        for m in modes:
-            env = dict(os.environ)
-            env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-            kind, conf = MODES[m]
-            if kind == "torch" and conf:
-                env["PYTORCH_CUDA_ALLOC_CONF"] = conf
-            t0 = time.time()
-            cmd = [sys.executable, __file__, "--child", m, wl, "--steps", str(args.steps), "--somalloc-conf", args.somalloc_conf]
-            for extra in args.mode:
-                cmd += ["--mode", extra]
-            for extra in args.plan_mode:
-                cmd += ["--plan-mode", extra]
-            if kind == "plan":
-                # The earlier run: three steps (the first, and two of the
-                # step it repeats), recorded.
-                os.makedirs(args.out, exist_ok=True)
-                trace = os.path.abspath(os.path.join(args.out, "%s.%s.trace" % (wl, m)))
-                rec = list(cmd)
-                rec[rec.index("--steps") + 1] = "3"
-                key = "trace:" + trace
-                if "plan_share:device" in conf:
-                    key += ",trace_device:on"
-                p = subprocess.run(rec, env=dict(env, **{PLAN_KEY: key}), capture_output=True, text=True)
-                if p.returncode != 0:
-                    print("%-9s %-15s FAILED recording (rc %d)\n%s" % (wl, m, p.returncode, (p.stdout + p.stderr)[-3000:]), flush=True)
-                    rows[(wl, m)] = None
-                    continue
-                env[PLAN_KEY] = "plan:" + trace
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            res = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
-            if p.returncode != 0 or not res:
-                print("%-9s %-15s FAILED (rc %d)\n%s" % (wl, m, p.returncode, (p.stdout + p.stderr)[-3000:]), flush=True)
-                rows[(wl, m)] = None
-                continue
-            rows[(wl, m)] = json.loads(res[-1][len("RESULT "):])
-            r = rows[(wl, m)]
-            print("%-9s %-15s %8.2f ms/step %9.0f MiB  loss %.6f -> %.6f  (%.0f s)" % (wl, m, r["ms_per_step"], r["peak_mib"], r["losses"][0], r["losses"][-1], time.time() - t0), flush=True)
+    runs = {}
+    for wl, rep, m in [(wl, rep, m) for wl in workloads for rep in range(args.repeat) for m in modes]:
+        env = dict(os.environ)
+        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        kind, conf = MODES[m]
+        if kind == "torch" and conf:
+            env["PYTORCH_CUDA_ALLOC_CONF"] = conf
+        t0 = time.time()
+        cmd = [sys.executable, __file__, "--child", m, wl, "--steps", str(args.steps), "--somalloc-conf", args.somalloc_conf]
+        for extra in args.mode:
+            cmd += ["--mode", extra]
+        for extra in args.plan_mode:
+            cmd += ["--plan-mode", extra]
+        if kind == "plan":
+            # The earlier run: three steps (the first, and two of the
+            # step it repeats), recorded.
             os.makedirs(args.out, exist_ok=True)
-            with open(os.path.join(args.out, "models.partial.json"), "w") as f:
-                json.dump([v for v in rows.values() if v], f)
+            trace = os.path.abspath(os.path.join(args.out, "%s.%s.trace" % (wl, m)))
+            rec = list(cmd)
+            rec[rec.index("--steps") + 1] = "3"
+            key = "trace:" + trace
+            if "plan_share:device" in conf:
+                key += ",trace_device:on"
+            p = subprocess.run(rec, env=dict(env, **{PLAN_KEY: key}), capture_output=True, text=True)
+            if p.returncode != 0:
+                print("%-9s %-15s FAILED recording (rc %d)\n%s" % (wl, m, p.returncode, (p.stdout + p.stderr)[-3000:]), flush=True)
+                runs.setdefault((wl, m), []).append(None)
+                continue
+            env[PLAN_KEY] = "plan:" + trace
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        res = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+        if p.returncode != 0 or not res:
+            print("%-9s %-15s FAILED (rc %d)\n%s" % (wl, m, p.returncode, (p.stdout + p.stderr)[-3000:]), flush=True)
+            runs.setdefault((wl, m), []).append(None)
+            continue
+        r = json.loads(res[-1][len("RESULT "):])
+        r["repeat"] = rep
+        runs.setdefault((wl, m), []).append(r)
+        print("%-9s %-15s %8.2f ms/step %9.0f MiB  loss %.6f -> %.6f  (%.0f s)" % (wl, m, r["ms_per_step"], r["peak_mib"], r["losses"][0], r["losses"][-1], time.time() - t0), flush=True)
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "models.partial.json"), "w") as f:
+            json.dump([r for v in runs.values() for r in v if r], f)
+    # A mode's row: its runs' median ms/step and largest peak (a failed run
+    # fails the row).
+    for key, rs in runs.items():
+        if not all(rs):
+            rows[key] = None
+            continue
+        r = dict(rs[0])
+        r["ms_per_step"] = statistics.median(x["ms_per_step"] for x in rs)
+        r["peak_mib"] = max(x["peak_mib"] for x in rs)
+        if len(rs) > 1:
+            r["runs"] = [{k: x[k] for k in ("ms_per_step", "peak_mib", "step_ms", "losses")} for x in rs]
+        rows[key] = r
     # The loss check and the table.
     print()
     print("| workload | mode | ms/step | vs caching | peak MiB | vs lowest PyTorch | loss check |")
@@ -308,8 +328,9 @@ def main():
                 continue
             check = "no baseline"
             if base:
-                first = r["losses"][0] == base["losses"][0]
-                last = abs(r["losses"][-1] - base["losses"][-1]) <= 1e-3 * abs(base["losses"][-1])
+                every = r.get("runs", [r])
+                first = all(x["losses"][0] == base["losses"][0] for x in every)
+                last = all(abs(x["losses"][-1] - base["losses"][-1]) <= 1e-3 * abs(base["losses"][-1]) for x in every)
                 check = "ok" if first and last else "step 0 %s, last %s" % ("equal" if first else "differs", "within 1e-3" if last else "off")
                 r["loss_check"] = check
                 verdicts.append(first and last)
@@ -319,7 +340,7 @@ def main():
                 r["peak_mib"], "%.3f" % (r["peak_mib"] / lowest) if lowest else "", check))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "models.json"), "w") as f:
-        json.dump({"steps": args.steps, "rows": [r for r in rows.values() if r], "failed": ["%s/%s" % k for k, v in rows.items() if not v]}, f, indent=1)
+        json.dump({"steps": args.steps, "repeat": args.repeat, "rows": [r for r in rows.values() if r], "failed": ["%s/%s" % k for k, v in rows.items() if not v]}, f, indent=1)
     svg(rows, workloads, modes, os.path.join(args.out, "models.svg"))
     print("\nwrote %s and %s" % (os.path.join(args.out, "models.json"), os.path.join(args.out, "models.svg")))
     print("loss checks: %d passed, %d failed" % (sum(verdicts), len(verdicts) - sum(verdicts)))
