@@ -844,22 +844,44 @@ impl Plan {
             Some((p, prev, last, end)) if (last..end).contains(&k) => every(k, (p, prev, last), freed, whole),
             _ => once(k, freed),
         };
+        // A slot of the repeated step takes the lifetime of its twin in the
+        // step before; for other streams, it keeps its bytes as long as
+        // either recorded instance of the step did (the two ran with
+        // different timings: a hand-over both allow is likelier to hold in
+        // the steps to come).
+        if let Some((p, _, last, end)) = cycle {
+            for h in per.iter_mut().chain(std::iter::once(&mut handed)) {
+                for k in last..end {
+                    let own = match h[k] {
+                        u64::MAX => u64::MAX,
+                        f => f.saturating_sub(p as u64),
+                    };
+                    h[k - p] = h[k - p].max(own);
+                }
+            }
+        }
         // (stream, lifetime, lifetimes for other streams): the latter
         // only where they differ, for one stream or (`ANY`) for all.
         const ANY: u32 = u32::MAX;
+        // Whether a block's lifetime from `h` differs from its own: a slot
+        // of the repeated step takes both from its twin.
+        let differs = |k: usize, h: &[u64]| match cycle {
+            Some((p, _, last, end)) if (last..end).contains(&k) => h[k - p] != freed[k - p],
+            _ => h[k] != freed[k],
+        };
         let lives: Vec<Option<Lives>> = (0..n)
             .map(|k| {
                 let own = life(k, &freed, false)?;
                 let mut others = Vec::new();
                 if per_stream {
                     for (s, h) in per.iter().enumerate() {
-                        if h[k] != freed[k] {
+                        if differs(k, h) {
                             if let Some(l) = life(k, h, true) {
                                 others.push((s as u32, l));
                             }
                         }
                     }
-                } else if handed[k] != freed[k] {
+                } else if differs(k, &handed) {
                     if let Some(l) = life(k, &handed, true) {
                         others.push((ANY, l));
                     }
@@ -1728,6 +1750,49 @@ mod tests {
             Plan::for_streams_sharing(&bare, Sharing::Never).unwrap().arena,
             3 << 20
         );
+    }
+
+    /// Three steps of two streams: stream 0 frees 1 MiB and 512 bytes,
+    /// stream 1 allocates as much 1 ms later on the host; on the device,
+    /// stream 0's frees come `late[i]` ms after stream 1's allocations in
+    /// step `i` (negative: before).
+    fn steps_timed(late: [i64; 3]) -> Vec<StreamOp> {
+        let mut ops = Vec::new();
+        let ms = 1_000_000i64;
+        for (i, late) in late.into_iter().enumerate() {
+            let t = 100 * i as u64;
+            let d = 100 * i as i64 * ms;
+            let k = 4 * i;
+            let at = |stream, op, host: u64, dev: i64| sop(stream, op, host).at_device(dev);
+            ops.push(at(0, Op::Alloc(1 << 20), t, d));
+            ops.push(at(0, Op::Alloc(512), t, d));
+            ops.push(at(0, Op::Free(k), t + 1, d + 10 * ms + late * ms));
+            ops.push(at(0, Op::Free(k + 1), t + 1, d + 10 * ms + late * ms));
+            ops.push(at(1, Op::Alloc(1 << 20), t + 2, d + 10 * ms));
+            ops.push(at(1, Op::Alloc(512), t + 2, d + 10 * ms));
+            ops.push(at(1, Op::Free(k + 2), t + 3, d + 11 * ms));
+            ops.push(at(1, Op::Free(k + 3), t + 3, d + 11 * ms));
+        }
+        ops
+    }
+
+    #[test]
+    fn a_repeated_steps_slot_passes_bytes_only_where_both_recorded_steps_allowed() {
+        let device = Sharing::Device { margin_ns: 1_000_000 };
+        // Stream 0's frees come 5 ms before stream 1's allocations in
+        // every step: the repeated step shares its bytes.
+        let both = Plan::for_streams_sharing(&steps_timed([-5, -5, -5]), device).unwrap();
+        assert_eq!(both.wrap_to, Some(8));
+        let (a, b) = (&both.slots[8], &both.slots[10]);
+        assert_eq!((a.stream, b.stream, a.offset), (0, 1, b.offset));
+        // In the last step they come 20 ms after: the repeated step keeps
+        // them apart, though its twin in the step before would share.
+        for late in [[-5, -5, 20], [-5, 20, -5]] {
+            let apart = Plan::for_streams_sharing(&steps_timed(late), device).unwrap();
+            let (a, b) = (&apart.slots[8], &apart.slots[10]);
+            assert_ne!(a.offset, b.offset, "{late:?}");
+            assert!(apart.arena >= 2 << 20, "{late:?}");
+        }
     }
 
     #[test]
