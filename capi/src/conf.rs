@@ -172,6 +172,14 @@ impl Conf {
             }
         }
         conf.cache = cache_on.then_some(cache);
+        if conf.trace.is_some() && conf.trace_device && conf.reuse.is_none() && conf.pool == PoolChoice::Own {
+            // Device times show each stream's own progress: a pool that
+            // hands a block freed on one stream to another makes the
+            // second wait for the first (the runtime's internal
+            // dependencies), which the times would then count as the
+            // second stream's own.
+            conf.reuse = Some(ReusePolicy::NONE);
+        }
         Ok(conf)
     }
 }
@@ -307,6 +315,18 @@ mod tests {
         assert_eq!(
             (d.plan_share, d.trace_device),
             (Some(Sharing::Device { margin_ns: 1_000_000 }), true)
+        );
+        // Recording device times, the own pool passes no block between
+        // streams, unless asked to.
+        let r = Conf::parse("trace:/tmp/t,trace_device:on").unwrap();
+        assert_eq!(r.reuse, Some(ReusePolicy::NONE));
+        let r = Conf::parse("trace:/tmp/t,trace_device:on,reuse:all").unwrap();
+        assert_eq!(r.reuse, Some(ReusePolicy::ALL));
+        assert_eq!(
+            Conf::parse("trace:/tmp/t,trace_device:on,pool:default")
+                .unwrap()
+                .reuse,
+            None
         );
         let d = Conf::parse("plan_share:device+2.5").unwrap();
         assert_eq!(d.plan_share, Some(Sharing::Device { margin_ns: 2_500_000 }));
