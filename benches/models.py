@@ -60,7 +60,7 @@ MODES = {
     # another freed 10 ms or more before in the recorded run.
     "somalloc-plan-shared": ("plan", "cache:on,plan_share:10"),
     # The same, by the recorded run's device times: a stream takes bytes
-    # another freed only where the device had passed that free 1 ms or more
+    # another freed only where the device had passed that free 5 ms or more
     # before it reached the allocation.
     "somalloc-plan-device": ("plan", "cache:on,plan_share:device"),
 }

@@ -21,7 +21,7 @@
 //!
 //! With `plan_share:device` (or `device+MS`), bytes pass from one stream to
 //! another only where the recorded run's device had reached the free (at
-//! least MS milliseconds, 1 by default) before it reached the other
+//! least MS milliseconds, 5 by default) before it reached the other
 //! stream's allocation: the wait then costs the taking stream nothing, as
 //! far as the run goes as the recorded one did. The trace must have been
 //! recorded with `trace_device:on`.

@@ -271,8 +271,8 @@ impl DeviceProgram {
 /// all of them (the latest), which shares less.
 const PER_STREAM_MAX: usize = 16;
 
-/// The margin of [`Sharing::Device`] when none is given: 1 ms.
-pub const DEVICE_MARGIN_NS: u64 = 1_000_000;
+/// The margin of [`Sharing::Device`] when none is given: 5 ms.
+pub const DEVICE_MARGIN_NS: u64 = 5_000_000;
 
 impl Sharing {
     /// Reads a sharing rule from text (the C ABI's `plan_share`, the
@@ -1862,7 +1862,7 @@ mod tests {
         }
         assert_eq!(
             Sharing::parse("device"),
-            Ok(Sharing::Device { margin_ns: 1_000_000 })
+            Ok(Sharing::Device { margin_ns: 5_000_000 })
         );
         for bad in [
             "", "on", "-1", "10001", "NaN", "device+", "device+x", "device-1", "devices",
