@@ -701,12 +701,13 @@ impl Plan {
     /// // at 10 ms; the device reached stream 0's free at 30 ms, stream
     /// // 1's allocation at 12 ms (stream 0 had work queued).
     /// let mib = 1u64 << 20;
-    /// let ms = 1_000_000;
+    /// let ms: u64 = 1_000_000;
+    /// let dev = |t: u64| (t * ms) as i64;
     /// let ops = [
     ///     StreamOp::new(0, Op::Alloc(4 * mib), 0).at_device(0),
-    ///     StreamOp::new(0, Op::Free(0), ms).at_device(30 * ms),
-    ///     StreamOp::new(1, Op::Alloc(4 * mib), 10 * ms).at_device(12 * ms as i64),
-    ///     StreamOp::new(1, Op::Free(1), 11 * ms).at_device(13 * ms as i64),
+    ///     StreamOp::new(0, Op::Free(0), ms).at_device(dev(30)),
+    ///     StreamOp::new(1, Op::Alloc(4 * mib), 10 * ms).at_device(dev(12)),
+    ///     StreamOp::new(1, Op::Free(1), 11 * ms).at_device(dev(13)),
     /// ];
     /// // A host lag of 5 ms shares the bytes (stream 1 would wait 18 ms
     /// // for them); the device times keep them apart.
