@@ -118,66 +118,93 @@ fn two_stream_step(
     drop(y);
 }
 
+/// The buffers `two_stream_step` copies each stream's block into, one on
+/// each stream.
+type Keep = (DeviceBuffer<u8>, DeviceBuffer<u8>);
+
+/// Three steps of `two_stream_step` recorded through `ctx.pool` with
+/// `options`: the trace, and the recorder's figures.
+fn record_two_stream_steps(
+    ctx: &Ctx,
+    b: &somalloc::Stream,
+    keep: &mut Keep,
+    name: &str,
+    options: RecordOptions,
+) -> (Trace, somalloc::trace::RecorderStats) {
+    let path = std::env::temp_dir().join(format!("somalloc-plan-{name}-{}.trace", std::process::id()));
+    let recording = Arc::new(RecordingAdaptor::to_file(Arc::new(ctx.pool.clone()), &path, options).unwrap());
+    let res: Arc<dyn MemoryResource> = recording.clone();
+    for step in 0..3 {
+        two_stream_step(ctx, &res, b, (&mut keep.0, &mut keep.1), 10 * step);
+    }
+    drop(res);
+    ctx.stream.synchronize().unwrap();
+    b.synchronize().unwrap();
+    let stats = recording.recorder().finish().unwrap();
+    let trace = Trace::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    (trace, stats)
+}
+
+/// Eight steps of `two_stream_step` served by `planned`, both streams'
+/// copies verified; then both streams give the plan up. Returns the
+/// allocations served and refused, and the arena's bytes.
+fn serve_two_stream_steps(
+    ctx: &Ctx,
+    planned: &Arc<PlanningAdaptor>,
+    b: &somalloc::Stream,
+    keep: &mut Keep,
+    name: &str,
+) -> (u64, u64, u64) {
+    let res: Arc<dyn MemoryResource> = planned.clone();
+    for step in 0..8 {
+        let seed = 100 + 10 * step;
+        two_stream_step(ctx, &res, b, (&mut keep.0, &mut keep.1), seed);
+        assert_eq!(
+            ctx.k.verify(&keep.0, seed, &ctx.stream).unwrap(),
+            0,
+            "step {step}: stream b wrote into a's block before a was done with it"
+        );
+        assert_eq!(ctx.k.verify(&keep.1, seed + 1, b).unwrap(), 0, "step {step}");
+    }
+    let (served, refused) = planned.counts();
+    let arena = planned.arena_bytes();
+    say(&format!(
+        "plan::{name}: {served} served, {refused} refused, arena {arena} bytes"
+    ));
+    drop(res);
+    ctx.stream.synchronize().unwrap();
+    b.synchronize().unwrap();
+    assert!(planned.release(b).unwrap());
+    assert!(planned.release(&ctx.stream).unwrap());
+    (served, refused, arena)
+}
+
 #[test]
 fn streams_sharing_a_plan_wait_for_each_other() {
     let Some(ctx) = setup("plan::streams_sharing_a_plan_wait_for_each_other") else {
         return;
     };
     let b = ctx.new_stream();
-    let mut keep_a = DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &ctx.stream).unwrap();
-    let mut keep_b = DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &b).unwrap();
-    let path = std::env::temp_dir().join(format!("somalloc-plan-shared-{}.trace", std::process::id()));
-    let recording = Arc::new(
-        RecordingAdaptor::to_file(Arc::new(ctx.pool.clone()), &path, RecordOptions::default()).unwrap(),
+    let mut keep = (
+        DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &ctx.stream).unwrap(),
+        DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &b).unwrap(),
     );
-    let res: Arc<dyn MemoryResource> = recording.clone();
-    for step in 0..3 {
-        two_stream_step(&ctx, &res, &b, (&mut keep_a, &mut keep_b), 10 * step);
-    }
-    drop(res);
-    recording.recorder().finish().unwrap();
-    let trace = Trace::read(&path).unwrap();
-    let _ = std::fs::remove_file(&path);
-
-    let planned = Arc::new(
-        PlanningAdaptor::with_lag(
-            Arc::new(ctx.pool.clone()),
-            &trace,
-            Some(std::time::Duration::ZERO),
-        )
-        .unwrap(),
+    let (trace, _) = record_two_stream_steps(&ctx, &b, &mut keep, "shared", RecordOptions::default());
+    let lag = Some(std::time::Duration::ZERO);
+    let planned = Arc::new(PlanningAdaptor::with_lag(Arc::new(ctx.pool.clone()), &trace, lag).unwrap());
+    let (served, refused, arena) = serve_two_stream_steps(
+        &ctx,
+        &planned,
+        &b,
+        &mut keep,
+        "streams_sharing_a_plan_wait_for_each_other",
     );
-    let res: Arc<dyn MemoryResource> = planned.clone();
-    for step in 0..8 {
-        let seed = 100 + 10 * step;
-        two_stream_step(&ctx, &res, &b, (&mut keep_a, &mut keep_b), seed);
-        assert_eq!(
-            ctx.k.verify(&keep_a, seed, &ctx.stream).unwrap(),
-            0,
-            "step {step}: stream b wrote into a's block before a was done with it"
-        );
-        assert_eq!(ctx.k.verify(&keep_b, seed + 1, &b).unwrap(), 0, "step {step}");
-    }
-    let (served, refused) = planned.counts();
-    say(&format!(
-        "plan::streams_sharing_a_plan_wait_for_each_other: {served} served, {refused} refused, arena {} bytes",
-        planned.arena_bytes()
-    ));
     // The two 16 MiB blocks share their bytes (one arena for both streams).
-    assert!(
-        planned.arena_bytes() < 17 << 20,
-        "arena {}",
-        planned.arena_bytes()
-    );
+    assert!(arena < 17 << 20, "arena {arena}");
     assert_eq!(served + refused, 8 * 4);
     assert!(served >= 8 * 4 - 2, "{served} served, {refused} refused");
-    drop(res);
-    ctx.stream.synchronize().unwrap();
-    b.synchronize().unwrap();
-    assert!(planned.release(&b).unwrap());
-    assert!(planned.release(&ctx.stream).unwrap());
-    drop(keep_a);
-    drop(keep_b);
+    drop(keep);
     ctx.finish(&[&b]);
 }
 
@@ -191,30 +218,15 @@ fn device_times_keep_apart_the_bytes_the_device_had_not_released() {
     // device times would count that wait as stream b's own.
     ctx.pool.set_reuse_policy(somalloc::ReusePolicy::NONE).unwrap();
     let b = ctx.new_stream();
-    let mut keep_a = DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &ctx.stream).unwrap();
-    let mut keep_b = DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &b).unwrap();
-    let path = std::env::temp_dir().join(format!("somalloc-plan-device-{}.trace", std::process::id()));
-    let recording = Arc::new(
-        RecordingAdaptor::to_file(
-            Arc::new(ctx.pool.clone()),
-            &path,
-            // Every event timed (the default times one per 100 µs per stream).
-            RecordOptions::default()
-                .device_times(true)
-                .device_time_interval(std::time::Duration::ZERO),
-        )
-        .unwrap(),
+    let mut keep = (
+        DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &ctx.stream).unwrap(),
+        DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &b).unwrap(),
     );
-    let res: Arc<dyn MemoryResource> = recording.clone();
-    for step in 0..3 {
-        two_stream_step(&ctx, &res, &b, (&mut keep_a, &mut keep_b), 10 * step);
-    }
-    drop(res);
-    ctx.stream.synchronize().unwrap();
-    b.synchronize().unwrap();
-    let stats = recording.recorder().finish().unwrap();
-    let trace = Trace::read(&path).unwrap();
-    let _ = std::fs::remove_file(&path);
+    // Every event timed (the default times one per 100 µs per stream).
+    let options = RecordOptions::default()
+        .device_times(true)
+        .device_time_interval(std::time::Duration::ZERO);
+    let (trace, stats) = record_two_stream_steps(&ctx, &b, &mut keep, "device", options);
     // Every allocation and free has its device time (3 steps of 4 blocks).
     assert_eq!(
         (stats.device_times, stats.device_times_missed),
@@ -250,41 +262,15 @@ fn device_times_keep_apart_the_bytes_the_device_had_not_released() {
 
     // Planned by device times: the blocks stay apart (b never waits for
     // a); by a host lag of 0 they share bytes (see the test above).
-    let device = Sharing::Device { margin_ns: 1_000_000 };
+    let device = Some(Sharing::Device { margin_ns: 1_000_000 });
     let planned =
-        Arc::new(PlanningAdaptor::with_sharing(Arc::new(ctx.pool.clone()), &trace, Some(device)).unwrap());
-    let res: Arc<dyn MemoryResource> = planned.clone();
-    for step in 0..8 {
-        let seed = 100 + 10 * step;
-        two_stream_step(&ctx, &res, &b, (&mut keep_a, &mut keep_b), seed);
-        assert_eq!(
-            ctx.k.verify(&keep_a, seed, &ctx.stream).unwrap(),
-            0,
-            "step {step}"
-        );
-        assert_eq!(ctx.k.verify(&keep_b, seed + 1, &b).unwrap(), 0, "step {step}");
-    }
-    let (served, refused) = planned.counts();
-    say(&format!(
-        "plan::device_times: {served} served, {refused} refused, arena {} bytes",
-        planned.arena_bytes()
-    ));
-    assert!(
-        planned.arena_bytes() >= 32 << 20,
-        "arena {}",
-        planned.arena_bytes()
-    );
+        Arc::new(PlanningAdaptor::with_sharing(Arc::new(ctx.pool.clone()), &trace, device).unwrap());
+    let (served, refused, arena) = serve_two_stream_steps(&ctx, &planned, &b, &mut keep, "device_times");
+    assert!(arena >= 32 << 20, "arena {arena}");
     assert!(served >= 8 * 4 - 2, "{served} served, {refused} refused");
-    drop(res);
-    ctx.stream.synchronize().unwrap();
-    b.synchronize().unwrap();
-    assert!(planned.release(&b).unwrap());
-    assert!(planned.release(&ctx.stream).unwrap());
-    // The same trace planned by a host lag of 0 shares the bytes.
     let program = DeviceProgram::of(&trace, ctx.stream.device().ordinal() as u32, |_| false);
     let by_host = Plan::for_streams_sharing(&program.ops, Sharing::HostLag(0)).unwrap();
     assert!(by_host.arena < 17 << 20, "arena {}", by_host.arena);
-    drop(keep_a);
-    drop(keep_b);
+    drop(keep);
     ctx.finish(&[&b]);
 }
