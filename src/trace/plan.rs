@@ -1988,6 +1988,98 @@ mod tests {
             prop_assert_eq!(serve(&mut server, &longer), 0);
         }
 
+        /// A plan shared by device times hands bytes from a stream to
+        /// another only where, in the recorded program itself, the device
+        /// had reached the free by the margin before it reached the
+        /// taking allocation: replayed with the plan's own slots, every
+        /// block's bytes last held by another stream's block were freed
+        /// early enough, in every recorded step (the repeated step's
+        /// included, whose slots take both recorded instances into
+        /// account), however the device's pace moves from step to step.
+        /// (A plan shared by a host lag of 0 fails this at once.)
+        #[test]
+        fn device_time_plans_hand_over_only_what_the_device_had_released(
+            blocks in proptest::collection::vec((0u32..3, 1u64..5, 1usize..6), MIN_STEP..9),
+            steps in 2usize..5,
+            lags in proptest::collection::vec(0u64..20, 1..400),
+            margin_ms in 0u64..4,
+        ) {
+            let ms = 1_000_000u64;
+            // Each step allocates `blocks` in order (stream, size in 256
+            // bytes, freed after that many more allocations of the
+            // program); a stream's device reaches each event `lag` ms
+            // after the host, never before its own earlier events.
+            let mut ops: Vec<StreamOp> = Vec::new();
+            // (free due at, allocation, stream)
+            let mut pending: Vec<(usize, usize, u32)> = Vec::new();
+            let mut reached = [0i64; 3];
+            let (mut host, mut made, mut lag) = (0u64, 0usize, 0usize);
+            let mut at = |stream: u32, host: u64| {
+                let l = lags[lag % lags.len()];
+                lag += 1;
+                let d = ((host + l * ms) as i64).max(reached[stream as usize]);
+                reached[stream as usize] = d;
+                d
+            };
+            for _ in 0..steps {
+                for (i, &(stream, size, life)) in blocks.iter().enumerate() {
+                    host += ms;
+                    // Frees due before this allocation.
+                    pending.sort();
+                    while pending.first().is_some_and(|p| p.0 <= made) {
+                        let (_, k, t) = pending.remove(0);
+                        ops.push(StreamOp::new(t, Op::Free(k), host).at_device(at(t, host)));
+                    }
+                    // Sizes distinct within the step, so that the step
+                    // repeats with no shorter period.
+                    let bytes = 256 * size + 8 * i as u64;
+                    ops.push(StreamOp::new(stream, Op::Alloc(bytes), host).at_device(at(stream, host)));
+                    pending.push((made + life, made, stream));
+                    made += 1;
+                }
+            }
+            pending.sort();
+            for (_, k, t) in pending {
+                host += ms;
+                ops.push(StreamOp::new(t, Op::Free(k), host).at_device(at(t, host)));
+            }
+            let margin = (margin_ms * ms) as i64;
+            let plan = Plan::for_streams_sharing(&ops, Sharing::Device { margin_ns: margin_ms * ms }).unwrap();
+            // Replay: the last holder of every byte range, and when the
+            // device reached its free.
+            let mut held: Vec<(u64, u64, u32, Option<i64>)> = Vec::new();
+            let mut placed: Vec<Option<(u64, u64, u32)>> = Vec::new();
+            for op in &ops {
+                match op.op {
+                    Op::Alloc(size) => {
+                        let k = placed.len();
+                        let Some(off) = plan.slots[k].offset else {
+                            placed.push(None);
+                            continue;
+                        };
+                        let (a, b) = (off, off + size);
+                        for &(from, to, stream, freed) in held.iter().filter(|h| h.0 < b && a < h.1) {
+                            if stream != op.stream {
+                                let (d, f) = (op.device_ns.unwrap(), freed.unwrap());
+                                prop_assert!(
+                                    f + margin <= d,
+                                    "allocation {} (stream {}) takes [{}, {}) of stream {}, freed at {} ns, reached at {} ns",
+                                    k, op.stream, from, to, stream, f, d
+                                );
+                            }
+                        }
+                        held.retain(|h| !(h.0 < b && a < h.1));
+                        placed.push(Some((a, b, op.stream)));
+                    }
+                    Op::Free(k) => {
+                        if let Some((a, b, stream)) = placed[k] {
+                            held.push((a, b, stream, op.device_ns));
+                        }
+                    }
+                }
+            }
+        }
+
         /// Whatever the plan of three streams and whatever they do, a
         /// stream that gets a slot is ordered (through the waits it was
         /// given, as a device orders streams with events) after every
