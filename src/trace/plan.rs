@@ -1849,6 +1849,35 @@ mod tests {
     }
 
     #[test]
+    fn beyond_sixteen_streams_one_rule_serves_all_other_streams() {
+        let ms = 1_000_000i64;
+        let d = |stream, op, host: u64, dev: i64| sop(stream, op, host).at_device(dev * ms);
+        // Stream 0 frees 1 MiB; stream 1 passes the free by 8 ms and takes
+        // 1 MiB; then `others` more streams allocate 64 bytes each, the
+        // last of them reaching its allocation before the free.
+        let ops = |others: u32| {
+            let mut ops = vec![
+                d(0, Op::Alloc(1 << 20), 0, 0),
+                d(0, Op::Free(0), 1, 10),
+                d(1, Op::Alloc(1 << 20), 2, 18),
+            ];
+            for s in 0..others {
+                let dev = if s + 1 == others { 5 } else { 30 };
+                ops.push(d(2 + s, Op::Alloc(64), 3 + u64::from(s), dev));
+            }
+            ops
+        };
+        let device = Sharing::Device { margin_ns: 1_000_000 };
+        // 16 streams: each judged on its own, stream 1 takes the bytes.
+        let judged = Plan::for_streams_sharing(&ops(14), device).unwrap();
+        assert_eq!(judged.slots[1].offset, judged.slots[0].offset);
+        // 17: one rule, from the last stream to pass the free, which never
+        // did: stream 1 keeps apart.
+        let one_rule = Plan::for_streams_sharing(&ops(15), device).unwrap();
+        assert_ne!(one_rule.slots[1].offset, one_rule.slots[0].offset);
+    }
+
+    #[test]
     fn sharing_rules_read_back_as_written() {
         for rule in [
             Sharing::Never,
