@@ -786,7 +786,12 @@ impl Plan {
                                     None => u64::MAX,
                                 };
                             }
-                            t.map_or(u64::MAX, |t| reached.first_after(streams[k], made, t))
+                            // One rule for all other streams only where there
+                            // is no rule per stream.
+                            match t {
+                                Some(t) if !per_stream => reached.first_after(streams[k], made, t),
+                                _ => u64::MAX,
+                            }
                         }
                     };
                 }
