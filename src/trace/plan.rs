@@ -52,7 +52,7 @@
 //! # }
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::format::{Action, Trace};
@@ -963,9 +963,13 @@ pub struct Server {
     /// Per stream: its slots in order, and where matching goes on.
     lanes: Vec<Lane>,
     live: Vec<bool>,
-    /// The live slots' bytes: start -> (end, slot). They never overlap
-    /// (see `allocate_on`).
-    taken: BTreeMap<u64, (u64, usize)>,
+    /// How many slots are live.
+    live_count: usize,
+    /// The arena cut into pieces at every servable slot's start and end.
+    pieces: Pieces,
+    /// Per piece: the live slot holding it, plus one (0: none). Live slots
+    /// never share a piece (see `allocate_on`).
+    holder: Vec<u32>,
     /// How many slots ahead a request looks for its size.
     window: usize,
     /// Who freed the bytes that are not live (plans of several streams).
@@ -976,6 +980,51 @@ pub struct Server {
     pub refused: u64,
     /// Slots passed over by a match further ahead.
     pub skipped: u64,
+}
+
+/// The arena cut at the start and the end of every slot the server can
+/// hand out (placed, inside the arena): each such slot covers a run of
+/// whole pieces, and two of them overlap exactly where they share a piece.
+/// Serving a slot then reads and writes its pieces (on the recorded
+/// programs a slot covers 15 pieces on average, one in the median) instead
+/// of searching ordered maps.
+#[derive(Debug)]
+struct Pieces {
+    /// The pieces' starts, in order.
+    starts: Vec<u64>,
+    /// Per slot: its pieces `lo..hi` (empty for a slot never handed out).
+    of_slot: Vec<(u32, u32)>,
+}
+
+impl Pieces {
+    fn new(plan: &Plan) -> Pieces {
+        let span = |s: &Slot| {
+            let o = s.offset?;
+            let e = o.checked_add(round(s.size))?;
+            (e <= plan.arena).then_some((o, e))
+        };
+        let mut starts: Vec<u64> = plan
+            .slots
+            .iter()
+            .filter_map(span)
+            .flat_map(|(o, e)| [o, e])
+            .collect();
+        starts.sort_unstable();
+        starts.dedup();
+        let at = |x: u64| starts.partition_point(|&b| b < x) as u32;
+        let of_slot = plan
+            .slots
+            .iter()
+            .map(|s| span(s).map_or((0, 0), |(o, e)| (at(o), at(e))))
+            .collect();
+        Pieces { starts, of_slot }
+    }
+
+    /// Slot `slot`'s pieces.
+    fn of(&self, slot: usize) -> std::ops::Range<usize> {
+        let (lo, hi) = self.of_slot[slot];
+        lo as usize..hi as usize
+    }
 }
 
 #[derive(Debug)]
@@ -995,9 +1044,10 @@ struct Lane {
 /// the stream after its free number `t` orders a wait after frees 1..=t.
 #[derive(Debug)]
 struct Handoffs {
-    /// Bytes freed and not handed out since: start -> `Freed`. The ranges
-    /// never overlap one another nor a live slot.
-    freed: BTreeMap<u64, Freed>,
+    /// Per piece of the arena: its last free (ticket 0: none yet). A
+    /// piece taken since keeps it until its next free; only a live slot
+    /// holds it meanwhile, and that slot's stream already waited for it.
+    freed: Vec<Freed>,
     /// Per stream: its frees so far.
     frees: Vec<u64>,
     /// Per stream: the last free an event was recorded after.
@@ -1010,9 +1060,8 @@ struct Handoffs {
     handed: Vec<bool>,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Freed {
-    end: u64,
     stream: u32,
     ticket: u64,
     slot: usize,
@@ -1076,17 +1125,20 @@ impl Server {
                 lane.wrap = (at < lane.order.len()).then_some(at);
             }
         }
+        let pieces = Pieces::new(&plan);
         Server {
             live: vec![false; plan.slots.len()],
+            live_count: 0,
+            holder: vec![0; pieces.starts.len()],
             handoffs: (streams > 1).then(|| Handoffs {
-                freed: BTreeMap::new(),
+                freed: vec![Freed::default(); pieces.starts.len()],
                 frees: vec![0; streams],
                 recorded: vec![0; streams],
                 waited: vec![vec![0; streams]; streams],
                 handed: vec![false; plan.slots.len()],
             }),
             lanes,
-            taken: BTreeMap::new(),
+            pieces,
             plan,
             window: window.max(1),
             served: 0,
@@ -1169,28 +1221,25 @@ impl Server {
             return None;
         };
         let j = lane.order[at];
-        // The live ranges never overlap, so they end in the order they
-        // start: the one that starts last before this slot's end is the
-        // only one that can reach into it.
-        let free = |from: u64, to: u64| {
-            self.taken
-                .range(..to)
-                .next_back()
-                .is_none_or(|(_, &(end, _))| end <= from)
-        };
-        // Inside the arena (a plan's fields are public: one made by hand
-        // may say otherwise), and no live block there.
-        let inside = |o: u64| o.checked_add(round(size)).is_some_and(|e| e <= self.plan.arena);
+        // Placed inside the arena (a plan's fields are public: one made by
+        // hand may say otherwise: such a slot has no pieces), and no live
+        // block on any of its pieces.
+        let pieces = self.pieces.of(j);
         let offset = match slots[j].offset {
-            Some(offset) if !self.live[j] && inside(offset) && free(offset, offset + round(size)) => offset,
+            Some(offset)
+                if !self.live[j]
+                    && !pieces.is_empty()
+                    && self.holder[pieces.clone()].iter().all(|&h| h == 0) =>
+            {
+                offset
+            }
             _ => {
                 self.refused += 1;
                 return None;
             }
         };
-        let end = offset + round(size);
         let waits = match &mut self.handoffs {
-            Some(h) => match h.take(stream, offset, end, may_wait) {
+            Some(h) => match h.take(stream, pieces.clone(), may_wait) {
                 Some(w) => w,
                 None => {
                     self.refused += 1;
@@ -1204,7 +1253,11 @@ impl Server {
         lane.cursor = Self::after(lane, at).unwrap_or(lane.order.len());
         lane.live += 1;
         self.live[j] = true;
-        self.taken.insert(offset, (end, j));
+        self.live_count += 1;
+        // Slots number at most `MAX_BLOCKS` by plan (`u32` is plenty); a
+        // plan made by hand with more still keeps them apart.
+        let tag = u32::try_from(j + 1).unwrap_or(u32::MAX);
+        self.holder[pieces].fill(tag);
         self.served += 1;
         Some(Grant {
             slot: j,
@@ -1236,24 +1289,22 @@ impl Server {
         }
         let s = self.plan.slots[slot];
         self.lanes[s.stream as usize].live -= 1;
-        // A live slot is placed (`grant` hands out no other).
-        let offset = s.offset?;
-        self.taken.remove(&offset);
+        self.live_count -= 1;
+        // A live slot has pieces (`grant` hands out no other), which it
+        // alone holds.
+        let pieces = self.pieces.of(slot);
+        self.holder[pieces.clone()].fill(0);
         let Some(h) = &mut self.handoffs else {
             return Some(None);
         };
         let a = s.stream as usize;
         h.frees[a] += 1;
         let ticket = h.frees[a];
-        h.freed.insert(
-            offset,
-            Freed {
-                end: offset + round(s.size),
-                stream: s.stream,
-                ticket,
-                slot,
-            },
-        );
+        h.freed[pieces].fill(Freed {
+            stream: s.stream,
+            ticket,
+            slot,
+        });
         if may_record && h.handed[slot] {
             h.recorded[a] = ticket;
             Some(Some(ticket))
@@ -1290,12 +1341,14 @@ impl Server {
 
     /// The live slot whose block starts at `offset`, if any.
     pub fn live_slot_at(&self, offset: u64) -> Option<usize> {
-        self.taken.get(&offset).map(|&(_, slot)| slot)
+        let p = self.pieces.starts.binary_search(&offset).ok()?;
+        let slot = (self.holder[p] as usize).checked_sub(1)?;
+        (self.plan.slots.get(slot)?.offset == Some(offset)).then_some(slot)
     }
 
     /// How many slots are live.
     pub fn live_slots(&self) -> usize {
-        self.taken.len()
+        self.live_count
     }
 
     /// How many slots of the plan's stream `stream` are live.
@@ -1315,24 +1368,17 @@ impl Server {
 }
 
 impl Handoffs {
-    /// Stream `b` takes `[from, to)`: the freed ranges there are cut out,
-    /// and the waits on the other streams that freed them are returned
+    /// Stream `b` takes the pieces `pieces` (no live slot holds them):
+    /// the waits on the other streams that freed them last are returned
     /// (`None`, nothing changed, if there are some and `may_wait` is off).
-    fn take(&mut self, b: u32, from: u64, to: u64, may_wait: bool) -> Option<Vec<Wait>> {
-        // The freed ranges do not overlap: the ones meeting [from, to) are
-        // the last ones starting before `to` whose ends pass `from`.
-        let hit: Vec<(u64, Freed)> = self
-            .freed
-            .range(..to)
-            .rev()
-            .take_while(|(_, f)| f.end > from)
-            .map(|(&s, &f)| (s, f))
-            .collect();
+    fn take(&mut self, b: u32, pieces: std::ops::Range<usize>, may_wait: bool) -> Option<Vec<Wait>> {
         // Per other stream, the latest of its frees to wait for, and its
-        // slot.
+        // slot. A piece freed by `b` itself, or taken by a slot since (its
+        // stream waited for this free, or freed it itself), asks for
+        // nothing more than `waited` already says.
         let mut need: Vec<(u32, u64, usize)> = Vec::new();
-        for (_, f) in &hit {
-            if f.stream != b && self.waited[b as usize][f.stream as usize] < f.ticket {
+        for f in &self.freed[pieces] {
+            if f.ticket != 0 && f.stream != b && self.waited[b as usize][f.stream as usize] < f.ticket {
                 match need.iter_mut().find(|n| n.0 == f.stream) {
                     Some(n) if n.1 < f.ticket => *n = (f.stream, f.ticket, f.slot),
                     Some(_) => {}
@@ -1342,15 +1388,6 @@ impl Handoffs {
         }
         if !need.is_empty() && !may_wait {
             return None;
-        }
-        for (start, f) in hit {
-            self.freed.remove(&start);
-            if start < from {
-                self.freed.insert(start, Freed { end: from, ..f });
-            }
-            if f.end > to {
-                self.freed.insert(to, f);
-            }
         }
         need.sort_unstable();
         Some(
@@ -1380,6 +1417,7 @@ impl Handoffs {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::BTreeMap;
 
     fn rec(size: u64, at: u32, end: End) -> Rec {
         Rec { size, at, end }
