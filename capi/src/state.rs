@@ -344,19 +344,22 @@ impl DeviceState {
         self.allocate_on(&entry, size)
     }
 
-    /// A planned slot of the legacy default stream, from a plan of that
-    /// stream alone, which makes no call to the runtime (so none that
-    /// reads the current device): `None` when it cannot be served so
-    /// (another stream, no such plan, its arena not made yet, no free
-    /// slot), and then nothing was done. A training loop on PyTorch's
-    /// default stream allocates this way.
+    /// A planned slot of the stream's plan served with no runtime call
+    /// that reads the current device: `None` when it cannot be served so
+    /// (no plan, a capturing stream, the arena not made yet, no free slot,
+    /// a slot that needs a wait), and then nothing was done. The legacy
+    /// stream is never capturing; another stream's handle names its device
+    /// whatever device is current, so asking whether it captures needs no
+    /// `DeviceGuard` (an error sends the request the guarded way). A
+    /// training loop allocates this way on PyTorch's default stream and on
+    /// its side streams.
     fn allocate_quiet(entry: &Entry, size: usize) -> Option<(*mut c_void, Path)> {
-        if !entry.legacy {
+        let plan = entry.plan.as_ref()?;
+        if !entry.legacy && entry.stream.is_capturing().ok()? {
             return None;
         }
-        let plan = entry.plan.as_ref()?;
-        // The legacy stream is never capturing: no question to ask.
-        let (ptr, slot) = plan.arena.allocate_made(size, &entry.stream)?;
+        let (ptr, slot) = plan.arena.allocate_ready(plan.lane, size, &entry.stream)?;
+        // Slots number fewer than `trace::plan::MAX_BLOCKS`.
         Some((ptr, Path::Plan(slot as u32)))
     }
 
@@ -387,15 +390,17 @@ impl DeviceState {
     unsafe fn deallocate(&self, ptr: *mut c_void, live: Live, key: usize) -> Result<(), CapiError> {
         let size = live.size;
         if let Path::Plan(slot) = live.path {
-            if key == LEGACY && live.stream == LEGACY {
-                // A planned slot of the legacy stream freed there, from a
-                // plan of that stream alone: no event to record, and the
-                // legacy stream is never capturing, so no runtime call (see
-                // `allocate_quiet`).
+            if key == live.stream {
+                // A planned slot freed on its own stream, which asks for no
+                // event: no runtime call that reads the current device (see
+                // `allocate_quiet`), under the read lock.
                 let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
-                if let Some(plan) = streams.get(&LEGACY).and_then(|e| e.plan.as_ref()) {
-                    if plan.arena.lanes() == 1 {
-                        return Ok(plan.arena.free(slot as usize, false)?);
+                if let Some(e) = streams.get(&key) {
+                    if let Some(plan) = &e.plan {
+                        let quiet = e.legacy || matches!(e.stream.is_capturing(), Ok(false));
+                        if quiet && plan.arena.free_ready(slot as usize) {
+                            return Ok(());
+                        }
                     }
                 }
             }

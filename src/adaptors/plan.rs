@@ -267,27 +267,38 @@ impl PlannedArena {
     }
 
     /// [`allocate`](PlannedArena::allocate) where it makes no call to the
-    /// runtime: a plan of one stream whose arena is made and whose lane is
-    /// `stream`'s, the slot free. `Some(ptr, slot)`: served; `None`:
-    /// nothing done and nothing counted (call `allocate`, which decides).
-    /// A slot of a plan of one stream is freed with no call to the runtime
-    /// either ([`free`](PlannedArena::free) of a stream not capturing), so
-    /// a caller that makes a device current only for the runtime's sake
-    /// can skip that here.
-    pub fn allocate_made(&self, bytes: usize, stream: &Stream) -> Option<(*mut c_void, usize)> {
-        if self.lanes != 1 {
-            return None;
-        }
+    /// runtime: the arena made, lane `lane` bound to `stream` (which the
+    /// caller knows is not capturing), and the slot free and needing no
+    /// wait. `Some(ptr, slot)`: served;
+    /// `None`: nothing done and nothing counted (call `allocate`, which
+    /// decides). In a plan of several streams most requests are served so:
+    /// only the first use of bytes another stream freed waits. A caller
+    /// that makes a device current only for the runtime's sake can skip
+    /// that here, and in [`free_ready`](PlannedArena::free_ready).
+    pub fn allocate_ready(&self, lane: u32, bytes: usize, stream: &Stream) -> Option<(*mut c_void, usize)> {
         let mut st = lock(&self.inner);
         let base = st.base?;
-        let l = &st.lanes[0];
+        let l = st.lanes.get(lane as usize)?;
         if l.released || l.stream.as_ref()?.as_raw() != stream.as_raw() {
             return None;
         }
-        // One stream: no waits, so `allocate` on lane 0 hands out the same.
-        let (slot, offset) = st.server.allocate(bytes as u64)?;
+        let (slot, offset) = st.server.allocate_unwaited(lane, bytes as u64)?;
         self.served.fetch_add(1, Ordering::Relaxed);
+        // The server hands out only slots inside the arena.
         Some(((base + offset as usize) as *mut c_void, slot))
+    }
+
+    /// [`free`](PlannedArena::free) of slot `slot` by a stream not
+    /// capturing, where it makes no call to the runtime (no event to
+    /// record): `true`, freed; `false`: nothing done (call `free`).
+    pub fn free_ready(&self, slot: usize) -> bool {
+        let mut st = lock(&self.inner);
+        if st.server.free_records(slot) {
+            return false;
+        }
+        // Live (else `free_records`' `false` falls through to here and
+        // `free_slot` says so) and asking for no event.
+        matches!(st.server.free_slot(slot), Some(None))
     }
 
     /// A planned slot for `bytes` on `stream`, which serves the plan's

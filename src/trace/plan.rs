@@ -1189,6 +1189,24 @@ impl Server {
         self.grant(0, size, false).map(|g| (g.slot, g.offset))
     }
 
+    /// [`allocate_on`](Server::allocate_on) where the slot it would hand
+    /// out needs no wait: `Some(slot, offset)`; `None`: nothing changed
+    /// and nothing counted (call `allocate_on`, which decides).
+    pub fn allocate_unwaited(&mut self, stream: u32, size: u64) -> Option<(usize, u64)> {
+        let refused = self.refused;
+        let g = self.grant(stream, size, false);
+        if g.is_none() {
+            self.refused = refused;
+        }
+        g.map(|g| (g.slot, g.offset))
+    }
+
+    /// Whether [`free_slot`](Server::free_slot) of the live slot `slot`
+    /// would ask for an event (`false` also when it is not live).
+    pub fn free_records(&self, slot: usize) -> bool {
+        self.live.get(slot).is_some_and(|&l| l) && self.handoffs.as_ref().is_some_and(|h| h.handed[slot])
+    }
+
     /// A slot for `size` bytes on the plan's stream `stream`, or `None`
     /// (the caller takes the memory elsewhere). The caller must carry out
     /// the grant's waits on `stream` before it uses the block.
@@ -1971,12 +1989,28 @@ mod tests {
         for _ in 0..8 {
             let (mut waits, mut at_frees) = (Vec::new(), 0);
             for (stream, size) in [(0, 1 << 20), (0, 512), (1, 1 << 20), (1, 512)] {
-                let g = s.allocate_on(stream, size).expect("served");
-                waits.extend(g.waits.iter().map(|w| (w.stream, w.record.is_some())));
+                // The entry point without waits serves exactly the slots
+                // that need none, and leaves the others to `allocate_on`
+                // with nothing changed.
+                let slot = match s.allocate_unwaited(stream, size) {
+                    Some((slot, _)) => slot,
+                    None => {
+                        assert_eq!(s.live_slots_of(stream), 0);
+                        let g = s.allocate_on(stream, size).expect("served");
+                        assert!(!g.waits.is_empty(), "refused without waits");
+                        waits.extend(g.waits.iter().map(|w| (w.stream, w.record.is_some())));
+                        g.slot
+                    }
+                };
                 assert_eq!(s.live_slots_of(stream), 1);
-                if s.free_slot(g.slot).expect("live").is_some() {
+                let records = s.free_records(slot);
+                if s.free_slot(slot).expect("live").is_some() {
+                    assert!(records);
                     at_frees += 1;
+                } else {
+                    assert!(!records);
                 }
+                assert!(!s.free_records(slot), "not live");
             }
             steps.push((waits, at_frees));
         }
@@ -2172,6 +2206,7 @@ mod tests {
             ops in proptest::collection::vec(
                 prop_oneof![
                     4 => (0u32..3, 0u64..4).prop_map(|(t, k)| (0u8, t, 512 * (k + 1) as usize)),
+                    2 => (0u32..3, 0u64..4).prop_map(|(t, k)| (4u8, t, 512 * (k + 1) as usize)),
                     3 => (0usize..8).prop_map(|n| (1u8, 0, n)),
                     1 => (0usize..8).prop_map(|n| (2u8, 0, n)),
                     1 => (0u32..3).prop_map(|t| (3u8, t, 0)),
@@ -2196,8 +2231,18 @@ mod tests {
             };
             for (kind, t, x) in ops {
                 match kind {
-                    0 => {
-                        let Some(g) = s.allocate_on(t, x as u64) else { continue };
+                    0 | 4 => {
+                        // Kind 4: the entry point that serves only slots
+                        // needing no wait.
+                        let g = match kind {
+                            0 => s.allocate_on(t, x as u64),
+                            _ => s.allocate_unwaited(t, x as u64).map(|(slot, offset)| Grant {
+                                slot,
+                                offset,
+                                waits: Vec::new(),
+                            }),
+                        };
+                        let Some(g) = g else { continue };
                         let b = t as usize;
                         for w in &g.waits {
                             let a = w.stream as usize;
@@ -2232,7 +2277,10 @@ mod tests {
                             *u = Some((a, frees[a]));
                         }
                         if kind == 1 {
-                            if let Some(tk) = s.free_slot(slot).unwrap() {
+                            let records = s.free_records(slot);
+                            let asked = s.free_slot(slot).unwrap();
+                            prop_assert_eq!(records, asked.is_some());
+                            if let Some(tk) = asked {
                                 prop_assert_eq!(tk, frees[a]);
                                 let snap = record(&vc, &frees, a);
                                 events[a].insert(tk, snap);
