@@ -1,7 +1,7 @@
 //! Shared set-up for the conformance tests.
 
 use std::io::Write;
-use std::sync::{Arc, Barrier, Mutex, MutexGuard};
+use std::sync::{Arc, Barrier, Condvar, Mutex, MutexGuard};
 
 use somalloc::testkit::TestKernels;
 use somalloc::{Device, DeviceBuffer, Error, MemPool, PoolProperties, Stream, Vendor};
@@ -14,6 +14,47 @@ pub struct Ctx {
     pub pool: MemPool,
     pub stream: Stream,
     used_at_start: usize,
+    _gate: Gate,
+}
+
+/// Who holds the device: the tests that share it (a count), or one test
+/// alone. A test that measures the device's timing between its own
+/// streams runs alone ([`setup_alone`]): other tests' streams share the
+/// device's hardware queues with its streams and can order one behind
+/// another's kernels.
+static GATE: (Mutex<(usize, bool)>, Condvar) = (Mutex::new((0, false)), Condvar::new());
+
+/// A test's hold on the device, given up when its `Ctx` drops.
+struct Gate {
+    alone: bool,
+}
+
+impl Gate {
+    fn enter(alone: bool) -> Gate {
+        let (lock, cv) = &GATE;
+        let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
+        // Shared: while nobody is alone. Alone: also while nobody shares.
+        while st.1 || (alone && st.0 > 0) {
+            st = cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        match alone {
+            true => st.1 = true,
+            false => st.0 += 1,
+        }
+        Gate { alone }
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let (lock, cv) = &GATE;
+        let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
+        match self.alone {
+            true => st.1 = false,
+            false => st.0 -= 1,
+        }
+        cv.notify_all();
+    }
 }
 
 /// Prints one line that bypasses the test harness's output capture, so skips
@@ -39,8 +80,19 @@ pub fn setup(test: &str) -> Option<Ctx> {
     setup_with(test, PoolProperties::default())
 }
 
+/// [`setup`] for a test that must have the device to itself: it waits for
+/// the tests that use it to finish, and the others wait for it.
+pub fn setup_alone(test: &str) -> Option<Ctx> {
+    setup_gated(test, PoolProperties::default(), true)
+}
+
 pub fn setup_with(test: &str, props: PoolProperties) -> Option<Ctx> {
+    setup_gated(test, props, false)
+}
+
+fn setup_gated(test: &str, props: PoolProperties, alone: bool) -> Option<Ctx> {
     let dev = device(test)?;
+    let gate = Gate::enter(alone);
     let k = TestKernels::load(&dev).expect("load test kernels");
     let pool = match MemPool::create(&dev, props) {
         Ok(p) => p,
@@ -63,6 +115,7 @@ pub fn setup_with(test: &str, props: PoolProperties) -> Option<Ctx> {
         pool,
         stream,
         used_at_start,
+        _gate: gate,
     })
 }
 

@@ -11,7 +11,7 @@ use somalloc::trace::plan::{DeviceProgram, Plan, Sharing};
 use somalloc::trace::{Action, RecordOptions, Trace};
 use somalloc::{DeviceBuffer, MemoryResource};
 
-use crate::common::{say, setup, Ctx};
+use crate::common::{say, setup, setup_alone, Ctx};
 
 const SIZES: [usize; 5] = [1 << 20, (3 << 20) + 7, 64 << 10, 17 << 20, 4096];
 
@@ -210,7 +210,9 @@ fn streams_sharing_a_plan_wait_for_each_other() {
 
 #[test]
 fn device_times_keep_apart_the_bytes_the_device_had_not_released() {
-    let Some(ctx) = setup("plan::device_times_keep_apart_the_bytes_the_device_had_not_released") else {
+    // Alone on the device: another test's streams could share a hardware
+    // queue with stream b and order it behind a's spin.
+    let Some(ctx) = setup_alone("plan::device_times_keep_apart_the_bytes_the_device_had_not_released") else {
         return;
     };
     // A pool that hands a block freed on one stream to another makes the
