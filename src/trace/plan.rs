@@ -947,6 +947,94 @@ impl Plan {
             .map(|s| s.size)
             .sum()
     }
+
+    /// The program `ops` this plan was made from, replayed with every
+    /// placed slot at its offset (the `k`-th allocation in slot `k`): the
+    /// allocations that take bytes another stream freed last, in program
+    /// order, each with how long before it those frees came (the latest of
+    /// them). How far apart a plan keeps the streams in the recorded run is
+    /// what its sharing rule allowed; a served run that keeps another pace
+    /// waits where these margins are small.
+    ///
+    /// ```
+    /// use somalloc::trace::plan::{Op, Plan, Sharing, StreamOp};
+    /// // Stream 0 frees 1 MiB at 1 ms (the device gets there at 1.5 ms);
+    /// // stream 1 allocates 1 MiB at 3 ms (the device at 9 ms).
+    /// let ops = [
+    ///     StreamOp::new(0, Op::Alloc(1 << 20), 0).at_device(0),
+    ///     StreamOp::new(0, Op::Free(0), 1_000_000).at_device(1_500_000),
+    ///     StreamOp::new(1, Op::Alloc(1 << 20), 3_000_000).at_device(9_000_000),
+    ///     StreamOp::new(1, Op::Free(1), 4_000_000).at_device(10_000_000),
+    /// ];
+    /// let plan = Plan::for_streams_sharing(&ops, Sharing::Device { margin_ns: 1_000_000 }).unwrap();
+    /// let h = plan.handovers(&ops);
+    /// assert_eq!((h.len(), h[0].slot, h[0].from, h[0].to), (1, 1, 0, 1));
+    /// assert_eq!((h[0].host_ns, h[0].device_ns), (2_000_000, Some(7_500_000)));
+    /// ```
+    pub fn handovers(&self, ops: &[StreamOp]) -> Vec<Handover> {
+        let pieces = Pieces::new(self);
+        // Per piece: the last free's stream, host time and device time.
+        let mut last: Vec<Option<(u32, u64, Option<i64>)>> = vec![None; pieces.starts.len()];
+        let mut streams: Vec<u32> = Vec::new();
+        let mut out = Vec::new();
+        for op in ops {
+            match op.op {
+                Op::Alloc(_) => {
+                    let k = streams.len();
+                    streams.push(op.stream);
+                    if k >= self.slots.len() {
+                        continue;
+                    }
+                    let mut took: Option<Handover> = None;
+                    for l in last[pieces.of(k)].iter_mut() {
+                        if let Some((from, t, d)) = l.take().filter(|f| f.0 != op.stream) {
+                            let host_ns = op.t_ns as i64 - t as i64;
+                            let device_ns = d.zip(op.device_ns).map(|(f, a)| a - f);
+                            let h = Handover {
+                                slot: k,
+                                from,
+                                to: op.stream,
+                                host_ns,
+                                device_ns,
+                            };
+                            // The latest free: the smallest margin (by the
+                            // device where both have it).
+                            let key = |h: &Handover| (h.device_ns.unwrap_or(i64::MAX), h.host_ns);
+                            if took.is_none_or(|t| key(&h) < key(&t)) {
+                                took = Some(h);
+                            }
+                        }
+                    }
+                    out.extend(took);
+                }
+                Op::Free(k) => {
+                    let (Some(&stream), true) = (streams.get(k), k < self.slots.len()) else {
+                        continue;
+                    };
+                    last[pieces.of(k)].fill(Some((stream, op.t_ns, op.device_ns)));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// An allocation that takes bytes another stream freed last, in a plan's
+/// replay of its own program ([`Plan::handovers`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handover {
+    /// The allocation's number in the program, which is its slot's.
+    pub slot: usize,
+    /// The stream that freed the bytes, and the one that takes them.
+    pub from: u32,
+    /// See `from`.
+    pub to: u32,
+    /// How long after that free the allocation came, on the host's clock
+    /// (ns).
+    pub host_ns: i64,
+    /// The same by the device's times, where both have one: how long after
+    /// the device reached the free it reached the allocation.
+    pub device_ns: Option<i64>,
 }
 
 /// Serves allocations from a plan, in order, each slot checked against the
@@ -2155,6 +2243,9 @@ mod tests {
             // device reached its free.
             let mut held: Vec<(u64, u64, u32, Option<i64>)> = Vec::new();
             let mut placed: Vec<Option<(u64, u64, u32)>> = Vec::new();
+            // Per allocation taking another stream's bytes: the smallest
+            // margin, which `Plan::handovers` must give too.
+            let mut taken: Vec<(usize, i64)> = Vec::new();
             for op in &ops {
                 match op.op {
                     Op::Alloc(size) => {
@@ -2163,10 +2254,15 @@ mod tests {
                             placed.push(None);
                             continue;
                         };
-                        let (a, b) = (off, off + size);
+                        // The slot's bytes as the plan keeps them apart.
+                        let (a, b) = (off, off + round(size));
                         for &(from, to, stream, freed) in held.iter().filter(|h| h.0 < b && a < h.1) {
                             if stream != op.stream {
                                 let (d, f) = (op.device_ns.unwrap(), freed.unwrap());
+                                match taken.last_mut() {
+                                    Some(t) if t.0 == k => t.1 = t.1.min(d - f),
+                                    _ => taken.push((k, d - f)),
+                                }
                                 prop_assert!(
                                     f + margin <= d,
                                     "allocation {} (stream {}) takes [{}, {}) of stream {}, freed at {} ns, reached at {} ns",
@@ -2174,7 +2270,20 @@ mod tests {
                                 );
                             }
                         }
-                        held.retain(|h| !(h.0 < b && a < h.1));
+                        // Taken: what is left of the ranges met stays
+                        // with its last holder.
+                        let mut rest = Vec::new();
+                        held.retain(|h| {
+                            let meets = h.0 < b && a < h.1;
+                            if meets && h.0 < a {
+                                rest.push((h.0, a, h.2, h.3));
+                            }
+                            if meets && b < h.1 {
+                                rest.push((b, h.1, h.2, h.3));
+                            }
+                            !meets
+                        });
+                        held.extend(rest);
                         placed.push(Some((a, b, op.stream)));
                     }
                     Op::Free(k) => {
@@ -2184,6 +2293,12 @@ mod tests {
                     }
                 }
             }
+            let listed: Vec<(usize, i64)> = plan
+                .handovers(&ops)
+                .iter()
+                .map(|h| (h.slot, h.device_ns.unwrap()))
+                .collect();
+            prop_assert_eq!(listed, taken);
         }
 
         /// Whatever the plan of three streams and whatever they do, a

@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use crate::format::Trace;
 use std::sync::Arc;
 
-use crate::plan::{find_step, DeviceProgram, End, Op, Plan, Rec, Server, Sharing};
+use crate::plan::{find_step, DeviceProgram, End, Handover, Op, Plan, Rec, Server, Sharing};
 
 /// One stream's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,19 +86,37 @@ fn devices(trace: &Trace) -> Vec<u32> {
     d
 }
 
-/// Per device: the arena of one plan for all its streams
-/// ([`Plan::for_streams`]), bytes passing from a stream to another freed at
-/// least `lag_ns` before.
-pub fn shared(trace: &Trace, sharing: Sharing) -> Result<Vec<(u32, u64)>, String> {
+/// A device's streams planned in one arena ([`shared`]).
+#[derive(Debug)]
+pub struct Shared {
+    pub device: u32,
+    pub arena: u64,
+    /// The allocations that take bytes another stream freed, replaying the
+    /// recorded program ([`Plan::handovers`]).
+    pub handovers: Vec<Handover>,
+}
+
+/// Per device: one plan for all its streams ([`Plan::for_streams_sharing`]),
+/// bytes passing from a stream to another as `sharing` allows.
+pub fn shared(trace: &Trace, sharing: Sharing) -> Result<Vec<Shared>, String> {
     devices(trace)
         .into_iter()
-        .map(|d| {
-            Ok((
-                d,
-                Plan::for_streams_sharing(&DeviceProgram::of(trace, d, |_| false).ops, sharing)?.arena,
-            ))
+        .map(|device| {
+            let ops = DeviceProgram::of(trace, device, |_| false).ops;
+            let plan = Plan::for_streams_sharing(&ops, sharing)?;
+            Ok(Shared {
+                device,
+                arena: plan.arena,
+                handovers: plan.handovers(&ops),
+            })
         })
         .collect()
+}
+
+/// The smallest and the median of `ns`, in milliseconds.
+fn least_and_median(mut ns: Vec<i64>) -> Option<(f64, f64)> {
+    ns.sort_unstable();
+    Some((*ns.first()? as f64 / 1e6, ns[ns.len() / 2] as f64 / 1e6))
 }
 
 fn stream_steps(key: (u32, Option<u32>), evs: &[Ev], window: usize) -> Result<StreamSteps, String> {
@@ -245,7 +263,7 @@ fn mib(n: u64) -> String {
 
 /// The report; `shared`: per device, the arena of the streams sharing one
 /// plan, and the lag it was planned with.
-pub fn report(trace: &Trace, streams: &[StreamSteps], shared: &[(u32, u64)], sharing: Sharing) -> String {
+pub fn report(trace: &Trace, streams: &[StreamSteps], shared: &[Shared], sharing: Sharing) -> String {
     let mut out = String::new();
     let (mut arena, mut outside) = (0, 0);
     let program: u64 = streams.iter().map(|s| s.program_arena).sum();
@@ -310,13 +328,37 @@ pub fn report(trace: &Trace, streams: &[StreamSteps], shared: &[(u32, u64)], sha
             margin_ns as f64 / 1e6
         ),
     };
-    for &(device, bytes) in shared {
+    for sh in shared {
         let _ = writeln!(
             out,
-            "device {device}, its streams planned whole in one arena, a block passing to another stream \
+            "device {}, its streams planned whole in one arena, a block passing to another stream \
              {rule} (plan_share:{sharing}): {}",
-            mib(bytes)
+            sh.device,
+            mib(sh.arena)
         );
+        let host = least_and_median(sh.handovers.iter().map(|h| h.host_ns).collect());
+        if let Some((least, median)) = host {
+            let _ = write!(
+                out,
+                "  {} allocations take bytes another stream freed, {least:.1} ms or more after the free \
+                 (median {median:.1} ms)",
+                sh.handovers.len()
+            );
+            let device: Vec<i64> = sh.handovers.iter().filter_map(|h| h.device_ns).collect();
+            let timed = device.len();
+            match least_and_median(device) {
+                Some((least, median)) => {
+                    let _ = writeln!(
+                        out,
+                        "; on the device ({timed} of them timed) {least:.1} ms or more (median {median:.1} ms): \
+                         a run that keeps another pace waits where these are small"
+                    );
+                }
+                None => {
+                    let _ = writeln!(out);
+                }
+            }
+        }
     }
     out
 }
@@ -343,11 +385,10 @@ mod tests {
                 "{name}"
             );
             // One stream (the legacy one): one arena either way.
-            assert_eq!(
-                shared(&t, Sharing::HostLag(0)).unwrap(),
-                vec![(0, main.program_arena)],
-                "{name}"
-            );
+            let sh = shared(&t, Sharing::HostLag(0)).unwrap();
+            assert_eq!(sh.len(), 1, "{name}");
+            assert_eq!((sh[0].device, sh[0].arena), (0, main.program_arena), "{name}");
+            assert!(sh[0].handovers.is_empty(), "{name}");
         }
     }
 
@@ -361,17 +402,31 @@ mod tests {
         // ResNet-50's step frees its activations 15 ms or more before
         // GPT-2's peak (in the recorded run): shared, the arena is about
         // the live peak of both; with a 30 ms lag the streams keep apart.
-        let [(0, at_10)] = shared(&t, Sharing::HostLag(10 * ms)).unwrap()[..] else {
+        let at_10 = &shared(&t, Sharing::HostLag(10 * ms)).unwrap()[..];
+        let [Shared {
+            device: 0,
+            arena,
+            ref handovers,
+        }] = *at_10
+        else {
             panic!()
         };
         assert!(
-            at_10 >= live && at_10 <= live + live / 100,
-            "{at_10} against {live}"
+            arena >= live && arena <= live + live / 100,
+            "{arena} against {live}"
         );
-        let [(0, at_30)] = shared(&t, Sharing::HostLag(30 * ms)).unwrap()[..] else {
-            panic!()
-        };
-        assert!(at_30 > apart - apart / 50, "{at_30} against {apart}");
+        // Bytes pass between the streams, each 10 ms or more after its
+        // free on the host.
+        assert!(!handovers.is_empty());
+        assert!(handovers
+            .iter()
+            .all(|h| h.from != h.to && h.host_ns >= 10 * ms as i64));
+        let at_30 = shared(&t, Sharing::HostLag(30 * ms)).unwrap();
+        assert!(
+            at_30[0].arena > apart - apart / 50,
+            "{} against {apart}",
+            at_30[0].arena
+        );
         let text = report(
             &t,
             &steps(&t, 16).unwrap(),
@@ -379,5 +434,12 @@ mod tests {
             Sharing::HostLag(10 * ms),
         );
         assert!(text.contains("(plan_share:10): 7"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "  {} allocations take bytes another stream freed, ",
+                handovers.len()
+            )),
+            "{text}"
+        );
     }
 }
