@@ -141,7 +141,7 @@ mod tests {
         let raw = 0x1000 as hiprt::hipStream_t;
         // SAFETY: never used with the runtime (a borrowed stream calls
         // nothing when dropped).
-        let s = unsafe { Stream::from_hip_sys(&dev, raw) }.unwrap();
+        let s = unsafe { Stream::from_hip_sys(&dev, raw) }.unwrap(); // ok: a test; a non-special handle is taken
         assert_eq!(s.as_hip_sys(), raw);
         assert!(!s.is_owned());
     }
