@@ -1051,6 +1051,9 @@ pub struct Server {
     /// Per stream: its slots in order, and where matching goes on.
     lanes: Vec<Lane>,
     live: Vec<bool>,
+    /// Slots never handed out again ([`divert`](Server::divert)): a request
+    /// they match is refused, and matching goes on after them.
+    diverted: Vec<bool>,
     /// How many slots are live.
     live_count: usize,
     /// The arena cut into pieces at every servable slot's start and end.
@@ -1068,6 +1071,9 @@ pub struct Server {
     pub refused: u64,
     /// Slots passed over by a match further ahead.
     pub skipped: u64,
+    /// Requests refused because the slot they matched was diverted (also
+    /// counted in `refused`).
+    pub passed: u64,
 }
 
 /// The arena cut at the start and the end of every slot the server can
@@ -1155,6 +1161,18 @@ struct Freed {
     slot: usize,
 }
 
+/// How [`Server::grant`] may serve a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// With the waits the slot needs.
+    Wait,
+    /// Only a slot that needs no wait; a refusal is counted.
+    NoWait,
+    /// Only a slot that needs no wait; a refusal changes nothing (not
+    /// even the count, nor the match past a diverted slot).
+    Quiet,
+}
+
 /// What a stream must do before it uses a slot another stream freed last
 /// ([`Server::allocate_on`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1216,6 +1234,7 @@ impl Server {
         let pieces = Pieces::new(&plan);
         Server {
             live: vec![false; plan.slots.len()],
+            diverted: vec![false; plan.slots.len()],
             live_count: 0,
             holder: vec![0; pieces.starts.len()],
             handoffs: (streams > 1).then(|| Handoffs {
@@ -1232,6 +1251,7 @@ impl Server {
             served: 0,
             refused: 0,
             skipped: 0,
+            passed: 0,
         }
     }
 
@@ -1274,19 +1294,14 @@ impl Server {
     /// caller takes the memory elsewhere): [`allocate_on`](Server::allocate_on)
     /// stream 0, refused where the slot would need a wait.
     pub fn allocate(&mut self, size: u64) -> Option<(usize, u64)> {
-        self.grant(0, size, false).map(|g| (g.slot, g.offset))
+        self.grant(0, size, Mode::NoWait).map(|g| (g.slot, g.offset))
     }
 
     /// [`allocate_on`](Server::allocate_on) where the slot it would hand
     /// out needs no wait: `Some(slot, offset)`; `None`: nothing changed
     /// and nothing counted (call `allocate_on`, which decides).
     pub fn allocate_unwaited(&mut self, stream: u32, size: u64) -> Option<(usize, u64)> {
-        let refused = self.refused;
-        let g = self.grant(stream, size, false);
-        if g.is_none() {
-            self.refused = refused;
-        }
-        g.map(|g| (g.slot, g.offset))
+        self.grant(stream, size, Mode::Quiet).map(|g| (g.slot, g.offset))
     }
 
     /// Whether [`free_slot`](Server::free_slot) of the live slot `slot`
@@ -1299,13 +1314,42 @@ impl Server {
     /// (the caller takes the memory elsewhere). The caller must carry out
     /// the grant's waits on `stream` before it uses the block.
     pub fn allocate_on(&mut self, stream: u32, size: u64) -> Option<Grant> {
-        self.grant(stream, size, true)
+        self.grant(stream, size, Mode::Wait)
     }
 
-    fn grant(&mut self, stream: u32, size: u64, may_wait: bool) -> Option<Grant> {
+    /// Slot `slot` is never handed out again: a request that matches it is
+    /// refused (the caller serves it elsewhere) and matching goes on after
+    /// it, so the stream's later requests still meet their own slots.
+    /// `false` when there is no such slot or it was diverted already. A
+    /// live slot stays live until freed. Nothing else changes: the bytes
+    /// it would have taken keep the record of who freed them last, so a
+    /// later slot on them waits for that free as it would have for this
+    /// slot's.
+    pub fn divert(&mut self, slot: usize) -> bool {
+        match self.diverted.get_mut(slot) {
+            Some(d @ false) => {
+                *d = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether slot `slot` was diverted ([`divert`](Server::divert)).
+    pub fn is_diverted(&self, slot: usize) -> bool {
+        self.diverted.get(slot).is_some_and(|&d| d)
+    }
+
+    fn grant(&mut self, stream: u32, size: u64, mode: Mode) -> Option<Grant> {
+        // A quiet request that gets nothing leaves no trace.
+        let refuse = |s: &mut Server| {
+            if mode != Mode::Quiet {
+                s.refused += 1;
+            }
+            None
+        };
         let Some(lane) = self.lanes.get(stream as usize) else {
-            self.refused += 1;
-            return None;
+            return refuse(self);
         };
         let slots = &self.plan.slots;
         let mut i = Some(lane.cursor).filter(|&c| c < lane.order.len());
@@ -1323,10 +1367,21 @@ impl Server {
             }
         };
         let Some(at) = found else {
-            self.refused += 1;
-            return None;
+            return refuse(self);
         };
         let j = lane.order[at];
+        if self.diverted[j] {
+            if mode == Mode::Quiet {
+                return None;
+            }
+            // Matched, and served elsewhere: the stream's next request
+            // matches from the slot after.
+            let lane = &mut self.lanes[stream as usize];
+            lane.cursor = Self::after(lane, at).unwrap_or(lane.order.len());
+            self.skipped += looked as u64;
+            self.passed += 1;
+            return refuse(self);
+        }
         // Placed inside the arena (a plan's fields are public: one made by
         // hand may say otherwise: such a slot has no pieces), and no live
         // block on any of its pieces.
@@ -1339,18 +1394,12 @@ impl Server {
             {
                 offset
             }
-            _ => {
-                self.refused += 1;
-                return None;
-            }
+            _ => return refuse(self),
         };
         let waits = match &mut self.handoffs {
-            Some(h) => match h.take(stream, pieces.clone(), may_wait) {
+            Some(h) => match h.take(stream, pieces.clone(), mode == Mode::Wait) {
                 Some(w) => w,
-                None => {
-                    self.refused += 1;
-                    return None;
-                }
+                None => return refuse(self),
             },
             None => Vec::new(),
         };
@@ -2118,6 +2167,62 @@ mod tests {
         assert_eq!(s.seal(1), None, "stream 1's frees are all recorded");
     }
 
+    #[test]
+    fn a_diverted_slot_is_refused_and_its_stream_keeps_its_other_slots() {
+        // Steps of 1 MiB then 512 bytes on stream 0, the same on stream 1,
+        // each block freed at once: stream 1 takes stream 0's bytes.
+        let mut ops = Vec::new();
+        let mut k = 0;
+        for step in 0..3u64 {
+            for (i, (stream, size)) in [(0, 1 << 20), (0, 512), (1, 1 << 20), (1, 512)]
+                .into_iter()
+                .enumerate()
+            {
+                let t = 100 * step + 10 * i as u64;
+                ops.push(sop(stream, Op::Alloc(size), t));
+                ops.push(sop(stream, Op::Free(k), t + 1));
+                k += 1;
+            }
+        }
+        let plan = Arc::new(Plan::for_streams(&ops, 0).unwrap());
+        let mut s = Server::for_program(Arc::clone(&plan), 4);
+        let mut run_step = |s: &mut Server| {
+            let mut got = Vec::new();
+            for (stream, size) in [(0, 1 << 20), (0, 512), (1, 1 << 20), (1, 512)] {
+                let g = s.allocate_on(stream, size);
+                if let Some(g) = &g {
+                    assert_eq!(s.free_slot(g.slot).map(|_| ()), Some(()));
+                }
+                got.push(g.map(|g| g.slot));
+            }
+            got
+        };
+        for _ in 0..3 {
+            run_step(&mut s);
+        }
+        let before = run_step(&mut s);
+        let big = before[2].expect("stream 1's 1 MiB slot");
+        assert!(s.divert(big));
+        assert!(!s.divert(big), "diverted once");
+        assert!(s.is_diverted(big) && !s.divert(plan.slots.len()));
+        // From now on that request is served elsewhere, and the stream's
+        // next request still meets its own slot; the others are as before.
+        for _ in 0..3 {
+            let (refused, passed) = (s.refused, s.passed);
+            let got = run_step(&mut s);
+            assert_eq!(got, vec![before[0], before[1], None, before[3]]);
+            assert_eq!((s.refused - refused, s.passed - passed), (1, 1));
+        }
+        // The quiet entry point refuses it with nothing counted.
+        let (refused, passed) = (s.refused, s.passed);
+        let a = s.allocate_on(0, 1 << 20).unwrap().slot;
+        s.free_slot(a);
+        let b = s.allocate_on(0, 512).unwrap().slot;
+        s.free_slot(b);
+        assert_eq!(s.allocate_unwaited(1, 1 << 20), None);
+        assert_eq!((s.refused, s.passed), (refused, passed));
+    }
+
     fn arb_recs() -> impl Strategy<Value = (Vec<Rec>, u32)> {
         (2u32..60).prop_flat_map(|events| {
             let r = (1u64..5000, 0..events, 0u32..3, 0..events).prop_map(move |(size, at, kind, f)| {
@@ -2325,12 +2430,14 @@ mod tests {
                     3 => (0usize..8).prop_map(|n| (1u8, 0, n)),
                     1 => (0usize..8).prop_map(|n| (2u8, 0, n)),
                     1 => (0u32..3).prop_map(|t| (3u8, t, 0)),
+                    1 => (0usize..30).prop_map(|n| (5u8, 0, n)),
                 ],
                 0..200,
             ),
         ) {
             let plan = Arc::new(Plan::with_slots(slots, 4096));
             let mut s = Server::new(plan.clone(), window);
+            let mut diverted = vec![false; plan.slots.len()];
             let n = s.streams();
             let mut vc = vec![vec![0u64; n]; n];
             let mut frees = vec![0u64; n];
@@ -2349,6 +2456,7 @@ mod tests {
                     0 | 4 => {
                         // Kind 4: the entry point that serves only slots
                         // needing no wait.
+                        let counts = (s.refused, s.passed, s.skipped);
                         let g = match kind {
                             0 => s.allocate_on(t, x as u64),
                             _ => s.allocate_unwaited(t, x as u64).map(|(slot, offset)| Grant {
@@ -2357,7 +2465,13 @@ mod tests {
                                 waits: Vec::new(),
                             }),
                         };
-                        let Some(g) = g else { continue };
+                        let Some(g) = g else {
+                            if kind == 4 {
+                                prop_assert_eq!(counts, (s.refused, s.passed, s.skipped), "a quiet refusal counted");
+                            }
+                            continue;
+                        };
+                        prop_assert!(!diverted[g.slot], "diverted slot {} handed out", g.slot);
                         let b = t as usize;
                         for w in &g.waits {
                             let a = w.stream as usize;
@@ -2409,6 +2523,15 @@ mod tests {
                             let snap = record(&vc, &frees, t as usize);
                             events[t as usize].insert(tk, snap);
                         }
+                    }
+                    // A slot served elsewhere from now on (live or not).
+                    5 => {
+                        let fresh = x < diverted.len() && !diverted[x];
+                        prop_assert_eq!(s.divert(x), fresh);
+                        if fresh {
+                            diverted[x] = true;
+                        }
+                        prop_assert_eq!(s.is_diverted(x), x < diverted.len());
                     }
                     _ => {}
                 }
