@@ -2186,7 +2186,7 @@ mod tests {
         }
         let plan = Arc::new(Plan::for_streams(&ops, 0).unwrap());
         let mut s = Server::for_program(Arc::clone(&plan), 4);
-        let mut run_step = |s: &mut Server| {
+        let run_step = |s: &mut Server| {
             let mut got = Vec::new();
             for (stream, size) in [(0, 1 << 20), (0, 512), (1, 1 << 20), (1, 512)] {
                 let g = s.allocate_on(stream, size);
