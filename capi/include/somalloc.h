@@ -101,6 +101,10 @@ typedef struct {
   // Allocations a plan had no free slot of their size for (served by
   // the cache tier or the pool; the same streams).
   uint64_t plan_refused;
+  // Slots of the plans served elsewhere for good because their waits
+  // stalled their stream (`plan_divert:`), and their bytes.
+  uint64_t plan_diverted;
+  uint64_t plan_diverted_bytes;
 } SomallocStats;
 
 #ifdef __cplusplus

@@ -43,6 +43,9 @@ pub struct Conf {
     /// The plan's streams share one arena, bytes passing from a stream to
     /// another by this rule (`None`: an arena per stream).
     pub plan_share: Option<Sharing>,
+    /// Bytes of a shared plan's slots that may be served elsewhere once
+    /// their waits stall their stream on the device (0: none).
+    pub plan_divert: u64,
     /// With the trace: the time the device reached each allocation and
     /// free (what `plan_share:device` plans with).
     pub trace_device: bool,
@@ -64,6 +67,7 @@ impl Default for Conf {
             trace_backtraces: false,
             plan: None,
             plan_share: None,
+            plan_divert: 0,
             trace_device: false,
             peer_access: true,
         }
@@ -73,7 +77,7 @@ impl Default for Conf {
 /// The keys, for messages and the documentation.
 pub const KEYS: &str = "pool, release_threshold, reuse, max_size, cache, cache_total_cap, \
                         cache_per_stream_cap, cache_max_block, cache_reuse_larger, cache_headroom, trace, \
-                        trace_backtraces, trace_device, plan, plan_share, peer_access";
+                        trace_backtraces, trace_device, plan, plan_share, plan_divert, peer_access";
 
 impl Conf {
     /// Parses `text` over the defaults. Empty text (or only commas and
@@ -164,6 +168,18 @@ impl Conf {
                     conf.plan_share = match Sharing::parse(value).map_err(|e| bad(&e))? {
                         Sharing::Never => None,
                         rule => Some(rule),
+                    }
+                }
+                // Memory a shared plan may give up for time: slots whose
+                // waits stall their stream, up to this many bytes, go to the
+                // cache tier or the pool (`off` or a size).
+                "plan_divert" => {
+                    conf.plan_divert = match value {
+                        "off" | "false" | "0" | "False" => 0,
+                        _ => match parse_bytes(value).map_err(|e| bad(&e))? {
+                            u64::MAX => return Err(bad("expected off or a size")),
+                            n => n,
+                        },
                     }
                 }
                 "trace_device" => conf.trace_device = parse_switch(value).map_err(|e| bad(&e))?,
@@ -332,6 +348,9 @@ mod tests {
         assert_eq!(d.plan_share, Some(Sharing::Device { margin_ns: 2_500_000 }));
         assert!(!d.trace_device);
         assert_eq!(Conf::parse("plan_share:off").unwrap().plan_share, None);
+        assert_eq!(d.plan_divert, 0);
+        assert_eq!(Conf::parse("plan_divert:1GiB").unwrap().plan_divert, 1 << 30);
+        assert_eq!(Conf::parse("plan_divert:off").unwrap().plan_divert, 0);
         assert!(!t.trace_backtraces);
         assert_eq!(
             Conf::parse("trace:C:/x.trace").unwrap().trace.as_deref(),
@@ -377,6 +396,8 @@ mod tests {
             ("plan_share:device+", "device or device+MS"),
             ("plan_share:device-1", "device or device+MS"),
             ("trace_device:maybe", "trace_device:maybe"),
+            ("plan_divert:max", "off or a size"),
+            ("plan_divert:lots", "plan_divert:lots"),
             ("plan_share:-1", "milliseconds from 0 to 10000"),
             ("plan_share:NaN", "milliseconds from 0 to 10000"),
             ("trace_backtraces:maybe", "on or off"),

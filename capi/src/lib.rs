@@ -108,6 +108,10 @@ pub struct SomallocStats {
     /// Allocations a plan had no free slot of their size for (served by
     /// the cache tier or the pool; the same streams).
     pub plan_refused: u64,
+    /// Slots of the plans served elsewhere for good because their waits
+    /// stalled their stream (`plan_divert:`), and their bytes.
+    pub plan_diverted: u64,
+    pub plan_diverted_bytes: u64,
 }
 
 /// Runs an entry point: panics become `SOMALLOC_STATUS_INTERNAL`, and the
@@ -217,6 +221,9 @@ pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
         s.plan_arena_bytes += plan.arena_bytes();
         s.plan_served += served;
         s.plan_refused += refused;
+        let (slots, bytes) = plan.diverted();
+        s.plan_diverted += slots;
+        s.plan_diverted_bytes += bytes;
     }
     Ok(s)
 }

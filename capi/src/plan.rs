@@ -26,6 +26,14 @@
 //! far as the run goes as the recorded one did. The trace must have been
 //! recorded with `trace_device:on`.
 //!
+//! With `plan_divert:SIZE` as well, a slot whose wait held its stream on
+//! the device ([`PlannedArena::divert_stalls`]) is served by the cache tier
+//! or the pool from then on, up to SIZE bytes of such slots: a run whose
+//! pace differs from the recorded one's gives up some memory instead of
+//! waiting every step.
+//!
+//! [`PlannedArena::divert_stalls`]: somalloc_rs::adaptors::PlannedArena::divert_stalls
+//!
 //! The library's `StreamPlans` and `PlannedArena` (those of its
 //! `PlanningAdaptor`) do the work: a slot is handed out only if no live
 //! block overlaps it, so a run that strays from the recorded one gets its
@@ -43,10 +51,19 @@ use crate::error::{CapiError, Status};
 /// The plans of `device`'s streams in the trace at `path`: one arena per
 /// stream, or one shared by the streams with bytes passing between them
 /// by the rule `share` (`plan_share:`).
-pub fn load(path: &str, device: usize, share: Option<Sharing>) -> Result<StreamPlans, CapiError> {
+/// With `divert` bytes, a shared plan serves the slots whose waits stall
+/// their stream elsewhere, up to that much (`plan_divert:`).
+pub fn load(
+    path: &str,
+    device: usize,
+    share: Option<Sharing>,
+    divert: u64,
+) -> Result<StreamPlans, CapiError> {
     let bad = |what: String| CapiError::new(Status::Config, format!("plan:{path}: {what}"));
     let trace = Trace::read(path).map_err(|e| bad(e.to_string()))?;
-    StreamPlans::from_trace_sharing(&trace, device, share).map_err(|e| bad(e.to_string()))
+    let plans = StreamPlans::from_trace_sharing(&trace, device, share).map_err(|e| bad(e.to_string()))?;
+    plans.divert_stalls(divert);
+    Ok(plans)
 }
 
 #[cfg(test)]
@@ -74,7 +91,7 @@ mod tests {
             r.record(t, Action::Allocate, 0, Some(2), 64, 0x30_0000 + k);
         }
         r.finish().unwrap();
-        let plans = load(&path, 0, None).unwrap();
+        let plans = load(&path, 0, None, 0).unwrap();
         let legacy = plans.take(true).unwrap().arena;
         assert_eq!((legacy.plan().slots.len(), legacy.plan().arena), (8, 512));
         assert!(plans.take(true).is_none(), "the legacy plan is taken once");
@@ -82,10 +99,10 @@ mod tests {
         assert_eq!((other.plan().slots.len(), other.plan().arena), (8, 1 << 20));
         assert!(plans.take(false).is_none(), "the per-thread stream has no plan");
         // Another device's events are not this device's.
-        assert!(load(&path, 1, None).unwrap().take(false).is_none());
+        assert!(load(&path, 1, None, 0).unwrap().take(false).is_none());
         // Shared: one arena, the streams its lanes in the order they came
         // (each block lives beside the other stream's, so none shares).
-        let plans = load(&path, 0, Some(Sharing::HostLag(0))).unwrap();
+        let plans = load(&path, 0, Some(Sharing::HostLag(0)), 0).unwrap();
         let (legacy, other) = (plans.take(true).unwrap(), plans.take(false).unwrap());
         assert!(std::sync::Arc::ptr_eq(&legacy.arena, &other.arena));
         assert_eq!((other.lane, legacy.lane), (0, 1));
@@ -93,7 +110,7 @@ mod tests {
         assert_eq!(other.arena.plan().arena, (1 << 20) + 512);
         assert!(plans.take(false).is_none());
         // Sharing by device times needs a trace that has them.
-        let e = load(&path, 0, Some(Sharing::Device { margin_ns: 0 })).unwrap_err();
+        let e = load(&path, 0, Some(Sharing::Device { margin_ns: 0 }), 0).unwrap_err();
         assert_eq!(e.status, Status::Config);
         assert!(e.text.contains("trace_device:on"), "{}", e.text);
         let _ = std::fs::remove_file(&path);
@@ -101,12 +118,12 @@ mod tests {
 
     #[test]
     fn a_missing_or_broken_trace_is_a_configuration_error() {
-        let e = load("/nonexistent/run.trace", 0, None).unwrap_err();
+        let e = load("/nonexistent/run.trace", 0, None, 0).unwrap_err();
         assert_eq!(e.status, Status::Config);
         assert!(e.text.contains("plan:/nonexistent/run.trace"), "{}", e.text);
         let path = temp("broken");
         std::fs::write(&path, b"not a trace").unwrap();
-        assert_eq!(load(&path, 0, None).unwrap_err().status, Status::Config);
+        assert_eq!(load(&path, 0, None, 0).unwrap_err().status, Status::Config);
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -236,7 +236,12 @@ impl DeviceState {
         // runs before the runtime's own.
         let recorder = recorder(conf)?;
         let plans = match &conf.plan {
-            Some(path) => Some(crate::plan::load(path, ordinal, conf.plan_share)?),
+            Some(path) => Some(crate::plan::load(
+                path,
+                ordinal,
+                conf.plan_share,
+                conf.plan_divert,
+            )?),
             None => None,
         };
         Ok(DeviceState {

@@ -69,7 +69,7 @@ fn free(ptr: usize, size: usize, device: i32, stream: usize) -> PyResult<()> {
 fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
     let s = somalloc::stats(device).map_err(err)?;
     let d = PyDict::new(py);
-    let fields: [(&str, u64); 23] = [
+    let fields: [(&str, u64); 25] = [
         ("pool_reserved_bytes", s.pool_reserved_bytes),
         ("pool_reserved_peak_bytes", s.pool_reserved_peak_bytes),
         ("pool_used_bytes", s.pool_used_bytes),
@@ -93,6 +93,8 @@ fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
         ("plan_arena_bytes", s.plan_arena_bytes),
         ("plan_served", s.plan_served),
         ("plan_refused", s.plan_refused),
+        ("plan_diverted", s.plan_diverted),
+        ("plan_diverted_bytes", s.plan_diverted_bytes),
     ];
     for (k, v) in fields {
         d.set_item(k, v)?;

@@ -12,7 +12,8 @@ use crate::device::Device;
 use crate::error::{Error, InvalidReason, Result};
 use crate::resource::MemoryResource;
 use crate::stream::{Event, Stream};
-use crate::trace::plan::{DeviceProgram, Plan, Server, Sharing, Wait};
+use crate::trace::device_time::is_not_ready;
+use crate::trace::plan::{round, DeviceProgram, Plan, Server, Sharing, Wait};
 use crate::trace::Trace;
 
 /// How many slots ahead an allocation looks for a slot of its size.
@@ -133,6 +134,16 @@ impl StreamPlans {
         Ok(plans)
     }
 
+    /// Every arena diverts slots whose waits hold their stream on the
+    /// device, up to `bytes` each ([`PlannedArena::divert_stalls`]).
+    pub fn divert_stalls(&self, bytes: u64) {
+        let legacy = lock(&self.legacy);
+        let others = lock(&self.others);
+        for share in legacy.iter().chain(others.iter()) {
+            share.arena.divert_stalls(bytes);
+        }
+    }
+
     /// The plan of a stream seen for the first time: the legacy stream's
     /// for it (`legacy`), else the next one; `None` when none is left.
     pub fn take(&self, legacy: bool) -> Option<PlanShare> {
@@ -170,6 +181,62 @@ pub struct PlannedArena {
 /// later one, which orders after it too).
 const EVENTS_KEPT: usize = 64;
 
+/// A wait that held its stream this long on the device diverts its slot
+/// ([`PlannedArena::divert_stalls`]).
+pub const STALL_MS: f32 = 0.2;
+
+/// Waits timed and not read yet, at most (more go untimed).
+const PROBES_KEPT: usize = 256;
+
+/// Slots whose waits held their stream on the device, served elsewhere
+/// from then on ([`PlannedArena::divert_stalls`]).
+///
+/// A plan from a recorded run keeps the streams as far apart as that run's
+/// device kept them. A run that keeps another pace (its host quicker, its
+/// kernels sharing the device otherwise) reaches some of a stream's
+/// allocations before the device has reached the other stream's free of
+/// those bytes: that stream waits there, every step, and a stream that
+/// waited follows the other closely and tends to wait at its next hand-over
+/// too. Each wait a slot asks for is timed on the device (a timing event
+/// before the waits and one after, on the taking stream; the elapsed time
+/// between them is the time the stream stood still). A slot whose wait
+/// lasted [`STALL_MS`] or more is diverted ([`Server::divert`]): its later
+/// requests go to the resource behind the plan (only the repeated step's
+/// slots are timed: the others are not asked for again), while the sum of the
+/// diverted slots' sizes stays within the budget. The plan's arena keeps
+/// its size; a diverted slot costs its bytes again, outside it, while it is
+/// live.
+#[derive(Debug, Default)]
+struct Stalls {
+    /// Bytes of slots that may still be diverted.
+    budget: u64,
+    /// Slots diverted, and their bytes.
+    slots: u64,
+    bytes: u64,
+    /// Timed waits not read yet, in the order made: the slot, and the
+    /// events recorded before and after its waits.
+    pending: VecDeque<(usize, Event, Event)>,
+    /// Read timing events, to record again.
+    spare: Vec<Event>,
+}
+
+impl Stalls {
+    /// A timing event recorded on `stream` now (`None`: it could not be).
+    fn mark(&mut self, stream: &Stream) -> Option<Event> {
+        let event = match self.spare.pop() {
+            Some(e) => e,
+            None => Event::with_timing(&stream.device()).ok()?,
+        };
+        match event.record(stream) {
+            Ok(()) => Some(event),
+            Err(_) => {
+                self.spare.push(event);
+                None
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 struct ArenaState {
     server: Server,
@@ -182,6 +249,7 @@ struct ArenaState {
     /// not be ordered after another's free: never handed out again.
     kept: u64,
     lanes: Vec<LaneState>,
+    stalls: Stalls,
 }
 
 #[derive(Debug, Default)]
@@ -219,6 +287,31 @@ impl ArenaState {
         Ok(())
     }
 
+    /// Reads the timed waits the device has passed, in order, diverting
+    /// the slots whose waits held their stream [`STALL_MS`] or more while
+    /// the budget lasts.
+    fn read_stalls(&mut self) {
+        while let Some((slot, before, after)) = self.stalls.pending.front() {
+            let ms = match before.elapsed_ms(after) {
+                Err(e) if is_not_ready(&e) => return,
+                // Unreadable: dropped, as if not timed.
+                Err(_) => None,
+                Ok(ms) => Some(ms),
+            };
+            let slot = *slot;
+            let Some((_, before, after)) = self.stalls.pending.pop_front() else {
+                return;
+            };
+            self.stalls.spare.extend([before, after]);
+            let size = round(self.server.plan().slots[slot].size);
+            if ms.is_some_and(|ms| ms >= STALL_MS) && size <= self.stalls.budget && self.server.divert(slot) {
+                self.stalls.budget -= size;
+                self.stalls.slots += 1;
+                self.stalls.bytes += size;
+            }
+        }
+    }
+
     /// `stream` (lane `b`'s) waits as `w` says.
     fn order_after(&mut self, w: &Wait, stream: &Stream) -> Result<()> {
         let a = w.stream as usize;
@@ -250,6 +343,7 @@ impl PlannedArena {
                 closed: false,
                 kept: 0,
                 lanes,
+                stalls: Stalls::default(),
             }),
             served: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -342,14 +436,33 @@ impl PlannedArena {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return None;
         };
+        // Waits are timed for slots that come again (those of the repeated
+        // step), while one of this size may still be diverted.
+        let again = st.server.plan().wrap_to.is_some_and(|w| grant.slot >= w);
+        let before = match again && !grant.waits.is_empty() && st.stalls.budget >= round(bytes as u64) {
+            true => {
+                st.read_stalls();
+                (st.stalls.pending.len() < PROBES_KEPT)
+                    .then(|| st.stalls.mark(stream))
+                    .flatten()
+            }
+            false => None,
+        };
         for w in &grant.waits {
             if st.order_after(w, stream).is_err() {
                 // The bytes cannot be ordered after the other stream's use:
                 // the slot stays taken for good, and the request goes
                 // elsewhere.
                 st.kept += 1;
+                st.stalls.spare.extend(before);
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 return None;
+            }
+        }
+        if let Some(before) = before {
+            match st.stalls.mark(stream) {
+                Some(after) => st.stalls.pending.push_back((grant.slot, before, after)),
+                None => st.stalls.spare.push(before),
             }
         }
         self.served.fetch_add(1, Ordering::Relaxed);
@@ -465,6 +578,30 @@ impl PlannedArena {
             }
         }
         Ok(true)
+    }
+
+    /// Diverts slots whose waits hold their stream on the device, up to
+    /// `bytes` of them in all (0, the default: none): see [`STALL_MS`].
+    /// A plan of one stream never waits, so this changes nothing there.
+    ///
+    /// A plan shared by streams keeps its memory to what the recorded run
+    /// needed by making a stream wait where it would take bytes the other
+    /// stream's device has not released yet. Where a run reaches those
+    /// bytes sooner than the recorded one did, that wait stalls the stream
+    /// every step. Each wait is then timed on the device (two timing events
+    /// on the waiting stream, read at later waits), and a slot whose wait
+    /// lasted [`STALL_MS`] or more is served by the resource behind the
+    /// plan from then on (its bytes rounded up to 512 count against
+    /// `bytes`): the run gives up at most `bytes` of memory for time.
+    pub fn divert_stalls(&self, bytes: u64) {
+        lock(&self.inner).stalls.budget = bytes;
+    }
+
+    /// Slots diverted ([`divert_stalls`](PlannedArena::divert_stalls)),
+    /// and their bytes (each rounded up to 512).
+    pub fn diverted(&self) -> (u64, u64) {
+        let st = lock(&self.inner);
+        (st.stalls.slots, st.stalls.bytes)
     }
 
     /// Allocations served from the arena, and allocations it had no slot
@@ -606,6 +743,23 @@ impl PlanningAdaptor {
     /// Bytes of the arenas made.
     pub fn arena_bytes(&self) -> u64 {
         self.arenas().iter().map(|a| a.arena_bytes()).sum()
+    }
+
+    /// Each arena diverts the slots whose waits hold their stream on the
+    /// device, up to `bytes` of them ([`PlannedArena::divert_stalls`]);
+    /// for the arenas of streams not seen yet.
+    pub fn divert_stalls(self, bytes: u64) -> PlanningAdaptor {
+        self.plans.divert_stalls(bytes);
+        self
+    }
+
+    /// Slots diverted ([`divert_stalls`](PlanningAdaptor::divert_stalls))
+    /// and their bytes, over the arenas in use.
+    pub fn diverted(&self) -> (u64, u64) {
+        self.arenas()
+            .iter()
+            .map(|a| a.diverted())
+            .fold((0, 0), |(n, b), (n2, b2)| (n + n2, b + b2))
     }
 
     /// `stream` is done with its plan if none of its blocks is live

@@ -80,7 +80,7 @@ fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn is_not_ready(e: &Error) -> bool {
+pub(crate) fn is_not_ready(e: &Error) -> bool {
     matches!(e, Error::Vendor { code, .. } if *code == NOT_READY)
 }
 

@@ -134,7 +134,7 @@
 //! device 0.
 
 mod clock;
-mod device_time;
+pub(crate) mod device_time;
 mod format;
 pub mod plan;
 pub(crate) mod recorder;

@@ -501,7 +501,7 @@ pub struct Plan {
     pub wrap_to: Option<usize>,
 }
 
-fn round(n: u64) -> u64 {
+pub(crate) fn round(n: u64) -> u64 {
     n.div_ceil(ALIGN).max(1) * ALIGN
 }
 

@@ -276,3 +276,54 @@ fn device_times_keep_apart_the_bytes_the_device_had_not_released() {
     drop(keep);
     ctx.finish(&[&b]);
 }
+
+#[test]
+fn a_wait_that_stalls_its_stream_diverts_its_slot() {
+    let Some(ctx) = setup("plan::a_wait_that_stalls_its_stream_diverts_its_slot") else {
+        return;
+    };
+    let b = ctx.new_stream();
+    let mut keep = (
+        DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &ctx.stream).unwrap(),
+        DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &b).unwrap(),
+    );
+    let (trace, _) = record_two_stream_steps(&ctx, &b, &mut keep, "divert", RecordOptions::default());
+    let lag = Some(std::time::Duration::ZERO);
+    // Stream b takes a's 16 MiB block's bytes and waits for a's 20 ms spin
+    // every step. With a budget of 1 MiB that slot stays; with 64 MiB it
+    // goes to the pool once its first timed wait in the repeated step is
+    // read, and b stops waiting for a.
+    let mut diverted = Vec::new();
+    for budget in [1u64 << 20, 64 << 20] {
+        let planned = Arc::new(
+            PlanningAdaptor::with_lag(Arc::new(ctx.pool.clone()), &trace, lag)
+                .unwrap()
+                .divert_stalls(budget),
+        );
+        let name = format!("a_wait_that_stalls_its_stream_diverts_its_slot ({budget} bytes)");
+        let (served, refused, arena) = serve_two_stream_steps(&ctx, &planned, &b, &mut keep, &name);
+        let (slots, bytes) = planned.diverted();
+        say(&format!("plan::{name}: {slots} slots diverted, {bytes} bytes"));
+        assert!(arena < 17 << 20, "arena {arena}: the blocks share bytes");
+        assert_eq!(served + refused, 8 * 4);
+        assert!(
+            bytes <= budget,
+            "{bytes} bytes diverted over a budget of {budget}"
+        );
+        diverted.push((slots, bytes, refused));
+    }
+    let (small, large) = (diverted[0], diverted[1]);
+    assert!(
+        small.1 < 16 << 20,
+        "the 16 MiB slot diverted within 1 MiB: {small:?}"
+    );
+    assert!(
+        large.1 >= 16 << 20,
+        "the stalling 16 MiB slot was not diverted: {large:?}"
+    );
+    // Diverted at its first timed wait in the repeated step: its later
+    // requests went to the pool.
+    assert!(large.2 >= small.2 + 3, "{small:?} {large:?}");
+    drop(keep);
+    ctx.finish(&[&b]);
+}
