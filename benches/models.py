@@ -25,7 +25,11 @@ Modes, one process each (per workload), all in one run:
                    streams only where the recorded run's device had released
                    them (the recording run has trace_device:on)
 --plan-mode NAME=CONF adds a plan mode with its own keys (recorded, then
-  served), e.g. --plan-mode "plan-share-5=cache:on,plan_share:5".
+  served), e.g. --plan-mode "plan-share-5=cache:on,plan_share:5" or
+  --plan-mode "divert=cache:on,plan_share:device,plan_divert:1GiB".
+--serial makes the second model's stream wait for the first's every step
+  (workload both): the two models then never run at once, which separates
+  the device's work from how the streams overlap.
 --somalloc-conf adds keys to both somalloc modes (e.g. pool:default).
 --repeat N runs the modes of each workload N times in turn (A B C A B C ...):
   the table gives each mode's median ms/step and its largest peak, the JSON
@@ -73,7 +77,7 @@ WORKLOADS = ["resnet50", "gpt2", "both"]
 # One process: one mode, one workload.
 
 
-def child(mode, workload, steps, extra):
+def child(mode, workload, steps, extra, serial=False):
     kind, conf = MODES[mode]
     extra = extra or ""
     if kind in ("somalloc", "plan"):
@@ -136,7 +140,9 @@ def child(mode, workload, steps, extra):
 
         def step():
             losses = []
-            for fn, s in zip(parts, streams):
+            for i, (fn, s) in enumerate(zip(parts, streams)):
+                if serial and i > 0:
+                    s.wait_stream(streams[i - 1])
                 with torch.cuda.stream(s):
                     losses.append(fn())
             for s in streams:
@@ -237,6 +243,7 @@ def main():
     ap.add_argument("--somalloc-conf", default="", help="keys added to both somalloc modes")
     ap.add_argument("--mode", action="append", default=[], metavar="NAME=CONF", help="a somalloc mode of your own")
     ap.add_argument("--plan-mode", action="append", default=[], metavar="NAME=CONF", help="a plan mode of your own")
+    ap.add_argument("--serial", action="store_true", help="workload both: the second stream waits for the first every step")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "WORKLOAD"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     for kind, given in (("somalloc", args.mode), ("plan", args.plan_mode)):
@@ -246,7 +253,7 @@ def main():
                 ap.error("--mode and --plan-mode take NAME=CONF, got %r" % m)
             MODES[name] = (kind, conf)
     if args.child:
-        child(args.child[0], args.child[1], args.steps, args.somalloc_conf)
+        child(args.child[0], args.child[1], args.steps, args.somalloc_conf, args.serial)
         return 0
     workloads = args.workloads.split(",")
     modes = args.modes.split(",")
@@ -266,6 +273,8 @@ def main():
             env["PYTORCH_CUDA_ALLOC_CONF"] = conf
         t0 = time.time()
         cmd = [sys.executable, __file__, "--child", m, wl, "--steps", str(args.steps), "--somalloc-conf", args.somalloc_conf]
+        if args.serial:
+            cmd.append("--serial")
         for extra in args.mode:
             cmd += ["--mode", extra]
         for extra in args.plan_mode:
@@ -340,7 +349,7 @@ def main():
                 r["peak_mib"], "%.3f" % (r["peak_mib"] / lowest) if lowest else "", check))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "models.json"), "w") as f:
-        json.dump({"steps": args.steps, "repeat": args.repeat, "rows": [r for r in rows.values() if r], "failed": ["%s/%s" % k for k, v in rows.items() if not v]}, f, indent=1)
+        json.dump({"steps": args.steps, "repeat": args.repeat, "serial": args.serial, "rows": [r for r in rows.values() if r], "failed": ["%s/%s" % k for k, v in rows.items() if not v]}, f, indent=1)
     svg(rows, workloads, modes, os.path.join(args.out, "models.svg"))
     print("\nwrote %s and %s" % (os.path.join(args.out, "models.json"), os.path.join(args.out, "models.svg")))
     print("loss checks: %d passed, %d failed" % (sum(verdicts), len(verdicts) - sum(verdicts)))

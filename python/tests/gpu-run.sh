@@ -51,6 +51,8 @@ part plan-serve python3 "$dir/plan_gpu.py" plan "$out/plan.trace"
 # The same, the two streams sharing one arena (bytes passing between them
 # with events).
 part plan-serve-shared python3 "$dir/plan_gpu.py" plan "$out/plan.trace" plan_share:0
+# The same, slots whose waits stall their stream served elsewhere.
+part plan-serve-divert python3 "$dir/plan_gpu.py" plan "$out/plan.trace" plan_share:0 plan_divert:64MiB
 # Recorded with device times, the streams sharing bytes only where the
 # recorded run's device had released them.
 part plan-record-device python3 "$dir/plan_gpu.py" record "$out/plan-device.trace" trace_device:on

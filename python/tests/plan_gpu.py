@@ -4,6 +4,7 @@ script that prints one line per check and ends with "N passed, N failed".
     python3 python/tests/plan_gpu.py record TRACE   # 3 steps under trace:TRACE
     python3 python/tests/plan_gpu.py plan TRACE     # 12 steps under plan:TRACE
     python3 python/tests/plan_gpu.py plan TRACE plan_share:0   # the streams sharing one arena
+    python3 python/tests/plan_gpu.py plan TRACE plan_share:0 plan_divert:64MiB   # stalls diverted
     python3 python/tests/plan_gpu.py record TRACE trace_device:on   # with device times
     python3 python/tests/plan_gpu.py plan TRACE plan_share:device   # shared by them
 
@@ -104,6 +105,15 @@ def main():
             st["plan_arena_bytes"] > 0 and share > 0.9,
         )
         check("no free was refused", st["failed_frees"] == 0, str(st["failed_frees"]))
+        budget = [a.split(":", 1)[1] for a in sys.argv[3:] if a.startswith("plan_divert:")]
+        if budget:
+            cap = int(budget[0].replace("MiB", "")) << 20
+            check(
+                "diverted slots stay within plan_divert (%d slots, %d bytes)" % (st["plan_diverted"], st["plan_diverted_bytes"]),
+                st["plan_diverted_bytes"] <= cap and (st["plan_diverted"] == 0) == (st["plan_diverted_bytes"] == 0),
+            )
+        else:
+            check("nothing diverted without plan_divert", st["plan_diverted"] == 0 and st["plan_diverted_bytes"] == 0)
         # A graph captured after the planned steps (its memory is the
         # capture's, not the plan's) replays as its eager run computes.
         net = nets[0]
