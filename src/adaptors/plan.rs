@@ -188,24 +188,11 @@ pub const STALL_MS: f32 = 0.2;
 /// Waits timed and not read yet, at most (more go untimed).
 const PROBES_KEPT: usize = 256;
 
-/// Slots whose waits held their stream on the device, served elsewhere
-/// from then on ([`PlannedArena::divert_stalls`]).
-///
-/// A plan from a recorded run keeps the streams as far apart as that run's
-/// device kept them. A run that keeps another pace (its host quicker, its
-/// kernels sharing the device otherwise) reaches some of a stream's
-/// allocations before the device has reached the other stream's free of
-/// those bytes: that stream waits there, every step, and a stream that
-/// waited follows the other closely and tends to wait at its next hand-over
-/// too. Each wait a slot asks for is timed on the device (a timing event
-/// before the waits and one after, on the taking stream; the elapsed time
-/// between them is the time the stream stood still). A slot whose wait
-/// lasted [`STALL_MS`] or more is diverted ([`Server::divert`]): its later
-/// requests go to the resource behind the plan (only the repeated step's
-/// slots are timed: the others are not asked for again), while the sum of the
-/// diverted slots' sizes stays within the budget. The plan's arena keeps
-/// its size; a diverted slot costs its bytes again, outside it, while it is
-/// live.
+/// What [`PlannedArena::divert_stalls`] keeps: the budget left, the slots
+/// diverted, and the timed waits not read yet. A wait is timed by a timing
+/// event recorded on the taking stream before its waits and one after: the
+/// time between them is the time the stream stood still. Only the repeated
+/// step's slots are timed (the others are not asked for again).
 #[derive(Debug, Default)]
 struct Stalls {
     /// Bytes of slots that may still be diverted.
@@ -586,13 +573,16 @@ impl PlannedArena {
     ///
     /// A plan shared by streams keeps its memory to what the recorded run
     /// needed by making a stream wait where it would take bytes the other
-    /// stream's device has not released yet. Where a run reaches those
-    /// bytes sooner than the recorded one did, that wait stalls the stream
-    /// every step. Each wait is then timed on the device (two timing events
-    /// on the waiting stream, read at later waits), and a slot whose wait
-    /// lasted [`STALL_MS`] or more is served by the resource behind the
-    /// plan from then on (its bytes rounded up to 512 count against
-    /// `bytes`): the run gives up at most `bytes` of memory for time.
+    /// stream's device has not released yet. A run that keeps another pace
+    /// than the recorded one (a quicker host, the streams' kernels meeting
+    /// otherwise on the device) reaches some of those bytes sooner, and the
+    /// wait stalls the stream every step. Each wait for a slot of the
+    /// repeated step is then timed on the device (two timing events on the
+    /// waiting stream, read at later waits), and a slot whose wait lasted
+    /// [`STALL_MS`] or more is served by the resource behind the plan from
+    /// then on ([`Server::divert`]; its bytes rounded up to 512 count
+    /// against `bytes`). The arena keeps its size: the run gives up at most
+    /// `bytes` of memory for time.
     pub fn divert_stalls(&self, bytes: u64) {
         lock(&self.inner).stalls.budget = bytes;
     }
