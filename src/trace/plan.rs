@@ -2099,24 +2099,29 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_handed_over_slot_waits_and_its_free_is_recorded_from_then_on() {
-        // Steps of four blocks, each freed at once: 1 MiB and 512 bytes on
-        // stream 0, then the same on stream 1; all of them share bytes.
+    /// The blocks of a step of `four_block_steps`: stream, size.
+    const FOUR_BLOCKS: [(u32, u64); 4] = [(0, 1 << 20), (0, 512), (1, 1 << 20), (1, 512)];
+
+    /// Three steps of four blocks, each freed at once: 1 MiB and 512 bytes
+    /// on stream 0, then the same on stream 1; planned with a host lag of
+    /// 0, so all of them share bytes.
+    fn four_block_steps() -> Plan {
         let mut ops = Vec::new();
         let mut k = 0;
         for step in 0..3 {
-            for (i, (stream, size)) in [(0, 1 << 20), (0, 512), (1, 1 << 20), (1, 512)]
-                .into_iter()
-                .enumerate()
-            {
+            for (i, (stream, size)) in FOUR_BLOCKS.into_iter().enumerate() {
                 let t = 100 * step + 10 * i as u64;
                 ops.push(sop(stream, Op::Alloc(size), t));
                 ops.push(sop(stream, Op::Free(k), t + 1));
                 k += 1;
             }
         }
-        let plan = Arc::new(Plan::for_streams(&ops, 0).unwrap());
+        Plan::for_streams(&ops, 0).unwrap()
+    }
+
+    #[test]
+    fn a_handed_over_slot_waits_and_its_free_is_recorded_from_then_on() {
+        let plan = Arc::new(four_block_steps());
         assert_eq!(plan.arena, 1 << 20);
         assert_eq!(plan.wrap_to, Some(8));
         let mut s = Server::for_program(plan, 4);
@@ -2125,7 +2130,7 @@ mod tests {
         let mut steps = Vec::new();
         for _ in 0..8 {
             let (mut waits, mut at_frees) = (Vec::new(), 0);
-            for (stream, size) in [(0, 1 << 20), (0, 512), (1, 1 << 20), (1, 512)] {
+            for (stream, size) in FOUR_BLOCKS {
                 // The entry point without waits serves exactly the slots
                 // that need none, and leaves the others to `allocate_on`
                 // with nothing changed.
@@ -2169,26 +2174,11 @@ mod tests {
 
     #[test]
     fn a_diverted_slot_is_refused_and_its_stream_keeps_its_other_slots() {
-        // Steps of 1 MiB then 512 bytes on stream 0, the same on stream 1,
-        // each block freed at once: stream 1 takes stream 0's bytes.
-        let mut ops = Vec::new();
-        let mut k = 0;
-        for step in 0..3u64 {
-            for (i, (stream, size)) in [(0, 1 << 20), (0, 512), (1, 1 << 20), (1, 512)]
-                .into_iter()
-                .enumerate()
-            {
-                let t = 100 * step + 10 * i as u64;
-                ops.push(sop(stream, Op::Alloc(size), t));
-                ops.push(sop(stream, Op::Free(k), t + 1));
-                k += 1;
-            }
-        }
-        let plan = Arc::new(Plan::for_streams(&ops, 0).unwrap());
+        let plan = Arc::new(four_block_steps());
         let mut s = Server::for_program(Arc::clone(&plan), 4);
         let run_step = |s: &mut Server| {
             let mut got = Vec::new();
-            for (stream, size) in [(0, 1 << 20), (0, 512), (1, 1 << 20), (1, 512)] {
+            for (stream, size) in FOUR_BLOCKS {
                 let g = s.allocate_on(stream, size);
                 if let Some(g) = &g {
                     assert_eq!(s.free_slot(g.slot).map(|_| ()), Some(()));
