@@ -300,10 +300,12 @@ fn a_wait_that_stalls_its_stream_diverts_its_slot() {
                 .unwrap()
                 .divert_stalls(budget),
         );
-        let name = format!("a_wait_that_stalls_its_stream_diverts_its_slot ({budget} bytes)");
-        let (served, refused, arena) = serve_two_stream_steps(&ctx, &planned, &b, &mut keep, &name);
+        let name = "a_wait_that_stalls_its_stream_diverts_its_slot";
+        let (served, refused, arena) = serve_two_stream_steps(&ctx, &planned, &b, &mut keep, name);
         let (slots, bytes) = planned.diverted();
-        say(&format!("plan::{name}: {slots} slots diverted, {bytes} bytes"));
+        say(&format!(
+            "plan::{name}: a budget of {budget} bytes: {slots} slots diverted, {bytes} bytes"
+        ));
         assert!(arena < 17 << 20, "arena {arena}: the blocks share bytes");
         assert_eq!(served + refused, 8 * 4);
         assert!(
