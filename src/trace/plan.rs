@@ -958,6 +958,7 @@ impl Plan {
     ///
     /// ```
     /// use somalloc::trace::plan::{Op, Plan, Sharing, StreamOp};
+    /// # fn main() -> Result<(), String> {
     /// // Stream 0 frees 1 MiB at 1 ms (the device gets there at 1.5 ms);
     /// // stream 1 allocates 1 MiB at 3 ms (the device at 9 ms).
     /// let ops = [
@@ -966,10 +967,12 @@ impl Plan {
     ///     StreamOp::new(1, Op::Alloc(1 << 20), 3_000_000).at_device(9_000_000),
     ///     StreamOp::new(1, Op::Free(1), 4_000_000).at_device(10_000_000),
     /// ];
-    /// let plan = Plan::for_streams_sharing(&ops, Sharing::Device { margin_ns: 1_000_000 }).unwrap();
+    /// let plan = Plan::for_streams_sharing(&ops, Sharing::Device { margin_ns: 1_000_000 })?;
     /// let h = plan.handovers(&ops);
     /// assert_eq!((h.len(), h[0].slot, h[0].from, h[0].to), (1, 1, 0, 1));
     /// assert_eq!((h[0].host_ns, h[0].device_ns), (2_000_000, Some(7_500_000)));
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn handovers(&self, ops: &[StreamOp]) -> Vec<Handover> {
         let pieces = Pieces::new(self);
