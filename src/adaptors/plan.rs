@@ -724,10 +724,15 @@ impl PlanningAdaptor {
     /// Allocations served from the plans, and allocations they had no slot
     /// for (served by the inner resource).
     pub fn counts(&self) -> (u64, u64) {
+        self.sum(PlannedArena::counts)
+    }
+
+    /// `f` of every arena in use, added up.
+    fn sum(&self, f: impl Fn(&PlannedArena) -> (u64, u64)) -> (u64, u64) {
         self.arenas()
             .iter()
-            .map(|a| a.counts())
-            .fold((0, 0), |(s, r), (s2, r2)| (s + s2, r + r2))
+            .map(|a| f(a))
+            .fold((0, 0), |(x, y), (x2, y2)| (x + x2, y + y2))
     }
 
     /// Bytes of the arenas made.
@@ -746,10 +751,7 @@ impl PlanningAdaptor {
     /// Slots diverted ([`divert_stalls`](PlanningAdaptor::divert_stalls))
     /// and their bytes, over the arenas in use.
     pub fn diverted(&self) -> (u64, u64) {
-        self.arenas()
-            .iter()
-            .map(|a| a.diverted())
-            .fold((0, 0), |(n, b), (n2, b2)| (n + n2, b + b2))
+        self.sum(PlannedArena::diverted)
     }
 
     /// `stream` is done with its plan if none of its blocks is live

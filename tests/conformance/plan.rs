@@ -122,6 +122,17 @@ fn two_stream_step(
 /// each stream.
 type Keep = (DeviceBuffer<u8>, DeviceBuffer<u8>);
 
+/// Stream b, and the buffers `two_stream_step` copies into (one on each
+/// stream).
+fn second_stream(ctx: &Ctx) -> (somalloc::Stream, Keep) {
+    let b = ctx.new_stream();
+    let keep = (
+        DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &ctx.stream).unwrap(),
+        DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &b).unwrap(),
+    );
+    (b, keep)
+}
+
 /// Three steps of `two_stream_step` recorded through `ctx.pool` with
 /// `options`: the trace, and the recorder's figures.
 fn record_two_stream_steps(
@@ -185,11 +196,7 @@ fn streams_sharing_a_plan_wait_for_each_other() {
     let Some(ctx) = setup("plan::streams_sharing_a_plan_wait_for_each_other") else {
         return;
     };
-    let b = ctx.new_stream();
-    let mut keep = (
-        DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &ctx.stream).unwrap(),
-        DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &b).unwrap(),
-    );
+    let (b, mut keep) = second_stream(&ctx);
     let (trace, _) = record_two_stream_steps(&ctx, &b, &mut keep, "shared", RecordOptions::default());
     let lag = Some(std::time::Duration::ZERO);
     let planned = Arc::new(PlanningAdaptor::with_lag(Arc::new(ctx.pool.clone()), &trace, lag).unwrap());
@@ -219,11 +226,7 @@ fn device_times_keep_apart_the_bytes_the_device_had_not_released() {
     // second wait for the first (internal dependencies): the recorded
     // device times would count that wait as stream b's own.
     ctx.pool.set_reuse_policy(somalloc::ReusePolicy::NONE).unwrap();
-    let b = ctx.new_stream();
-    let mut keep = (
-        DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &ctx.stream).unwrap(),
-        DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &b).unwrap(),
-    );
+    let (b, mut keep) = second_stream(&ctx);
     // Every event timed (the default times one per 100 µs per stream).
     let options = RecordOptions::default()
         .device_times(true)
@@ -282,11 +285,7 @@ fn a_wait_that_stalls_its_stream_diverts_its_slot() {
     let Some(ctx) = setup("plan::a_wait_that_stalls_its_stream_diverts_its_slot") else {
         return;
     };
-    let b = ctx.new_stream();
-    let mut keep = (
-        DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &ctx.stream).unwrap(),
-        DeviceBuffer::<u8>::new_in(16 << 20, &ctx.pool, &b).unwrap(),
-    );
+    let (b, mut keep) = second_stream(&ctx);
     let (trace, _) = record_two_stream_steps(&ctx, &b, &mut keep, "divert", RecordOptions::default());
     let lag = Some(std::time::Duration::ZERO);
     // Stream b takes a's 16 MiB block's bytes and waits for a's 20 ms spin
