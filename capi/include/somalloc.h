@@ -105,6 +105,15 @@ typedef struct {
   // stalled their stream (`plan_divert:`), and their bytes.
   uint64_t plan_diverted;
   uint64_t plan_diverted_bytes;
+  // Waits a stream of a shared plan made for another stream's frees
+  // before using their bytes, and the events recorded for them.
+  uint64_t plan_waits;
+  uint64_t plan_wait_events;
+  // Of those waits, the ones timed on the device and read back
+  // (`plan_time_waits:on`, or while `plan_divert:` has budget), and how
+  // long they held their streams in all, in nanoseconds.
+  uint64_t plan_waits_timed;
+  uint64_t plan_wait_stall_ns;
 } SomallocStats;
 
 #ifdef __cplusplus

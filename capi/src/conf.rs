@@ -46,6 +46,9 @@ pub struct Conf {
     /// Bytes of a shared plan's slots that may be served elsewhere once
     /// their waits stall their stream on the device (0: none).
     pub plan_divert: u64,
+    /// Time every wait of a shared plan on the device (what the statistics'
+    /// `plan_wait_stall_ns` adds up).
+    pub plan_time_waits: bool,
     /// With the trace: the time the device reached each allocation and
     /// free (what `plan_share:device` plans with).
     pub trace_device: bool,
@@ -68,6 +71,7 @@ impl Default for Conf {
             plan: None,
             plan_share: None,
             plan_divert: 0,
+            plan_time_waits: false,
             trace_device: false,
             peer_access: true,
         }
@@ -77,7 +81,8 @@ impl Default for Conf {
 /// The keys, for messages and the documentation.
 pub const KEYS: &str = "pool, release_threshold, reuse, max_size, cache, cache_total_cap, \
                         cache_per_stream_cap, cache_max_block, cache_reuse_larger, cache_headroom, trace, \
-                        trace_backtraces, trace_device, plan, plan_share, plan_divert, peer_access";
+                        trace_backtraces, trace_device, plan, plan_share, plan_divert, plan_time_waits, \
+                        peer_access";
 
 impl Conf {
     /// Parses `text` over the defaults. Empty text (or only commas and
@@ -182,6 +187,8 @@ impl Conf {
                         },
                     }
                 }
+                // Time a shared plan's waits on the device (`on`/`off`).
+                "plan_time_waits" => conf.plan_time_waits = parse_switch(value).map_err(|e| bad(&e))?,
                 "trace_device" => conf.trace_device = parse_switch(value).map_err(|e| bad(&e))?,
                 "peer_access" => conf.peer_access = parse_switch(value).map_err(|e| bad(&e))?,
                 _ => return Err(format!("unknown key `{key}` (keys: {KEYS})")),
@@ -351,6 +358,9 @@ mod tests {
         assert_eq!(d.plan_divert, 0);
         assert_eq!(Conf::parse("plan_divert:1GiB").unwrap().plan_divert, 1 << 30);
         assert_eq!(Conf::parse("plan_divert:off").unwrap().plan_divert, 0);
+        assert!(!d.plan_time_waits);
+        assert!(Conf::parse("plan_time_waits:on").unwrap().plan_time_waits);
+        assert!(!Conf::parse("plan_time_waits:off").unwrap().plan_time_waits);
         assert!(!t.trace_backtraces);
         assert_eq!(
             Conf::parse("trace:C:/x.trace").unwrap().trace.as_deref(),

@@ -112,6 +112,15 @@ pub struct SomallocStats {
     /// stalled their stream (`plan_divert:`), and their bytes.
     pub plan_diverted: u64,
     pub plan_diverted_bytes: u64,
+    /// Waits a stream of a shared plan made for another stream's frees
+    /// before using their bytes, and the events recorded for them.
+    pub plan_waits: u64,
+    pub plan_wait_events: u64,
+    /// Of those waits, the ones timed on the device and read back
+    /// (`plan_time_waits:on`, or while `plan_divert:` has budget), and how
+    /// long they held their streams in all, in nanoseconds.
+    pub plan_waits_timed: u64,
+    pub plan_wait_stall_ns: u64,
 }
 
 /// Runs an entry point: panics become `SOMALLOC_STATUS_INTERNAL`, and the
@@ -224,6 +233,11 @@ pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
         let (slots, bytes) = plan.diverted();
         s.plan_diverted += slots;
         s.plan_diverted_bytes += bytes;
+        let w = plan.waits();
+        s.plan_waits += w.waits;
+        s.plan_wait_events += w.events;
+        s.plan_waits_timed += w.timed;
+        s.plan_wait_stall_ns += w.stalled_ns;
     }
     Ok(s)
 }

@@ -52,17 +52,20 @@ use crate::error::{CapiError, Status};
 /// stream, or one shared by the streams with bytes passing between them
 /// by the rule `share` (`plan_share:`).
 /// With `divert` bytes, a shared plan serves the slots whose waits stall
-/// their stream elsewhere, up to that much (`plan_divert:`).
+/// their stream elsewhere, up to that much (`plan_divert:`); with
+/// `time_waits`, it times every wait on the device (`plan_time_waits:`).
 pub fn load(
     path: &str,
     device: usize,
     share: Option<Sharing>,
     divert: u64,
+    time_waits: bool,
 ) -> Result<StreamPlans, CapiError> {
     let bad = |what: String| CapiError::new(Status::Config, format!("plan:{path}: {what}"));
     let trace = Trace::read(path).map_err(|e| bad(e.to_string()))?;
     let plans = StreamPlans::from_trace_sharing(&trace, device, share).map_err(|e| bad(e.to_string()))?;
     plans.divert_stalls(divert);
+    plans.time_waits(time_waits);
     Ok(plans)
 }
 
@@ -91,7 +94,7 @@ mod tests {
             r.record(t, Action::Allocate, 0, Some(2), 64, 0x30_0000 + k);
         }
         r.finish().unwrap();
-        let plans = load(&path, 0, None, 0).unwrap();
+        let plans = load(&path, 0, None, 0, false).unwrap();
         let legacy = plans.take(true).unwrap().arena;
         assert_eq!((legacy.plan().slots.len(), legacy.plan().arena), (8, 512));
         assert!(plans.take(true).is_none(), "the legacy plan is taken once");
@@ -99,10 +102,10 @@ mod tests {
         assert_eq!((other.plan().slots.len(), other.plan().arena), (8, 1 << 20));
         assert!(plans.take(false).is_none(), "the per-thread stream has no plan");
         // Another device's events are not this device's.
-        assert!(load(&path, 1, None, 0).unwrap().take(false).is_none());
+        assert!(load(&path, 1, None, 0, false).unwrap().take(false).is_none());
         // Shared: one arena, the streams its lanes in the order they came
         // (each block lives beside the other stream's, so none shares).
-        let plans = load(&path, 0, Some(Sharing::HostLag(0)), 0).unwrap();
+        let plans = load(&path, 0, Some(Sharing::HostLag(0)), 0, false).unwrap();
         let (legacy, other) = (plans.take(true).unwrap(), plans.take(false).unwrap());
         assert!(std::sync::Arc::ptr_eq(&legacy.arena, &other.arena));
         assert_eq!((other.lane, legacy.lane), (0, 1));
@@ -110,7 +113,7 @@ mod tests {
         assert_eq!(other.arena.plan().arena, (1 << 20) + 512);
         assert!(plans.take(false).is_none());
         // Sharing by device times needs a trace that has them.
-        let e = load(&path, 0, Some(Sharing::Device { margin_ns: 0 }), 0).unwrap_err();
+        let e = load(&path, 0, Some(Sharing::Device { margin_ns: 0 }), 0, false).unwrap_err();
         assert_eq!(e.status, Status::Config);
         assert!(e.text.contains("trace_device:on"), "{}", e.text);
         let _ = std::fs::remove_file(&path);
@@ -118,12 +121,12 @@ mod tests {
 
     #[test]
     fn a_missing_or_broken_trace_is_a_configuration_error() {
-        let e = load("/nonexistent/run.trace", 0, None, 0).unwrap_err();
+        let e = load("/nonexistent/run.trace", 0, None, 0, false).unwrap_err();
         assert_eq!(e.status, Status::Config);
         assert!(e.text.contains("plan:/nonexistent/run.trace"), "{}", e.text);
         let path = temp("broken");
         std::fs::write(&path, b"not a trace").unwrap();
-        assert_eq!(load(&path, 0, None, 0).unwrap_err().status, Status::Config);
+        assert_eq!(load(&path, 0, None, 0, false).unwrap_err().status, Status::Config);
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -241,6 +241,7 @@ impl DeviceState {
                 ordinal,
                 conf.plan_share,
                 conf.plan_divert,
+                conf.plan_time_waits,
             )?),
             None => None,
         };

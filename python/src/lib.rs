@@ -69,7 +69,7 @@ fn free(ptr: usize, size: usize, device: i32, stream: usize) -> PyResult<()> {
 fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
     let s = somalloc::stats(device).map_err(err)?;
     let d = PyDict::new(py);
-    let fields: [(&str, u64); 25] = [
+    let fields: [(&str, u64); 29] = [
         ("pool_reserved_bytes", s.pool_reserved_bytes),
         ("pool_reserved_peak_bytes", s.pool_reserved_peak_bytes),
         ("pool_used_bytes", s.pool_used_bytes),
@@ -95,6 +95,10 @@ fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
         ("plan_refused", s.plan_refused),
         ("plan_diverted", s.plan_diverted),
         ("plan_diverted_bytes", s.plan_diverted_bytes),
+        ("plan_waits", s.plan_waits),
+        ("plan_wait_events", s.plan_wait_events),
+        ("plan_waits_timed", s.plan_waits_timed),
+        ("plan_wait_stall_ns", s.plan_wait_stall_ns),
     ];
     for (k, v) in fields {
         d.set_item(k, v)?;

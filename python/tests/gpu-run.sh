@@ -53,6 +53,8 @@ part plan-serve python3 "$dir/plan_gpu.py" plan "$out/plan.trace"
 part plan-serve-shared python3 "$dir/plan_gpu.py" plan "$out/plan.trace" plan_share:0
 # The same, slots whose waits stall their stream served elsewhere.
 part plan-serve-divert python3 "$dir/plan_gpu.py" plan "$out/plan.trace" plan_share:0 plan_divert:64MiB
+# The same, every wait timed on the device.
+part plan-serve-timed python3 "$dir/plan_gpu.py" plan "$out/plan.trace" plan_share:0 plan_time_waits:on
 # Recorded with device times, the streams sharing bytes only where the
 # recorded run's device had released them.
 part plan-record-device python3 "$dir/plan_gpu.py" record "$out/plan-device.trace" trace_device:on

@@ -114,6 +114,18 @@ def main():
             )
         else:
             check("nothing diverted without plan_divert", st["plan_diverted"] == 0 and st["plan_diverted_bytes"] == 0)
+        keys = [a.split(":", 1)[0] for a in sys.argv[3:]]
+        waits = "%d waits, %d events, %d timed, %.2f ms" % (
+            st["plan_waits"], st["plan_wait_events"], st["plan_waits_timed"], st["plan_wait_stall_ns"] / 1e6)
+        if "plan_share" not in keys:
+            check("an arena per stream never waits (%s)" % waits, st["plan_waits"] == 0 and st["plan_wait_events"] == 0)
+        elif "plan_time_waits" in keys:
+            check(
+                "the shared plan's waits are timed (%s)" % waits,
+                0 < st["plan_waits_timed"] <= st["plan_waits"] and st["plan_wait_events"] > 0,
+            )
+        elif not budget:
+            check("untimed waits cost nothing to count (%s)" % waits, st["plan_waits_timed"] == 0 and st["plan_wait_stall_ns"] == 0)
         # A graph captured after the planned steps (its memory is the
         # capture's, not the plan's) replays as its eager run computes.
         net = nets[0]

@@ -63,7 +63,7 @@ mod stats;
 mod tracking;
 
 pub use limit::LimitingAdaptor;
-pub use plan::{PlanShare, PlannedArena, PlanningAdaptor, StreamPlans, PLAN_WINDOW, STALL_MS};
+pub use plan::{PlanShare, PlanWaits, PlannedArena, PlanningAdaptor, StreamPlans, PLAN_WINDOW, STALL_MS};
 pub use record::RecordingAdaptor;
 pub use retry::{RetryAdaptor, RetryStats};
 pub use stats::{ResourceStats, StatisticsAdaptor};

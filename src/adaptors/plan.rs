@@ -144,6 +144,15 @@ impl StreamPlans {
         }
     }
 
+    /// Every arena times its waits ([`PlannedArena::time_waits`]).
+    pub fn time_waits(&self, on: bool) {
+        let legacy = lock(&self.legacy);
+        let others = lock(&self.others);
+        for share in legacy.iter().chain(others.iter()) {
+            share.arena.time_waits(on);
+        }
+    }
+
     /// The plan of a stream seen for the first time: the legacy stream's
     /// for it (`legacy`), else the next one; `None` when none is left.
     pub fn take(&self, legacy: bool) -> Option<PlanShare> {
@@ -188,18 +197,58 @@ pub const STALL_MS: f32 = 0.2;
 /// Waits timed and not read yet, at most (more go untimed).
 const PROBES_KEPT: usize = 256;
 
-/// What [`PlannedArena::divert_stalls`] keeps: the budget left, the slots
-/// diverted, and the timed waits not read yet. A wait is timed by a timing
-/// event recorded on the taking stream before its waits and one after: the
-/// time between them is the time the stream stood still. Only the repeated
-/// step's slots are timed (the others are not asked for again).
+/// What a shared plan's waits cost: how many the device was asked for, how
+/// many events were recorded for them, and, where the waits are timed
+/// ([`PlannedArena::time_waits`], or while [`PlannedArena::divert_stalls`]
+/// has budget), how long they held their streams on the device.
+///
+/// A plan of one stream never waits: all zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlanWaits {
+    /// Waits a stream made for another's frees before using their bytes
+    /// (one per other stream and slot at most).
+    pub waits: u64,
+    /// Events recorded for those waits, at the frees and at the waits.
+    pub events: u64,
+    /// Waits timed on the device and read back (slots of the repeated step
+    /// only: the others are not asked for again).
+    pub timed: u64,
+    /// The time the timed waits held their streams, added up, in
+    /// nanoseconds (the device's timer resolves about half a microsecond).
+    pub stalled_ns: u64,
+}
+
+/// Field by field (the waits of several arenas).
+impl std::ops::Add for PlanWaits {
+    type Output = PlanWaits;
+
+    fn add(self, other: PlanWaits) -> PlanWaits {
+        PlanWaits {
+            waits: self.waits + other.waits,
+            events: self.events + other.events,
+            timed: self.timed + other.timed,
+            stalled_ns: self.stalled_ns + other.stalled_ns,
+        }
+    }
+}
+
+/// What [`PlannedArena::divert_stalls`] and [`PlannedArena::time_waits`]
+/// keep: the budget left, the slots diverted, the counts, and the timed
+/// waits not read yet. A wait is timed by a timing event recorded on the
+/// taking stream before its waits and one after: the time between them is
+/// the time the stream stood still. Only the repeated step's slots are
+/// timed (the others are not asked for again).
 #[derive(Debug, Default)]
 struct Stalls {
     /// Bytes of slots that may still be diverted.
     budget: u64,
+    /// Time every wait of the repeated step, budget or not.
+    timing: bool,
     /// Slots diverted, and their bytes.
     slots: u64,
     bytes: u64,
+    /// The waits' counts and their timed cost.
+    counts: PlanWaits,
     /// Timed waits not read yet, in the order made: the slot, and the
     /// events recorded before and after its waits.
     pending: VecDeque<(usize, Event, Event)>,
@@ -271,6 +320,7 @@ impl ArenaState {
         };
         event.record(stream)?;
         l.events.insert(ticket, event);
+        self.stalls.counts.events += 1;
         Ok(())
     }
 
@@ -290,6 +340,11 @@ impl ArenaState {
                 return;
             };
             self.stalls.spare.extend([before, after]);
+            if let Some(ms) = ms {
+                self.stalls.counts.timed += 1;
+                // Milliseconds of an f32: at most a day's worth, never negative.
+                self.stalls.counts.stalled_ns += (f64::from(ms.max(0.0)) * 1e6) as u64;
+            }
             let size = round(self.server.plan().slots[slot].size);
             if ms.is_some_and(|ms| ms >= STALL_MS) && size <= self.stalls.budget && self.server.divert(slot) {
                 self.stalls.budget -= size;
@@ -307,7 +362,11 @@ impl ArenaState {
         }
         let event = self.lanes[a].events.range(w.ticket..).next().map(|(_, e)| e);
         match event {
-            Some(e) => stream.wait_event(e),
+            Some(e) => {
+                stream.wait_event(e)?;
+                self.stalls.counts.waits += 1;
+                Ok(())
+            }
             None => Err(InvalidReason::Other.error(format!(
                 "no event recorded on plan lane {a} after its free {}",
                 w.ticket
@@ -426,7 +485,8 @@ impl PlannedArena {
         // Waits are timed for slots that come again (those of the repeated
         // step), while one of this size may still be diverted.
         let again = st.server.plan().wrap_to.is_some_and(|w| grant.slot >= w);
-        let before = match again && !grant.waits.is_empty() && st.stalls.budget >= round(bytes as u64) {
+        let timed = st.stalls.timing || st.stalls.budget >= round(bytes as u64);
+        let before = match again && !grant.waits.is_empty() && timed {
             true => {
                 st.read_stalls();
                 (st.stalls.pending.len() < PROBES_KEPT)
@@ -585,6 +645,22 @@ impl PlannedArena {
     /// `bytes` of memory for time.
     pub fn divert_stalls(&self, bytes: u64) {
         lock(&self.inner).stalls.budget = bytes;
+    }
+
+    /// Times every wait for a slot of the repeated step on the device
+    /// (`on`), budget to divert or not: [`waits`](PlannedArena::waits)
+    /// then says how long the plan's waits held their streams. It costs
+    /// two timing events recorded per timed wait. Off by default.
+    pub fn time_waits(&self, on: bool) {
+        lock(&self.inner).stalls.timing = on;
+    }
+
+    /// The plan's waits so far, and what the timed ones cost on the device
+    /// (those the device has passed: read now).
+    pub fn waits(&self) -> PlanWaits {
+        let mut st = lock(&self.inner);
+        st.read_stalls();
+        st.stalls.counts
     }
 
     /// Slots diverted ([`divert_stalls`](PlannedArena::divert_stalls)),
@@ -746,6 +822,41 @@ impl PlanningAdaptor {
     pub fn divert_stalls(self, bytes: u64) -> PlanningAdaptor {
         self.plans.divert_stalls(bytes);
         self
+    }
+
+    /// Each arena times its waits on the device
+    /// ([`PlannedArena::time_waits`]); for the arenas of streams not seen
+    /// yet.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use somalloc::adaptors::PlanningAdaptor;
+    /// use somalloc::trace::plan::Sharing;
+    /// use somalloc::trace::Trace;
+    /// use somalloc::{Device, MemPool};
+    ///
+    /// # fn main() -> somalloc::Result<()> {
+    /// let dev = Device::get(0)?;
+    /// // A trace of an earlier run of the program, recorded with device times.
+    /// let trace = Trace::read("run.trace")?;
+    /// let sharing = Some(Sharing::Device { margin_ns: 5_000_000 });
+    /// let planned = PlanningAdaptor::with_sharing(Arc::new(MemPool::default_for(&dev)?), &trace, sharing)?
+    ///     .time_waits(true);
+    /// // ... the program's steps, allocating through `planned` ...
+    /// let w = planned.waits();
+    /// println!("{} waits, {} timed, {:.2} ms stood still", w.waits, w.timed, w.stalled_ns as f64 / 1e6);
+    /// # Ok(()) }
+    /// ```
+    pub fn time_waits(self, on: bool) -> PlanningAdaptor {
+        self.plans.time_waits(on);
+        self
+    }
+
+    /// The waits of the arenas in use, added up ([`PlannedArena::waits`]).
+    pub fn waits(&self) -> PlanWaits {
+        self.arenas()
+            .iter()
+            .fold(PlanWaits::default(), |sum, a| sum + a.waits())
     }
 
     /// Slots diverted ([`divert_stalls`](PlanningAdaptor::divert_stalls))

@@ -328,3 +328,46 @@ fn a_wait_that_stalls_its_stream_diverts_its_slot() {
     drop(keep);
     ctx.finish(&[&b]);
 }
+
+#[test]
+fn timed_waits_add_up_how_long_their_stream_stood_still() {
+    let name = "timed_waits_add_up_how_long_their_stream_stood_still";
+    let Some(ctx) = setup(&format!("plan::{name}")) else {
+        return;
+    };
+    let (b, mut keep) = second_stream(&ctx);
+    let (trace, _) = record_two_stream_steps(&ctx, &b, &mut keep, "timed", RecordOptions::default());
+    let lag = Some(std::time::Duration::ZERO);
+    // Stream b takes a's 16 MiB block's bytes every step and waits for a's
+    // 20 ms spin: counted either way, timed only when asked.
+    let mut seen = Vec::new();
+    for timing in [false, true] {
+        let planned = Arc::new(
+            PlanningAdaptor::with_lag(Arc::new(ctx.pool.clone()), &trace, lag)
+                .unwrap()
+                .time_waits(timing),
+        );
+        let (served, refused, _) = serve_two_stream_steps(&ctx, &planned, &b, &mut keep, name);
+        let w = planned.waits();
+        say(&format!(
+            "plan::{name}: timing {timing}: {} waits, {} events, {} timed, {:.1} ms stood still",
+            w.waits,
+            w.events,
+            w.timed,
+            w.stalled_ns as f64 / 1e6
+        ));
+        assert_eq!(served + refused, 8 * 4);
+        assert_eq!(planned.diverted(), (0, 0), "timing alone diverts nothing");
+        // One wait of b for a per step at least, each after an event.
+        assert!(w.waits >= 8 && w.events >= 1, "{w:?}");
+        seen.push(w);
+    }
+    let (off, on) = (seen[0], seen[1]);
+    assert_eq!((off.timed, off.stalled_ns), (0, 0), "untimed: {off:?}");
+    // The repeated step's waits (the steps after the plan's first) timed.
+    assert!(on.timed >= 4 && on.timed <= on.waits, "{on:?}");
+    // Each held b behind a's 20 ms spin: 5 ms or more apiece on average.
+    assert!(on.stalled_ns >= on.timed * 5_000_000, "{on:?}");
+    drop(keep);
+    ctx.finish(&[&b]);
+}
