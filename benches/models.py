@@ -21,9 +21,9 @@ Modes, one process each (per workload), all in one run:
                    run: a first process runs 3 steps with trace:, the measured one
                    runs with plan: (the cache tier, default caps, serves the rest)
   somalloc-plan-shared  the same with plan_share:10, the streams sharing one arena
-  somalloc-plan-device  the same with plan_share:device: bytes pass between the
+  somalloc-plan-device  the same with plan_share:device+15: bytes pass between the
                    streams only where the recorded run's device had released
-                   them (the recording run has trace_device:on)
+                   them 15 ms before (the recording run has trace_device:on)
 --plan-mode NAME=CONF adds a plan mode with its own keys (recorded, then
   served), e.g. --plan-mode "plan-share-5=cache:on,plan_share:5" or
   --plan-mode "divert=cache:on,plan_share:device,plan_divert:1GiB".
@@ -64,9 +64,9 @@ MODES = {
     # another freed 10 ms or more before in the recorded run.
     "somalloc-plan-shared": ("plan", "cache:on,plan_share:10"),
     # The same, by the recorded run's device times: a stream takes bytes
-    # another freed only where the device had passed that free 5 ms or more
-    # before it reached the allocation.
-    "somalloc-plan-device": ("plan", "cache:on,plan_share:device"),
+    # another freed only where the device had passed that free 15 ms or
+    # more before it reached the allocation.
+    "somalloc-plan-device": ("plan", "cache:on,plan_share:device+15"),
 }
 # The key the driver adds to a plan mode's child: trace:FILE, then plan:FILE.
 PLAN_KEY = "MODELS_PLAN_KEY"

@@ -337,7 +337,12 @@ mod tests {
         let d = Conf::parse("plan_share:device,trace_device:on").unwrap();
         assert_eq!(
             (d.plan_share, d.trace_device),
-            (Some(Sharing::Device { margin_ns: 5_000_000 }), true)
+            (
+                Some(Sharing::Device {
+                    margin_ns: 15_000_000
+                }),
+                true
+            )
         );
         // Recording device times, the own pool passes no block between
         // streams, unless asked to.
