@@ -232,6 +232,18 @@ def svg(rows, workloads, modes, path):
         f.write("\n".join(parts))
 
 
+def waits(r):
+    """A shared plan's waits a step, and how long they held their streams
+    where they were timed (plan_time_waits:on), from somalloc's statistics."""
+    st, n = r.get("somalloc") or {}, len(r["step_ms"])
+    if not st.get("plan_waits"):
+        return ""
+    out = "  waits %.1f a step" % (st["plan_waits"] / n)
+    if st.get("plan_waits_timed"):
+        out += ", stood still %.2f ms a step" % (st["plan_wait_stall_ns"] / 1e6 / n)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="benches/data")
@@ -304,7 +316,7 @@ def main():
         r = json.loads(res[-1][len("RESULT "):])
         r["repeat"] = rep
         runs.setdefault((wl, m), []).append(r)
-        print("%-9s %-15s %8.2f ms/step %9.0f MiB  loss %.6f -> %.6f  (%.0f s)" % (wl, m, r["ms_per_step"], r["peak_mib"], r["losses"][0], r["losses"][-1], time.time() - t0), flush=True)
+        print("%-9s %-15s %8.2f ms/step %9.0f MiB  loss %.6f -> %.6f  (%.0f s)%s" % (wl, m, r["ms_per_step"], r["peak_mib"], r["losses"][0], r["losses"][-1], time.time() - t0, waits(r)), flush=True)
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "models.partial.json"), "w") as f:
             json.dump([r for v in runs.values() for r in v if r], f)
