@@ -656,7 +656,8 @@ impl PlannedArena {
     }
 
     /// The plan's waits so far, and what the timed ones cost on the device
-    /// (those the device has passed: read now).
+    /// (those the device has passed: read now, and with a budget to
+    /// divert, judged now as the next wait would judge them).
     pub fn waits(&self) -> PlanWaits {
         let mut st = lock(&self.inner);
         st.read_stalls();
