@@ -137,19 +137,21 @@ impl StreamPlans {
     /// Every arena diverts slots whose waits hold their stream on the
     /// device, up to `bytes` each ([`PlannedArena::divert_stalls`]).
     pub fn divert_stalls(&self, bytes: u64) {
-        let legacy = lock(&self.legacy);
-        let others = lock(&self.others);
-        for share in legacy.iter().chain(others.iter()) {
-            share.arena.divert_stalls(bytes);
-        }
+        self.each_arena(|a| a.divert_stalls(bytes));
     }
 
     /// Every arena times its waits ([`PlannedArena::time_waits`]).
     pub fn time_waits(&self, on: bool) {
+        self.each_arena(|a| a.time_waits(on));
+    }
+
+    /// `f` on every plan not taken yet (an arena shared by streams once
+    /// per stream).
+    fn each_arena(&self, f: impl Fn(&PlannedArena)) {
         let legacy = lock(&self.legacy);
         let others = lock(&self.others);
         for share in legacy.iter().chain(others.iter()) {
-            share.arena.time_waits(on);
+            f(&share.arena);
         }
     }
 
@@ -342,7 +344,7 @@ impl ArenaState {
             self.stalls.spare.extend([before, after]);
             if let Some(ms) = ms {
                 self.stalls.counts.timed += 1;
-                // Milliseconds of an f32: at most a day's worth, never negative.
+                // The cast saturates; a negative time counts as none.
                 self.stalls.counts.stalled_ns += (f64::from(ms.max(0.0)) * 1e6) as u64;
             }
             let size = round(self.server.plan().slots[slot].size);
@@ -483,7 +485,8 @@ impl PlannedArena {
             return None;
         };
         // Waits are timed for slots that come again (those of the repeated
-        // step), while one of this size may still be diverted.
+        // step), when asked for or while one of this size may still be
+        // diverted.
         let again = st.server.plan().wrap_to.is_some_and(|w| grant.slot >= w);
         let timed = st.stalls.timing || st.stalls.budget >= round(bytes as u64);
         let before = match again && !grant.waits.is_empty() && timed {
@@ -832,7 +835,7 @@ impl PlanningAdaptor {
     /// ```no_run
     /// use std::sync::Arc;
     /// use somalloc::adaptors::PlanningAdaptor;
-    /// use somalloc::trace::plan::Sharing;
+    /// use somalloc::trace::plan::{Sharing, DEVICE_MARGIN_NS};
     /// use somalloc::trace::Trace;
     /// use somalloc::{Device, MemPool};
     ///
@@ -840,7 +843,7 @@ impl PlanningAdaptor {
     /// let dev = Device::get(0)?;
     /// // A trace of an earlier run of the program, recorded with device times.
     /// let trace = Trace::read("run.trace")?;
-    /// let sharing = Some(Sharing::Device { margin_ns: 5_000_000 });
+    /// let sharing = Some(Sharing::Device { margin_ns: DEVICE_MARGIN_NS });
     /// let planned = PlanningAdaptor::with_sharing(Arc::new(MemPool::default_for(&dev)?), &trace, sharing)?
     ///     .time_waits(true);
     /// // ... the program's steps, allocating through `planned` ...
