@@ -126,7 +126,9 @@ enum Command {
         window: usize,
         /// How the plan whose streams share one arena passes bytes between
         /// them (the C ABI's plan_share): a host lag in milliseconds,
-        /// `device` or `device+MS` (by the trace's device times).
+        /// `device` or `device+MS` (by the trace's device times); several
+        /// rules separated by commas (e.g. device+5,device+15,device+25)
+        /// print one plan each, to choose a margin by the memory it keeps.
         #[arg(long, default_value = "10")]
         share: String,
     },
@@ -210,17 +212,25 @@ fn run(cli: Cli) -> Result<(), String> {
             print!("{}", simulate::report(&t, &sim));
         }
         Command::Steps { trace, window, share } => {
-            let sharing = plan::Sharing::parse(&share).map_err(|e| format!("--share: {e}"))?;
+            let rules = share
+                .split(',')
+                .map(|r| plan::Sharing::parse(r).map_err(|e| format!("--share: {e}")))
+                .collect::<Result<Vec<_>, _>>()?;
             let t = read(&trace)?;
-            if sharing.needs_device_times() && !t.events.iter().any(|e| e.device_ns.is_some()) {
+            if rules.iter().any(|r| r.needs_device_times()) && !t.events.iter().any(|e| e.device_ns.is_some())
+            {
                 return Err(format!(
                     "--share {share}: {} has no device times (record with trace_device:on)",
                     trace.display()
                 ));
             }
             let s = steps::steps(&t, window).map_err(|e| format!("{}: {e}", trace.display()))?;
-            let sh = steps::shared(&t, sharing).map_err(|e| format!("{}: {e}", trace.display()))?;
-            print!("{}", steps::report(&t, &s, &sh, sharing));
+            let sh = rules
+                .into_iter()
+                .map(|r| steps::shared(&t, r).map(|sh| (r, sh)))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("{}: {e}", trace.display()))?;
+            print!("{}", steps::report(&t, &s, &sh));
         }
         Command::Convert { trace, out } => {
             let t = read(&trace)?;

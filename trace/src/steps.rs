@@ -263,7 +263,8 @@ fn mib(n: u64) -> String {
 
 /// The report; `shared`: per device, the arena of the streams sharing one
 /// plan, and the lag it was planned with.
-pub fn report(trace: &Trace, streams: &[StreamSteps], shared: &[Shared], sharing: Sharing) -> String {
+/// The report of [`steps`], then of [`shared`] for each sharing rule given.
+pub fn report(trace: &Trace, streams: &[StreamSteps], shared: &[(Sharing, Vec<Shared>)]) -> String {
     let mut out = String::new();
     let (mut arena, mut outside) = (0, 0);
     let program: u64 = streams.iter().map(|s| s.program_arena).sum();
@@ -320,42 +321,44 @@ pub fn report(trace: &Trace, streams: &[StreamSteps], shared: &[Shared], sharing
         mib(arena + outside),
         mib(program)
     );
-    let rule = match sharing {
-        Sharing::Never => "never".to_string(),
-        Sharing::HostLag(ns) => format!("{} ms or more after its free", ns as f64 / 1e6),
-        Sharing::Device { margin_ns } => format!(
-            "where the device reached its free {} ms or more before the allocation",
-            margin_ns as f64 / 1e6
-        ),
-    };
-    for sh in shared {
-        let _ = writeln!(
-            out,
-            "device {}, its streams planned whole in one arena, a block passing to another stream \
-             {rule} (plan_share:{sharing}): {}",
-            sh.device,
-            mib(sh.arena)
-        );
-        let host = least_and_median(sh.handovers.iter().map(|h| h.host_ns).collect());
-        if let Some((least, median)) = host {
-            let _ = write!(
+    for (sharing, shared) in shared {
+        let rule = match *sharing {
+            Sharing::Never => "never".to_string(),
+            Sharing::HostLag(ns) => format!("{} ms or more after its free", ns as f64 / 1e6),
+            Sharing::Device { margin_ns } => format!(
+                "where the device reached its free {} ms or more before the allocation",
+                margin_ns as f64 / 1e6
+            ),
+        };
+        for sh in shared {
+            let _ = writeln!(
                 out,
-                "  {} allocations take bytes another stream freed, {least:.1} ms or more after the free \
-                 (median {median:.1} ms)",
-                sh.handovers.len()
+                "device {}, its streams planned whole in one arena, a block passing to another stream \
+                 {rule} (plan_share:{sharing}): {}",
+                sh.device,
+                mib(sh.arena)
             );
-            let device: Vec<i64> = sh.handovers.iter().filter_map(|h| h.device_ns).collect();
-            let timed = device.len();
-            match least_and_median(device) {
-                Some((least, median)) => {
-                    let _ = writeln!(
-                        out,
-                        "; on the device ({timed} of them timed) {least:.1} ms or more (median {median:.1} ms): \
-                         a run that keeps another pace waits where these are small"
-                    );
-                }
-                None => {
-                    let _ = writeln!(out);
+            let host = least_and_median(sh.handovers.iter().map(|h| h.host_ns).collect());
+            if let Some((least, median)) = host {
+                let _ = write!(
+                    out,
+                    "  {} allocations take bytes another stream freed, {least:.1} ms or more after the free \
+                     (median {median:.1} ms)",
+                    sh.handovers.len()
+                );
+                let device: Vec<i64> = sh.handovers.iter().filter_map(|h| h.device_ns).collect();
+                let timed = device.len();
+                match least_and_median(device) {
+                    Some((least, median)) => {
+                        let _ = writeln!(
+                            out,
+                            "; on the device ({timed} of them timed) {least:.1} ms or more (median {median:.1} ms): \
+                             a run that keeps another pace waits where these are small"
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(out);
+                    }
                 }
             }
         }
@@ -427,13 +430,16 @@ mod tests {
             "{} against {apart}",
             at_30[0].arena
         );
-        let text = report(
-            &t,
-            &steps(&t, 16).unwrap(),
-            &shared(&t, Sharing::HostLag(10 * ms)).unwrap(),
-            Sharing::HostLag(10 * ms),
+        // Two rules: one report each, in the order given.
+        let rules = [Sharing::HostLag(10 * ms), Sharing::HostLag(30 * ms)];
+        let each: Vec<_> = rules.iter().map(|&r| (r, shared(&t, r).unwrap())).collect();
+        let text = report(&t, &steps(&t, 16).unwrap(), &each);
+        let (at, later) = (
+            text.find("(plan_share:10): 7").expect(&text),
+            text.find(&format!("(plan_share:30): {}", mib(at_30[0].arena)))
+                .expect(&text),
         );
-        assert!(text.contains("(plan_share:10): 7"), "{text}");
+        assert!(at < later, "{text}");
         assert!(
             text.contains(&format!(
                 "  {} allocations take bytes another stream freed, ",
