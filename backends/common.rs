@@ -12,7 +12,10 @@
 //! runtime call set it, like any failed runtime call does. somalloc never
 //! reads or resets it: resetting would also swallow a pending error of the
 //! caller's own kernel launch. The error somalloc returns already carries the
-//! code, its name and message.
+//! code, its name and message. The one exception is not an error: a query
+//! of an event that answers `NotReady` (the work is still pending) takes that
+//! answer back out of the last error if the runtime left it there, and only
+//! that answer.
 
 use std::ffi::{c_char, c_int, CStr};
 use std::marker::PhantomData;
@@ -22,6 +25,9 @@ use crate::backend::{CaptureInfo, CaptureStatus, GraphMemAttr, PoolAttr, RawCapt
 use crate::error::{record_drop_error, Error, Result, VendorCode};
 
 pub(crate) const SUCCESS: i32 = 0;
+/// cudaErrorNotReady / hipErrorNotReady: a query's "still pending", not a
+/// failure.
+pub(crate) const NOT_READY: i32 = 600;
 /// cudaErrorMemoryAllocation / hipErrorOutOfMemory.
 pub(crate) const ERROR_OUT_OF_MEMORY: i32 = 2;
 /// cudaErrorInsufficientDriver / hipErrorInsufficientDriver.

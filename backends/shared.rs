@@ -58,6 +58,9 @@ macro_rules! shared_runtime_api {
             fn event_destroy = concat!($p, "EventDestroy\0"); ($e) -> i32;
             fn event_record = concat!($p, "EventRecord\0"); ($e, $s) -> i32;
             fn event_synchronize = concat!($p, "EventSynchronize\0"); ($e) -> i32;
+            fn event_query = concat!($p, "EventQuery\0"); ($e) -> i32;
+            fn peek_at_last_error = concat!($p, "PeekAtLastError\0"); () -> i32;
+            fn get_last_error = concat!($p, "GetLastError\0"); () -> i32;
             fn event_elapsed_time = concat!($p, "EventElapsedTime\0"); (*mut f32, $e, $e) -> i32;
             fn device_get_default_mem_pool = concat!($p, "DeviceGetDefaultMemPool\0"); (*mut $pool, std::ffi::c_int) -> i32;
             fn device_get_mem_pool = concat!($p, "DeviceGetMemPool\0"); (*mut $pool, std::ffi::c_int) -> i32;
@@ -243,6 +246,22 @@ macro_rules! backend_impl {
             crate::common::check::<$codes>(call, code)
         }
 
+        /// After a query answered `NotReady` (work pending, not a failure):
+        /// takes that answer back out of the thread's last error, where a
+        /// runtime may have left it and where a caller checking its own
+        /// launches (`cudaGetLastError` after a kernel, as PyTorch does)
+        /// would read it as a failure. Only a `NotReady` is taken: any other
+        /// last error stays for its owner (see `common.rs`).
+        fn forget_not_ready(api: &Api) {
+            // SAFETY: neither call takes arguments; both only read or reset
+            // the calling thread's last error.
+            unsafe {
+                if (api.peek_at_last_error)() == crate::common::NOT_READY {
+                    (api.get_last_error)();
+                }
+            }
+        }
+
         #[inline]
         fn check_alloc(call: &'static str, code: i32, bytes: usize) -> crate::error::Result<()> {
             crate::common::check_alloc::<$codes>(call, code, bytes)
@@ -383,12 +402,28 @@ macro_rules! backend_impl {
                 check(concat!($p, "EventSynchronize"), unsafe { (api()?.event_synchronize)(event.0) })
             }
 
+            fn event_query(event: $event) -> crate::error::Result<bool> {
+                let api = api()?;
+                // SAFETY: handle made by this backend.
+                match unsafe { (api.event_query)(event.0) } {
+                    crate::common::SUCCESS => Ok(true),
+                    crate::common::NOT_READY => {
+                        forget_not_ready(api);
+                        Ok(false)
+                    }
+                    code => check(concat!($p, "EventQuery"), code).map(|()| true),
+                }
+            }
+
             fn event_elapsed_ms(start: $event, end: $event) -> crate::error::Result<f32> {
+                let api = api()?;
                 let mut ms = 0f32;
                 // SAFETY: valid out-pointer; handles made by this backend.
-                check(concat!($p, "EventElapsedTime"), unsafe {
-                    (api()?.event_elapsed_time)(&mut ms, start.0, end.0)
-                })?;
+                let code = unsafe { (api.event_elapsed_time)(&mut ms, start.0, end.0) };
+                if code == crate::common::NOT_READY {
+                    forget_not_ready(api);
+                }
+                check(concat!($p, "EventElapsedTime"), code)?;
                 Ok(ms)
             }
 
@@ -770,6 +805,11 @@ macro_rules! backend_impl {
             $($test_support)*
 
             // ---- Synchronous allocation and the rest of the test support ----
+            fn peek_last_error() -> crate::error::Result<i32> {
+                // SAFETY: no arguments; reads the thread's last error only.
+                Ok(unsafe { (api()?.peek_at_last_error)() })
+            }
+
             fn malloc_sync(device: usize, bytes: usize) -> crate::error::Result<crate::backend::DevicePtr> {
                 refuse_zero_bytes(bytes, "a synchronous allocation of 0 bytes")?;
                 let _device = crate::common::DeviceGuard::<Self>::set(device)?;

@@ -229,6 +229,9 @@ pub(crate) trait Backend: Sized + 'static {
     fn event_destroy(event: Self::Event) -> Result<()>;
     fn event_record(event: Self::Event, stream: Self::Stream) -> Result<()>;
     fn event_synchronize(event: Self::Event) -> Result<()>;
+    /// Whether the work before the event's last record has completed
+    /// (`cudaEventQuery`): `false` while it is pending.
+    fn event_query(event: Self::Event) -> Result<bool>;
     /// Milliseconds between two recorded timing events.
     fn event_elapsed_ms(start: Self::Event, end: Self::Event) -> Result<f32>;
     fn event_as_raw(event: Self::Event) -> *mut c_void;
@@ -370,6 +373,10 @@ pub(crate) trait TestSupport: Backend {
     type Module: Copy + Debug + Send + Sync;
     /// A kernel inside a module.
     type Function: Copy + Debug + Send + Sync;
+
+    /// The calling thread's last error of the runtime, left as it is
+    /// (`cudaPeekAtLastError` / `hipPeekAtLastError`); 0: none.
+    fn peek_last_error() -> Result<i32>;
 
     /// Synchronous allocation (`cudaMalloc` / `hipMalloc`), for baselines.
     fn malloc_sync(device: usize, bytes: usize) -> Result<DevicePtr>;

@@ -782,6 +782,35 @@ impl Event {
         Active::event_synchronize(self.raw)
     }
 
+    /// Whether the device has finished the work enqueued before the event's
+    /// last record (`cudaEventQuery` / `hipEventQuery`); an event never
+    /// recorded is complete. It does not block.
+    ///
+    /// An event last recorded during a capture marks a point of the graph,
+    /// not of a stream's work: asking is [`Error::Capture`], as for
+    /// [`synchronize`](Event::synchronize).
+    ///
+    /// ```no_run
+    /// use somalloc::{Device, Event, Stream};
+    /// # fn main() -> somalloc::Result<()> {
+    /// let device = Device::get(0)?;
+    /// let stream = Stream::new(&device)?;
+    /// let event = Event::new(&device)?;
+    /// event.record(&stream)?;
+    /// stream.synchronize()?;
+    /// assert!(event.is_complete()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn is_complete(&self) -> Result<bool> {
+        let id = self.capture_id.load(Ordering::Relaxed);
+        if id != 0 {
+            return Err(Error::capture(format!(
+                "host query of an event recorded in capture {id}"
+            )));
+        }
+        Active::event_query(self.raw)
+    }
+
     /// Milliseconds between `self` and `end`, both made with
     /// [`Event::with_timing`], recorded, and complete.
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {

@@ -918,6 +918,11 @@ HIP_ON_CUDA_EXPORT hipError_t hipGetLastError(void) {
     return last;
 }
 
+HIP_ON_CUDA_EXPORT hipError_t hipPeekAtLastError(void) {
+    // The same record as hipGetLastError's, left as it is.
+    return tl_last_error;
+}
+
 HIP_ON_CUDA_EXPORT hipError_t hipRuntimeGetVersion(int* runtimeVersion) {
     if (runtimeVersion == nullptr) {
         return done(hipErrorInvalidValue);
@@ -1070,6 +1075,8 @@ HIP_ON_CUDA_EXPORT hipError_t hipEventRecord(hipEvent_t event, hipStream_t strea
 }
 
 HIP_ON_CUDA_EXPORT hipError_t hipEventSynchronize(hipEvent_t event) { return cuda(cudaEventSynchronize(cu(event))); }
+
+HIP_ON_CUDA_EXPORT hipError_t hipEventQuery(hipEvent_t event) { return cuda(cudaEventQuery(cu(event))); }
 
 HIP_ON_CUDA_EXPORT hipError_t hipEventElapsedTime(float* ms, hipEvent_t start, hipEvent_t stop) {
     return cuda(cudaEventElapsedTime(ms, cu(start), cu(stop)));

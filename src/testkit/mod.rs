@@ -35,6 +35,12 @@ static IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/somalloc_kernels
 const BLOCK: u32 = 256;
 const MAX_GRID: u64 = 4096;
 
+/// The calling thread's last error of the runtime (what `cudaGetLastError`
+/// / `hipGetLastError` would return), without resetting it; 0: none.
+pub fn runtime_last_error() -> Result<i32> {
+    Active::peek_last_error()
+}
+
 /// The byte the fill kernel writes at `index` for `seed` (host copy of the
 /// device function, for checks on the host).
 pub fn pattern_byte(index: u64, seed: u32) -> u8 {

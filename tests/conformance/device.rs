@@ -153,3 +153,25 @@ fn events_order_streams_and_time_work() {
     assert!(ms > 1.0, "spin of ~20 ms measured {ms} ms");
     ctx.finish(&[&other]);
 }
+
+#[test]
+fn events_say_whether_their_work_is_done() {
+    let Some(ctx) = setup("device::events_say_whether_their_work_is_done") else {
+        return;
+    };
+    let never = Event::new(&ctx.dev).unwrap();
+    assert!(
+        never.is_complete().unwrap(),
+        "an event never recorded has nothing to wait for"
+    );
+    let event = Event::new(&ctx.dev).unwrap();
+    ctx.k.spin(spin_cycles(50), &ctx.stream).unwrap();
+    event.record(&ctx.stream).unwrap();
+    assert!(!event.is_complete().unwrap(), "recorded behind a 50 ms spin");
+    // "Not ready" is an answer, not a failure: a caller that checks its own
+    // launches with cudaGetLastError must not find it there.
+    assert_eq!(somalloc::testkit::runtime_last_error().unwrap(), 0);
+    ctx.stream.synchronize().unwrap();
+    assert!(event.is_complete().unwrap(), "the stream finished");
+    ctx.finish(&[]);
+}
