@@ -233,12 +233,13 @@ def svg(rows, workloads, modes, path):
 
 
 def waits(r):
-    """A shared plan's waits a step, and how long they held their streams
+    """A shared plan's waits a step (made, and not needed because the device
+    had passed the free), and how long the made ones held their streams
     where they were timed (plan_time_waits:on), from somalloc's statistics."""
     st, n = r.get("somalloc") or {}, len(r["step_ms"])
-    if not st.get("plan_waits"):
+    if not st.get("plan_waits") and not st.get("plan_waits_passed"):
         return ""
-    out = "  waits %.1f a step" % (st["plan_waits"] / n)
+    out = "  waits %.1f a step (%.1f passed)" % (st.get("plan_waits", 0) / n, st.get("plan_waits_passed", 0) / n)
     if st.get("plan_waits_timed"):
         out += ", stood still %.2f ms a step" % (st["plan_wait_stall_ns"] / 1e6 / n)
     return out

@@ -114,6 +114,9 @@ typedef struct {
   // long they held their streams in all, in nanoseconds.
   uint64_t plan_waits_timed;
   uint64_t plan_wait_stall_ns;
+  // Waits not made: the other stream's free was behind the device
+  // already when its bytes were taken.
+  uint64_t plan_waits_passed;
 } SomallocStats;
 
 #ifdef __cplusplus

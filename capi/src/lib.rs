@@ -121,6 +121,9 @@ pub struct SomallocStats {
     /// long they held their streams in all, in nanoseconds.
     pub plan_waits_timed: u64,
     pub plan_wait_stall_ns: u64,
+    /// Waits not made: the other stream's free was behind the device
+    /// already when its bytes were taken.
+    pub plan_waits_passed: u64,
 }
 
 /// Runs an entry point: panics become `SOMALLOC_STATUS_INTERNAL`, and the
@@ -238,6 +241,7 @@ pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
         s.plan_wait_events += w.events;
         s.plan_waits_timed += w.timed;
         s.plan_wait_stall_ns += w.stalled_ns;
+        s.plan_waits_passed += w.passed;
     }
     Ok(s)
 }

@@ -69,7 +69,7 @@ fn free(ptr: usize, size: usize, device: i32, stream: usize) -> PyResult<()> {
 fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
     let s = somalloc::stats(device).map_err(err)?;
     let d = PyDict::new(py);
-    let fields: [(&str, u64); 29] = [
+    let fields: [(&str, u64); 30] = [
         ("pool_reserved_bytes", s.pool_reserved_bytes),
         ("pool_reserved_peak_bytes", s.pool_reserved_peak_bytes),
         ("pool_used_bytes", s.pool_used_bytes),
@@ -99,6 +99,7 @@ fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
         ("plan_wait_events", s.plan_wait_events),
         ("plan_waits_timed", s.plan_waits_timed),
         ("plan_wait_stall_ns", s.plan_wait_stall_ns),
+        ("plan_waits_passed", s.plan_waits_passed),
     ];
     for (k, v) in fields {
         d.set_item(k, v)?;

@@ -115,14 +115,26 @@ def main():
         else:
             check("nothing diverted without plan_divert", st["plan_diverted"] == 0 and st["plan_diverted_bytes"] == 0)
         keys = [a.split(":", 1)[0] for a in sys.argv[3:]]
-        waits = "%d waits, %d events, %d timed, %.2f ms" % (
-            st["plan_waits"], st["plan_wait_events"], st["plan_waits_timed"], st["plan_wait_stall_ns"] / 1e6)
+        waits = "%d waits, %d passed, %d events, %d timed, %.2f ms" % (
+            st["plan_waits"], st["plan_waits_passed"], st["plan_wait_events"], st["plan_waits_timed"],
+            st["plan_wait_stall_ns"] / 1e6)
         if "plan_share" not in keys:
-            check("an arena per stream never waits (%s)" % waits, st["plan_waits"] == 0 and st["plan_wait_events"] == 0)
-        elif "plan_time_waits" in keys:
+            check(
+                "an arena per stream never waits (%s)" % waits,
+                st["plan_waits"] == st["plan_waits_passed"] == st["plan_wait_events"] == 0,
+            )
+        elif "plan_share:0" in sys.argv[3:]:
+            # Bytes pass between the streams (a lag of 0 shares every byte
+            # freed before): each hand-over is a wait made or one the device
+            # had passed already, after an event.
+            check(
+                "the shared plan orders its hand-overs (%s)" % waits,
+                st["plan_waits"] + st["plan_waits_passed"] > 0 and st["plan_wait_events"] > 0,
+            )
+        if "plan_time_waits" in keys:
             check(
                 "the shared plan's waits are timed (%s)" % waits,
-                0 < st["plan_waits_timed"] <= st["plan_waits"] and st["plan_wait_events"] > 0,
+                st["plan_waits_timed"] <= st["plan_waits"] and (st["plan_waits"] == 0) == (st["plan_waits_timed"] == 0),
             )
         elif not budget:
             check("untimed waits cost nothing to count (%s)" % waits, st["plan_waits_timed"] == 0 and st["plan_wait_stall_ns"] == 0)

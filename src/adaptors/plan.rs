@@ -200,6 +200,7 @@ pub const STALL_MS: f32 = 0.2;
 const PROBES_KEPT: usize = 256;
 
 /// What a shared plan's waits cost: how many the device was asked for, how
+/// many it had no need of (the other stream's free was done already), how
 /// many events were recorded for them, and, where the waits are timed
 /// ([`PlannedArena::time_waits`], or while [`PlannedArena::divert_stalls`]
 /// has budget), how long they held their streams on the device.
@@ -210,6 +211,9 @@ pub struct PlanWaits {
     /// Waits a stream made for another's frees before using their bytes
     /// (one per other stream and slot at most).
     pub waits: u64,
+    /// Waits not made because the device had passed the other stream's free
+    /// already when the bytes were taken (its event was complete).
+    pub passed: u64,
     /// Events recorded for those waits, at the frees and at the waits.
     pub events: u64,
     /// Waits timed on the device and read back (slots of the repeated step
@@ -227,6 +231,7 @@ impl std::ops::Add for PlanWaits {
     fn add(self, other: PlanWaits) -> PlanWaits {
         PlanWaits {
             waits: self.waits + other.waits,
+            passed: self.passed + other.passed,
             events: self.events + other.events,
             timed: self.timed + other.timed,
             stalled_ns: self.stalled_ns + other.stalled_ns,
@@ -356,24 +361,39 @@ impl ArenaState {
         }
     }
 
-    /// `stream` (lane `b`'s) waits as `w` says.
-    fn order_after(&mut self, w: &Wait, stream: &Stream) -> Result<()> {
+    /// The event that `w` waits for: recorded first where `w` asks for it.
+    fn event_for(&mut self, w: &Wait) -> Result<&Event> {
         let a = w.stream as usize;
         if let Some(t) = w.record {
             self.record(a, t)?;
         }
-        let event = self.lanes[a].events.range(w.ticket..).next().map(|(_, e)| e);
-        match event {
-            Some(e) => {
-                stream.wait_event(e)?;
-                self.stalls.counts.waits += 1;
-                Ok(())
-            }
-            None => Err(InvalidReason::Other.error(format!(
-                "no event recorded on plan lane {a} after its free {}",
-                w.ticket
-            ))),
-        }
+        self.lanes[a]
+            .events
+            .range(w.ticket..)
+            .next()
+            .map(|(_, e)| e)
+            .ok_or_else(|| {
+                InvalidReason::Other.error(format!(
+                    "no event recorded on plan lane {a} after its free {}",
+                    w.ticket
+                ))
+            })
+    }
+
+    /// Whether the device has passed the free `w` waits for, so that the
+    /// taking stream needs no wait at all (see [`PlannedArena::allocate`]).
+    /// `false` also where that cannot be told: the wait is then made.
+    fn passed(&mut self, w: &Wait) -> Result<bool> {
+        let done = self.event_for(w)?.is_complete().unwrap_or(false);
+        self.stalls.counts.passed += u64::from(done);
+        Ok(done)
+    }
+
+    /// `stream` (lane `b`'s) waits as `w` says.
+    fn order_after(&mut self, w: &Wait, stream: &Stream) -> Result<()> {
+        stream.wait_event(self.event_for(w)?)?;
+        self.stalls.counts.waits += 1;
+        Ok(())
     }
 }
 
@@ -487,9 +507,29 @@ impl PlannedArena {
         // Waits are timed for slots that come again (those of the repeated
         // step), when asked for or while one of this size may still be
         // diverted.
+        // Bytes another stream freed where the device has passed that free
+        // need no wait: the event recorded after the free is complete, so
+        // every use of the bytes before it is done, and events on one stream
+        // complete in order (a later event of that stream, which may stand
+        // for the free, completing means the free's point did). Asking costs
+        // the host a query; a wait costs the taking stream a dependency on
+        // the device, even with nothing left to wait for.
+        let mut open = Vec::with_capacity(grant.waits.len());
+        for w in &grant.waits {
+            match st.passed(w) {
+                Ok(true) => {}
+                Ok(false) => open.push(w),
+                Err(_) => {
+                    // No event to order after: as below.
+                    st.kept += 1;
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    return None;
+                }
+            }
+        }
         let again = st.server.plan().wrap_to.is_some_and(|w| grant.slot >= w);
         let timed = st.stalls.timing || st.stalls.budget >= round(bytes as u64);
-        let before = match again && !grant.waits.is_empty() && timed {
+        let before = match again && !open.is_empty() && timed {
             true => {
                 st.read_stalls();
                 (st.stalls.pending.len() < PROBES_KEPT)
@@ -498,7 +538,7 @@ impl PlannedArena {
             }
             false => None,
         };
-        for w in &grant.waits {
+        for w in open {
             if st.order_after(w, stream).is_err() {
                 // The bytes cannot be ordered after the other stream's use:
                 // the slot stays taken for good, and the request goes

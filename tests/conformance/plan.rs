@@ -94,13 +94,15 @@ fn a_recorded_run_is_served_from_its_plan() {
 /// `b`, a buffer allocated after that free (the same bytes, when shared)
 /// and filled at once. Unless `b` waits for `a`'s free, its fill lands
 /// during `a`'s spin and `keep_a` gets `b`'s pattern. A small block each
-/// makes the step long enough to repeat.
+/// makes the step long enough to repeat. `settle`: the host waits for `a`
+/// before `b` allocates, so the device has passed `a`'s frees by then.
 fn two_stream_step(
     ctx: &Ctx,
     res: &Arc<dyn MemoryResource>,
     b: &somalloc::Stream,
     keep: (&mut DeviceBuffer<u8>, &mut DeviceBuffer<u8>),
     seed: u32,
+    settle: bool,
 ) {
     let a = &ctx.stream;
     let mut x = DeviceBuffer::<u8>::new_with(16 << 20, res, a).unwrap();
@@ -110,6 +112,9 @@ fn two_stream_step(
     keep.0.copy_from_device(&x).unwrap();
     drop(small_a);
     drop(x);
+    if settle {
+        a.synchronize().unwrap();
+    }
     let mut y = DeviceBuffer::<u8>::new_with(16 << 20, res, b).unwrap();
     let small_b = DeviceBuffer::<u8>::new_with(4096, res, b).unwrap();
     ctx.k.fill(&mut y, seed + 1, b).unwrap();
@@ -146,7 +151,7 @@ fn record_two_stream_steps(
     let recording = Arc::new(RecordingAdaptor::to_file(Arc::new(ctx.pool.clone()), &path, options).unwrap());
     let res: Arc<dyn MemoryResource> = recording.clone();
     for step in 0..3 {
-        two_stream_step(ctx, &res, b, (&mut keep.0, &mut keep.1), 10 * step);
+        two_stream_step(ctx, &res, b, (&mut keep.0, &mut keep.1), 10 * step, false);
     }
     drop(res);
     ctx.stream.synchronize().unwrap();
@@ -157,8 +162,8 @@ fn record_two_stream_steps(
     (trace, stats)
 }
 
-/// Eight steps of `two_stream_step` served by `planned`, both streams'
-/// copies verified; then both streams give the plan up. Returns the
+/// Eight steps of `two_stream_step` (with `settle`) served by `planned`,
+/// both streams' copies verified; then both streams give the plan up. Returns the
 /// allocations served and refused, and the arena's bytes.
 fn serve_two_stream_steps(
     ctx: &Ctx,
@@ -166,11 +171,12 @@ fn serve_two_stream_steps(
     b: &somalloc::Stream,
     keep: &mut Keep,
     name: &str,
+    settle: bool,
 ) -> (u64, u64, u64) {
     let res: Arc<dyn MemoryResource> = planned.clone();
     for step in 0..8 {
         let seed = 100 + 10 * step;
-        two_stream_step(ctx, &res, b, (&mut keep.0, &mut keep.1), seed);
+        two_stream_step(ctx, &res, b, (&mut keep.0, &mut keep.1), seed, settle);
         assert_eq!(
             ctx.k.verify(&keep.0, seed, &ctx.stream).unwrap(),
             0,
@@ -206,6 +212,7 @@ fn streams_sharing_a_plan_wait_for_each_other() {
         &b,
         &mut keep,
         "streams_sharing_a_plan_wait_for_each_other",
+        false,
     );
     // The two 16 MiB blocks share their bytes (one arena for both streams).
     assert!(arena < 17 << 20, "arena {arena}");
@@ -270,7 +277,8 @@ fn device_times_keep_apart_the_bytes_the_device_had_not_released() {
     let device = Some(Sharing::Device { margin_ns: 1_000_000 });
     let planned =
         Arc::new(PlanningAdaptor::with_sharing(Arc::new(ctx.pool.clone()), &trace, device).unwrap());
-    let (served, refused, arena) = serve_two_stream_steps(&ctx, &planned, &b, &mut keep, "device_times");
+    let (served, refused, arena) =
+        serve_two_stream_steps(&ctx, &planned, &b, &mut keep, "device_times", false);
     assert!(arena >= 32 << 20, "arena {arena}");
     assert!(served >= 8 * 4 - 2, "{served} served, {refused} refused");
     let program = DeviceProgram::of(&trace, ctx.stream.device().ordinal() as u32, |_| false);
@@ -300,7 +308,7 @@ fn a_wait_that_stalls_its_stream_diverts_its_slot() {
                 .divert_stalls(budget),
         );
         let name = "a_wait_that_stalls_its_stream_diverts_its_slot";
-        let (served, refused, arena) = serve_two_stream_steps(&ctx, &planned, &b, &mut keep, name);
+        let (served, refused, arena) = serve_two_stream_steps(&ctx, &planned, &b, &mut keep, name, false);
         let (slots, bytes) = planned.diverted();
         say(&format!(
             "plan::{name}: a budget of {budget} bytes: {slots} slots diverted, {bytes} bytes"
@@ -347,7 +355,7 @@ fn timed_waits_add_up_how_long_their_stream_stood_still() {
                 .unwrap()
                 .time_waits(timing),
         );
-        let (served, refused, _) = serve_two_stream_steps(&ctx, &planned, &b, &mut keep, name);
+        let (served, refused, _) = serve_two_stream_steps(&ctx, &planned, &b, &mut keep, name, false);
         let w = planned.waits();
         say(&format!(
             "plan::{name}: timing {timing}: {} waits, {} events, {} timed, {:.1} ms stood still",
@@ -368,6 +376,33 @@ fn timed_waits_add_up_how_long_their_stream_stood_still() {
     assert!(on.timed >= 4 && on.timed <= on.waits, "{on:?}");
     // Each held b behind a's 20 ms spin: 5 ms or more apiece on average.
     assert!(on.stalled_ns >= on.timed * 5_000_000, "{on:?}");
+    drop(keep);
+    ctx.finish(&[&b]);
+}
+
+#[test]
+fn frees_the_device_has_passed_need_no_wait() {
+    let name = "frees_the_device_has_passed_need_no_wait";
+    let Some(ctx) = setup(&format!("plan::{name}")) else {
+        return;
+    };
+    let (b, mut keep) = second_stream(&ctx);
+    let (trace, _) = record_two_stream_steps(&ctx, &b, &mut keep, "passed", RecordOptions::default());
+    let lag = Some(std::time::Duration::ZERO);
+    let planned = Arc::new(PlanningAdaptor::with_lag(Arc::new(ctx.pool.clone()), &trace, lag).unwrap());
+    // The host waits for a before b takes a's bytes, and the checks wait
+    // for both streams at each step's end: every free is behind the device
+    // when its bytes are taken, so no wait is made, and the contents still
+    // check.
+    let (served, refused, arena) = serve_two_stream_steps(&ctx, &planned, &b, &mut keep, name, true);
+    let w = planned.waits();
+    say(&format!("plan::{name}: {w:?}"));
+    assert!(arena < 17 << 20, "the streams share the arena's bytes: {arena}");
+    assert_eq!(served + refused, 8 * 4);
+    assert!(served >= 8 * 4 - 2, "{served} served, {refused} refused");
+    assert_eq!(w.waits, 0, "{w:?}");
+    // Stream b takes a's 16 MiB block's bytes every step.
+    assert!(w.passed >= 8 && w.events >= 1, "{w:?}");
     drop(keep);
     ctx.finish(&[&b]);
 }
