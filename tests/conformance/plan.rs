@@ -162,6 +162,20 @@ fn record_two_stream_steps(
     (trace, stats)
 }
 
+/// Stream b, the buffers `two_stream_step` copies into, and three steps of
+/// it recorded (the trace named after `name`).
+fn two_streams_recorded(ctx: &Ctx, name: &str) -> (somalloc::Stream, Keep, Trace) {
+    let (b, mut keep) = second_stream(ctx);
+    let (trace, _) = record_two_stream_steps(ctx, &b, &mut keep, name, RecordOptions::default());
+    (b, keep, trace)
+}
+
+/// The plan of `trace` over `ctx.pool`, its streams sharing every byte
+/// freed before (a host lag of 0): stream b takes a's 16 MiB block's bytes.
+fn shared_by_host(ctx: &Ctx, trace: &Trace) -> PlanningAdaptor {
+    PlanningAdaptor::with_lag(Arc::new(ctx.pool.clone()), trace, Some(std::time::Duration::ZERO)).unwrap()
+}
+
 /// Eight steps of `two_stream_step` (with `settle`) served by `planned`,
 /// both streams' copies verified; then both streams give the plan up. Returns the
 /// allocations served and refused, and the arena's bytes.
@@ -202,10 +216,8 @@ fn streams_sharing_a_plan_wait_for_each_other() {
     let Some(ctx) = setup("plan::streams_sharing_a_plan_wait_for_each_other") else {
         return;
     };
-    let (b, mut keep) = second_stream(&ctx);
-    let (trace, _) = record_two_stream_steps(&ctx, &b, &mut keep, "shared", RecordOptions::default());
-    let lag = Some(std::time::Duration::ZERO);
-    let planned = Arc::new(PlanningAdaptor::with_lag(Arc::new(ctx.pool.clone()), &trace, lag).unwrap());
+    let (b, mut keep, trace) = two_streams_recorded(&ctx, "shared");
+    let planned = Arc::new(shared_by_host(&ctx, &trace));
     let (served, refused, arena) = serve_two_stream_steps(
         &ctx,
         &planned,
@@ -293,20 +305,14 @@ fn a_wait_that_stalls_its_stream_diverts_its_slot() {
     let Some(ctx) = setup("plan::a_wait_that_stalls_its_stream_diverts_its_slot") else {
         return;
     };
-    let (b, mut keep) = second_stream(&ctx);
-    let (trace, _) = record_two_stream_steps(&ctx, &b, &mut keep, "divert", RecordOptions::default());
-    let lag = Some(std::time::Duration::ZERO);
+    let (b, mut keep, trace) = two_streams_recorded(&ctx, "divert");
     // Stream b takes a's 16 MiB block's bytes and waits for a's 20 ms spin
     // every step. With a budget of 1 MiB that slot stays; with 64 MiB it
     // goes to the pool once its first timed wait in the repeated step is
     // read, and b stops waiting for a.
     let mut diverted = Vec::new();
     for budget in [1u64 << 20, 64 << 20] {
-        let planned = Arc::new(
-            PlanningAdaptor::with_lag(Arc::new(ctx.pool.clone()), &trace, lag)
-                .unwrap()
-                .divert_stalls(budget),
-        );
+        let planned = Arc::new(shared_by_host(&ctx, &trace).divert_stalls(budget));
         let name = "a_wait_that_stalls_its_stream_diverts_its_slot";
         let (served, refused, arena) = serve_two_stream_steps(&ctx, &planned, &b, &mut keep, name, false);
         let (slots, bytes) = planned.diverted();
@@ -343,18 +349,12 @@ fn timed_waits_add_up_how_long_their_stream_stood_still() {
     let Some(ctx) = setup(&format!("plan::{name}")) else {
         return;
     };
-    let (b, mut keep) = second_stream(&ctx);
-    let (trace, _) = record_two_stream_steps(&ctx, &b, &mut keep, "timed", RecordOptions::default());
-    let lag = Some(std::time::Duration::ZERO);
+    let (b, mut keep, trace) = two_streams_recorded(&ctx, "timed");
     // Stream b takes a's 16 MiB block's bytes every step and waits for a's
     // 20 ms spin: counted either way, timed only when asked.
     let mut seen = Vec::new();
     for timing in [false, true] {
-        let planned = Arc::new(
-            PlanningAdaptor::with_lag(Arc::new(ctx.pool.clone()), &trace, lag)
-                .unwrap()
-                .time_waits(timing),
-        );
+        let planned = Arc::new(shared_by_host(&ctx, &trace).time_waits(timing));
         let (served, refused, _) = serve_two_stream_steps(&ctx, &planned, &b, &mut keep, name, false);
         let w = planned.waits();
         say(&format!(
@@ -386,10 +386,8 @@ fn frees_the_device_has_passed_need_no_wait() {
     let Some(ctx) = setup(&format!("plan::{name}")) else {
         return;
     };
-    let (b, mut keep) = second_stream(&ctx);
-    let (trace, _) = record_two_stream_steps(&ctx, &b, &mut keep, "passed", RecordOptions::default());
-    let lag = Some(std::time::Duration::ZERO);
-    let planned = Arc::new(PlanningAdaptor::with_lag(Arc::new(ctx.pool.clone()), &trace, lag).unwrap());
+    let (b, mut keep, trace) = two_streams_recorded(&ctx, "passed");
+    let planned = Arc::new(shared_by_host(&ctx, &trace));
     // The host waits for a before b takes a's bytes, and the checks wait
     // for both streams at each step's end: every free is behind the device
     // when its bytes are taken, so no wait is made, and the contents still
