@@ -504,9 +504,6 @@ impl PlannedArena {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return None;
         };
-        // Waits are timed for slots that come again (those of the repeated
-        // step), when asked for or while one of this size may still be
-        // diverted.
         // Bytes another stream freed where the device has passed that free
         // need no wait: the event recorded after the free is complete, so
         // every use of the bytes before it is done, and events on one stream
@@ -527,6 +524,9 @@ impl PlannedArena {
                 }
             }
         }
+        // The waits made are timed for slots that come again (those of the
+        // repeated step), when asked for or while one of this size may still
+        // be diverted.
         let again = st.server.plan().wrap_to.is_some_and(|w| grant.slot >= w);
         let timed = st.stalls.timing || st.stalls.budget >= round(bytes as u64);
         let before = match again && !open.is_empty() && timed {
