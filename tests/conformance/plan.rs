@@ -405,9 +405,10 @@ fn frees_the_device_has_passed_need_no_wait() {
     assert_eq!(served + refused, 8 * 4);
     assert!(served >= 8 * 4 - 2, "{served} served, {refused} refused");
     // Stream b takes a's 16 MiB block's bytes every step after the host
-    // waited for a: passed each time. A wait can still be made where no
-    // event was recorded at the free and one is recorded only as the bytes
-    // are taken: the device has not reached it at that instant.
+    // waited for a: passed each time. A wait can still be made where the
+    // answer is not known yet: an event recorded only as the bytes are
+    // taken (none was recorded at the free), which the device has not
+    // reached at that instant, or a query that fails.
     assert!(w.passed >= 8 && w.waits < w.passed && w.events >= 1, "{w:?}");
     drop(keep);
     ctx.finish(&[&b]);
