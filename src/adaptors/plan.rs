@@ -361,12 +361,10 @@ impl ArenaState {
         }
     }
 
-    /// The event that `w` waits for: recorded first where `w` asks for it.
-    fn event_for(&mut self, w: &Wait) -> Result<&Event> {
+    /// The event that `w` waits for, once recorded (see
+    /// [`passed`](ArenaState::passed), which records it where `w` asks).
+    fn event_for(&self, w: &Wait) -> Result<&Event> {
         let a = w.stream as usize;
-        if let Some(t) = w.record {
-            self.record(a, t)?;
-        }
         self.lanes[a]
             .events
             .range(w.ticket..)
@@ -382,14 +380,20 @@ impl ArenaState {
 
     /// Whether the device has passed the free `w` waits for, so that the
     /// taking stream needs no wait at all (see [`PlannedArena::allocate`]).
-    /// `false` also where that cannot be told: the wait is then made.
+    /// `false` also where that cannot be told: the wait is then made. The
+    /// event is recorded first where `w` asks for one (once: the wait, if
+    /// made, uses the same event).
     fn passed(&mut self, w: &Wait) -> Result<bool> {
+        if let Some(t) = w.record {
+            self.record(w.stream as usize, t)?;
+        }
         let done = self.event_for(w)?.is_complete().unwrap_or(false);
         self.stalls.counts.passed += u64::from(done);
         Ok(done)
     }
 
-    /// `stream` (lane `b`'s) waits as `w` says.
+    /// `stream` (lane `b`'s) waits as `w` says, after
+    /// [`passed`](ArenaState::passed) answered `false` for `w`.
     fn order_after(&mut self, w: &Wait, stream: &Stream) -> Result<()> {
         stream.wait_event(self.event_for(w)?)?;
         self.stalls.counts.waits += 1;
