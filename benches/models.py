@@ -38,7 +38,9 @@ Modes, one process each (per workload), all in one run:
   --mode "guarded=cache:on,cache_headroom:on"; name it in --modes too or it
   runs after the others.
 
-Each run's line and the table also give the fastest measured step: a
+Each run's line also gives the host's part of a step (until the step's
+work is enqueued; near the step's time, the host bounds the step), and
+each run's line and the table the fastest measured step: a
 median far above it means the run fell into a burst of slow steps (every
 allocator's runs do on a machine whose speed jumps; compare the rows of
 one run, and use --repeat there).
@@ -157,7 +159,7 @@ def child(mode, workload, steps, extra, serial=False):
     else:
         step = {"resnet50": resnet, "gpt2": gpt2}[workload]()
 
-    times, losses, peak = [], [], 0
+    times, host, losses, peak = [], [], [], 0
     # After each step: the drop of free memory, and the allocator's own
     # reserved peak so far (PyTorch's max_memory_reserved, somalloc's pool
     # reserved peak), to see in which step each figure was reached.
@@ -166,6 +168,10 @@ def child(mode, workload, steps, extra, serial=False):
     for _ in range(steps):
         t0 = time.perf_counter()
         loss = step()
+        # The host's part: until the step's last work is enqueued (the
+        # allocator's calls are in it). Near the step's time, the host
+        # bounds the step and what an allocator costs the host shows.
+        host.append((time.perf_counter() - t0) * 1e3)
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
         losses.append(float(loss.item()))
@@ -181,6 +187,8 @@ def child(mode, workload, steps, extra, serial=False):
         "workload": workload,
         "ms_per_step": statistics.median(times[5:]) if len(times) > 5 else statistics.median(times),
         "step_ms": times,
+        "host_ms": statistics.median(host[5:]) if len(host) > 5 else statistics.median(host),
+        "step_host_ms": host,
         "peak_mib": peak / 2**20,
         "losses": losses,
         "step_mem_mib": step_mem,
@@ -330,7 +338,7 @@ def main():
         r = json.loads(res[-1][len("RESULT "):])
         r["repeat"] = rep
         runs.setdefault((wl, m), []).append(r)
-        print("%-9s %-15s %8.2f ms/step (fastest %.2f) %9.0f MiB  loss %.6f -> %.6f  (%.0f s)%s" % (wl, m, r["ms_per_step"], fastest(r), r["peak_mib"], r["losses"][0], r["losses"][-1], time.time() - t0, waits(r)), flush=True)
+        print("%-9s %-15s %8.2f ms/step (fastest %.2f, host %.2f) %9.0f MiB  loss %.6f -> %.6f  (%.0f s)%s" % (wl, m, r["ms_per_step"], fastest(r), r.get("host_ms", 0.0), r["peak_mib"], r["losses"][0], r["losses"][-1], time.time() - t0, waits(r)), flush=True)
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "models.partial.json"), "w") as f:
             json.dump([r for v in runs.values() for r in v if r], f)
@@ -345,7 +353,7 @@ def main():
         r["peak_mib"] = max(x["peak_mib"] for x in rs)
         r["fastest_ms"] = min(fastest(x) for x in rs)
         if len(rs) > 1:
-            r["runs"] = [{k: x[k] for k in ("ms_per_step", "peak_mib", "step_ms", "losses")} for x in rs]
+            r["runs"] = [{k: x[k] for k in ("ms_per_step", "peak_mib", "step_ms", "host_ms", "step_host_ms", "losses")} for x in rs]
         rows[key] = r
     # The loss check and the table.
     print()
