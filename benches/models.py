@@ -7,6 +7,10 @@ Workloads (random weights from configs; nothing is downloaded):
   resnet50  torchvision's ResNet-50, batch 64 of 224x224 images
   gpt2      GPT-2 small (transformers' GPT2Config), 8 sequences of 512 tokens
   both      both models every step, each on a stream of its own
+  alloc     not a model and not run unless named: the allocator's cost to the
+            host through PyTorch, a step being 100 rounds of 64 tensors
+            (256 B to 8 MiB, torch.empty) freed in reverse order on the
+            default stream; ms/step x 1e6 / 6400 is ns per allocation + free
 Every step: bf16 autocast, forward, backward, AdamW. 25 steps; ms/step is
 the median of the last 20. Peak is the largest drop of the device's free
 memory (cudaMemGetInfo) after a step, from before the models were made.
@@ -139,6 +143,19 @@ def child(mode, workload, steps, extra, serial=False):
 
         return step
 
+    def alloc():
+        sizes = [256 << (i % 16) for i in range(64)]
+        done = torch.zeros((), device=dev)
+
+        def step():
+            for _ in range(100):
+                held = [torch.empty(n, dtype=torch.uint8, device=dev) for n in sizes]
+                while held:
+                    held.pop()
+            return done
+
+        return step
+
     if workload == "both":
         parts = [resnet(), gpt2()]
         streams = [torch.cuda.Stream(), torch.cuda.Stream()]
@@ -157,7 +174,7 @@ def child(mode, workload, steps, extra, serial=False):
             return losses[0] + losses[1]
 
     else:
-        step = {"resnet50": resnet, "gpt2": gpt2}[workload]()
+        step = {"resnet50": resnet, "gpt2": gpt2, "alloc": alloc}[workload]()
 
     times, host, losses, peak = [], [], [], 0
     # After each step: the drop of free memory, and the allocator's own
@@ -295,6 +312,9 @@ def main():
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         ap.error("unknown modes: %s" % ", ".join(unknown))
+    unknown = [w for w in workloads if w not in WORKLOADS + ["alloc"]]
+    if unknown:
+        ap.error("unknown workloads: %s" % ", ".join(unknown))
     if args.repeat < 1:
         ap.error("--repeat takes 1 or more")
     rows = {}
