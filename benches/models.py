@@ -88,6 +88,12 @@ WORKLOADS = ["resnet50", "gpt2", "both"]
 # One process: one mode, one workload.
 
 
+def measured(times):
+    """The steps a run is measured by: all but the first five (the last 20
+    of the 25), or all of a shorter run."""
+    return times[5:] if len(times) > 5 else times
+
+
 def child(mode, workload, steps, extra, serial=False):
     kind, conf = MODES[mode]
     extra = extra or ""
@@ -202,9 +208,9 @@ def child(mode, workload, steps, extra, serial=False):
     out = {
         "mode": mode,
         "workload": workload,
-        "ms_per_step": statistics.median(times[5:]) if len(times) > 5 else statistics.median(times),
+        "ms_per_step": statistics.median(measured(times)),
         "step_ms": times,
-        "host_ms": statistics.median(host[5:]) if len(host) > 5 else statistics.median(host),
+        "host_ms": statistics.median(measured(host)),
         "step_host_ms": host,
         "peak_mib": peak / 2**20,
         "losses": losses,
@@ -263,11 +269,10 @@ def svg(rows, workloads, modes, path):
 
 
 def fastest(r):
-    """The fastest of the measured steps (the last 20): what the step takes
-    where nothing else slowed the machine. A median far above it says the
-    run fell into a burst of slow steps, whatever the allocator."""
-    times = r["step_ms"]
-    return min(times[5:] if len(times) > 5 else times)
+    """The fastest of the measured steps: what the step takes where nothing
+    else slowed the machine. A median far above it says the run fell into a
+    burst of slow steps, whatever the allocator."""
+    return min(measured(r["step_ms"]))
 
 
 def waits(r):
@@ -358,7 +363,7 @@ def main():
         r = json.loads(res[-1][len("RESULT "):])
         r["repeat"] = rep
         runs.setdefault((wl, m), []).append(r)
-        print("%-9s %-15s %8.2f ms/step (fastest %.2f, host %.2f) %9.0f MiB  loss %.6f -> %.6f  (%.0f s)%s" % (wl, m, r["ms_per_step"], fastest(r), r.get("host_ms", 0.0), r["peak_mib"], r["losses"][0], r["losses"][-1], time.time() - t0, waits(r)), flush=True)
+        print("%-9s %-15s %8.2f ms/step (fastest %.2f, host %.2f) %9.0f MiB  loss %.6f -> %.6f  (%.0f s)%s" % (wl, m, r["ms_per_step"], fastest(r), r["host_ms"], r["peak_mib"], r["losses"][0], r["losses"][-1], time.time() - t0, waits(r)), flush=True)
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "models.partial.json"), "w") as f:
             json.dump([r for v in runs.values() for r in v if r], f)
