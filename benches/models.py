@@ -300,8 +300,12 @@ def main():
     ap.add_argument("--mode", action="append", default=[], metavar="NAME=CONF", help="a somalloc mode of your own")
     ap.add_argument("--plan-mode", action="append", default=[], metavar="NAME=CONF", help="a plan mode of your own")
     ap.add_argument("--serial", action="store_true", help="workload both: the second stream waits for the first every step")
+    ap.add_argument("--from", dest="recorded", action="append", default=[], metavar="JSON",
+                    help="run nothing: the table and plot of recorded runs (models.json files, merged in order)")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "WORKLOAD"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.recorded:
+        return from_recorded(args.recorded, args.out)
     for kind, given in (("somalloc", args.mode), ("plan", args.plan_mode)):
         for m in given:
             name, sep, conf = m.partition("=")
@@ -370,17 +374,56 @@ def main():
     # A mode's row: its runs' median ms/step and largest peak (a failed run
     # fails the row).
     for key, rs in runs.items():
-        if not all(rs):
-            rows[key] = None
-            continue
-        r = dict(rs[0])
-        r["ms_per_step"] = statistics.median(x["ms_per_step"] for x in rs)
-        r["peak_mib"] = max(x["peak_mib"] for x in rs)
-        r["fastest_ms"] = min(fastest(x) for x in rs)
-        if len(rs) > 1:
-            r["runs"] = [{k: x[k] for k in ("ms_per_step", "peak_mib", "step_ms", "host_ms", "step_host_ms", "losses")} for x in rs]
-        rows[key] = r
-    # The loss check and the table.
+        rows[key] = aggregate(rs) if all(rs) else None
+    meta = {"steps": args.steps, "repeat": args.repeat, "serial": args.serial}
+    return report(rows, workloads, modes, args.out, meta)
+
+
+def aggregate(rs):
+    """A mode's row from its runs: their median ms/step, largest peak and
+    fastest step, every run kept (in `runs`) when there are several."""
+    r = dict(rs[0])
+    r["ms_per_step"] = statistics.median(x["ms_per_step"] for x in rs)
+    r["peak_mib"] = max(x["peak_mib"] for x in rs)
+    r["fastest_ms"] = min(fastest(x) for x in rs)
+    if len(rs) > 1:
+        keep = ("ms_per_step", "peak_mib", "step_ms", "host_ms", "step_host_ms", "losses")
+        r["runs"] = [{k: x[k] for k in keep if k in x} for x in rs]
+    return r
+
+
+def from_recorded(paths, out):
+    """The table and plot of the rows of recorded models.json files: the
+    workloads and modes in the order they first appear. Several rows of one
+    workload and mode (from several files, or a file that keeps every run
+    as a row) are the runs of one row, as with --repeat."""
+    grouped, workloads, modes, meta = {}, [], [], {}
+    for path in paths:
+        try:
+            with open(path) as f:
+                rec = json.load(f)
+            recorded = rec["rows"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print("models.py: cannot read %s: %s" % (path, e), file=sys.stderr)
+            return 2
+        meta = meta or {k: rec.get(k) for k in ("steps", "repeat", "serial")}
+        for r in recorded:
+            wl, m = r["workload"], r["mode"]
+            workloads += [wl] if wl not in workloads else []
+            modes += [m] if m not in modes else []
+            grouped.setdefault((wl, m), []).append(r)
+    rows = {k: rs[0] if len(rs) == 1 else aggregate(rs) for k, rs in grouped.items()}
+    meta["from"] = paths
+    return report(rows, workloads, modes, out, meta)
+
+
+def report(rows, workloads, modes, out, meta):
+    """Prints the table with the loss check and writes models.json and
+    models.svg to `out`; 0 when every loss check passed."""
+    for r in rows.values():
+        if r and "fastest_ms" not in r:
+            # A row recorded before the fastest step was kept.
+            r["fastest_ms"] = min(fastest(x) for x in r.get("runs", [r]))
     print()
     print("| workload | mode | ms/step | vs caching | fastest step | peak MiB | vs lowest PyTorch | loss check |")
     print("|---|---|---|---|---|---|---|---|")
@@ -407,11 +450,11 @@ def main():
                 wl, m, r["ms_per_step"],
                 "%.3f" % (r["ms_per_step"] / base["ms_per_step"]) if base else "",
                 r["fastest_ms"], r["peak_mib"], "%.3f" % (r["peak_mib"] / lowest) if lowest else "", check))
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "models.json"), "w") as f:
-        json.dump({"steps": args.steps, "repeat": args.repeat, "serial": args.serial, "rows": [r for r in rows.values() if r], "failed": ["%s/%s" % k for k, v in rows.items() if not v]}, f, indent=1)
-    svg(rows, workloads, modes, os.path.join(args.out, "models.svg"))
-    print("\nwrote %s and %s" % (os.path.join(args.out, "models.json"), os.path.join(args.out, "models.svg")))
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "models.json"), "w") as f:
+        json.dump(dict(meta, rows=[r for r in rows.values() if r], failed=["%s/%s" % k for k, v in rows.items() if not v]), f, indent=1)
+    svg(rows, workloads, modes, os.path.join(out, "models.svg"))
+    print("\nwrote %s and %s" % (os.path.join(out, "models.json"), os.path.join(out, "models.svg")))
     print("loss checks: %d passed, %d failed" % (sum(verdicts), len(verdicts) - sum(verdicts)))
     return 0 if all(verdicts) else 1
 

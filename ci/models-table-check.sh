@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The real-models benchmark's table and plot, no GPU needed: every recorded
+# run in benches/data (models-*.json) is read back by `benches/models.py
+# --from`, which must print a row and pass the loss check for each of its
+# rows, keep every figure as recorded, and write a plot that is well-formed
+# SVG. A file that cannot be read must be refused.
+#
+#   bash ci/models-table-check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${CARGO_TARGET_DIR:-target}/models-table-check
+rm -rf "$out"
+mkdir -p "$out"
+n=0
+for f in benches/data/models-*.json; do
+  name=$(basename "$f" .json)
+  python3 benches/models.py --from "$f" --out "$out/$name" > "$out/$name.log"
+  python3 - "$f" "$out/$name" <<'PY'
+import json, statistics, sys, xml.etree.ElementTree as ET
+src, out = sys.argv[1], sys.argv[2]
+groups = {}
+for r in json.load(open(src))["rows"]:
+    groups.setdefault((r["workload"], r["mode"]), []).append(r)
+log = open(out + ".log").read().splitlines()
+again = json.load(open(out + "/models.json"))
+assert again["from"] == [src], again.get("from")
+assert [(r["workload"], r["mode"]) for r in again["rows"]] == list(groups), (src, "rows")
+for r in again["rows"]:
+    rs = groups[(r["workload"], r["mode"])]
+    # One row as recorded; several as the runs of one row.
+    assert r["ms_per_step"] == statistics.median(x["ms_per_step"] for x in rs), (src, r["mode"])
+    assert r["peak_mib"] == max(x["peak_mib"] for x in rs), (src, r["mode"])
+    assert r["losses"] == rs[0]["losses"], (src, r["mode"])
+    line = [l for l in log if l.startswith("| %s | %s | " % (r["workload"], r["mode"]))]
+    assert len(line) == 1, (src, r["workload"], r["mode"], line)
+    cells = [c.strip() for c in line[0].strip("|").split("|")]
+    assert float(cells[2]) == round(r["ms_per_step"], 2), (src, cells)
+    assert float(cells[4]) <= float(cells[2]), ("fastest step above the median", src, cells)
+    if r["mode"] == "caching":
+        assert cells[3] == "1.000", (src, cells)
+    assert cells[7] == "ok", (src, cells)
+assert ("loss checks: %d passed, 0 failed" % len(groups)) in log, (src, log[-1])
+root = ET.parse(out + "/models.svg").getroot()
+assert root.tag.endswith("svg") and len(root) > 10, src
+PY
+  n=$((n + 1))
+done
+if python3 benches/models.py --from "$out/missing.json" --out "$out/missing" > /dev/null 2>&1; then
+  echo "models-table-check: a missing file was not refused" >&2
+  exit 1
+fi
+echo "models-table-check: $n recorded runs read back"
