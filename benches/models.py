@@ -51,6 +51,12 @@ one run, and use --repeat there).
 
 Prints a table with the loss check (step 0 equal to caching's, last step
 within 1e-3 relative), writes models.json and models.svg to --out.
+
+    python3 benches/models.py --from benches/data/models-h200.json --out DIR
+
+runs nothing: it prints the table of recorded runs (several files merge;
+several rows of one workload and mode are taken as its runs) and writes
+their models.json and models.svg to DIR.
 """
 
 import argparse

@@ -117,6 +117,7 @@ if [ "$only" = all ] || [ "$only" = cuda ]; then
   cell remap-cost quiet bash -c 'mkdir -p "${CARGO_TARGET_DIR:-target}" && "$SOMALLOC_NVCC" -O2 -c -Xcompiler -Wall,-Wextra,-Werror -o "${CARGO_TARGET_DIR:-target}/remap_cost.o" benches/remap_cost.cu'
 fi
 cell bench-plots quiet bash ci/bench-plot-check.sh
+cell models-table quiet bash ci/models-table-check.sh
 # The trace tool (a workspace member without a backend), and its page in
 # headless Chromium on a synthetic trace of 1,000,000 events.
 cell trace-tool show bash -c "cargo clippy -p somalloc-trace --all-targets && cargo test -p somalloc-trace"
