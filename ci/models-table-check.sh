@@ -2,8 +2,10 @@
 # The real-models benchmark's table and plot, no GPU needed: every recorded
 # run in benches/data (models-*.json) is read back by `benches/models.py
 # --from`, which must print a row and pass the loss check for each of its
-# rows, keep every figure as recorded, and write a plot that is well-formed
-# SVG. A file that cannot be read must be refused.
+# modes, keep the figures as recorded (a file that keeps several runs of a
+# mode as rows gets their median time and largest peak, as --repeat does),
+# and write a plot that is well-formed SVG. A file that cannot be read must
+# be refused.
 #
 #   bash ci/models-table-check.sh
 set -euo pipefail
