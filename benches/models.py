@@ -35,6 +35,10 @@ Modes, one process each (per workload), all in one run:
   (workload both): the two models then never run at once, which separates
   the device's work from how the streams overlap.
 --somalloc-conf adds keys to both somalloc modes (e.g. pool:default).
+--cpus LIST runs every process on these CPUs (e.g. 2-5). On a machine whose
+  cores run at different speeds, or a virtual machine whose CPUs do, a
+  process lands on fast or slow ones by chance and its host-bound steps
+  follow; pinned, every mode gets the same cores.
 --repeat N runs the modes of each workload N times in turn (A B C A B C ...):
   the table gives each mode's median ms/step and its largest peak, the JSON
   every run (a machine whose speed drifts then drifts under every mode).
@@ -47,7 +51,9 @@ work is enqueued; near the step's time, the host bounds the step), and
 each run's line and the table the fastest measured step: a
 median far above it means the run fell into a burst of slow steps (every
 allocator's runs do on a machine whose speed jumps; compare the rows of
-one run, and use --repeat there).
+one run, and use --repeat there). It gives the range of the device's SM
+clock (NVML) as the measured steps ended, too: a step that slows while its
+host part stays is the device slowing, and a clock that fell says why.
 
 Prints a table with the loss check (step 0 equal to caching's, last step
 within 1e-3 relative), writes models.json and models.svg to --out.
@@ -60,6 +66,7 @@ their models.json and models.svg to DIR.
 """
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -98,6 +105,38 @@ def measured(times):
     """The steps a run is measured by: all but the first five (the last 20
     of the 25), or all of a shorter run."""
     return times[5:] if len(times) > 5 else times
+
+
+class Clocks:
+    """The device's SM clock and the reasons the driver gives for holding
+    it down, from NVML (the driver's library, through ctypes): a step that
+    slows while its host part does not is the device slowing, and these
+    say whether its clock fell. Reads None where NVML is not there."""
+
+    def __init__(self, props):
+        self.lib, self.handle = None, ctypes.c_void_p()
+        try:
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            bus = "%04x:%02x:%02x.0" % (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
+            if lib.nvmlInit_v2() == 0 and lib.nvmlDeviceGetHandleByPciBusId_v2(bus.encode(), ctypes.byref(self.handle)) == 0:
+                self.lib = lib
+        except (OSError, AttributeError):
+            pass
+
+    def sm_mhz(self):
+        mhz = ctypes.c_uint()
+        # NVML_CLOCK_SM is 1.
+        if self.lib and self.lib.nvmlDeviceGetClockInfo(self.handle, 1, ctypes.byref(mhz)) == 0:
+            return mhz.value
+        return None
+
+    def reasons(self):
+        """NVML's bit mask: 0x4 software power cap, 0x8 hardware slowdown,
+        0x20 software thermal, 0x40 hardware thermal, 0x80 power brake."""
+        mask = ctypes.c_ulonglong()
+        if self.lib and self.lib.nvmlDeviceGetCurrentClocksThrottleReasons(self.handle, ctypes.byref(mask)) == 0:
+            return mask.value
+        return None
 
 
 def child(mode, workload, steps, extra, serial=False):
@@ -193,6 +232,8 @@ def child(mode, workload, steps, extra, serial=False):
     # reserved peak so far (PyTorch's max_memory_reserved, somalloc's pool
     # reserved peak), to see in which step each figure was reached.
     step_mem, step_reserved_peak = [], []
+    clocks = Clocks(torch.cuda.get_device_properties(dev))
+    sm_mhz, clock_reasons = [], []
     torch.cuda.synchronize()
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -203,6 +244,9 @@ def child(mode, workload, steps, extra, serial=False):
         host.append((time.perf_counter() - t0) * 1e3)
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
+        # Read as the step ends, outside its time.
+        sm_mhz.append(clocks.sm_mhz())
+        clock_reasons.append(clocks.reasons())
         losses.append(float(loss.item()))
         drop = free0 - torch.cuda.mem_get_info()[0]
         peak = max(peak, drop)
@@ -225,6 +269,13 @@ def child(mode, workload, steps, extra, serial=False):
         "device": torch.cuda.get_device_name(0),
         "conf": conf if kind != "torch" else os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         "torch": torch.__version__,
+        # The CPUs the process could run on (--cpus): a training loop whose
+        # host bounds its step runs at the speed of the cores it lands on.
+        "cpus": sorted(os.sched_getaffinity(0)),
+        # The SM clock (MHz) and NVML's reasons for holding it down, as each
+        # step ended (None without NVML).
+        "step_sm_mhz": sm_mhz,
+        "step_clock_reasons": clock_reasons,
     }
     if kind != "torch":
         st = somalloc.stats()
@@ -281,6 +332,14 @@ def fastest(r):
     return min(measured(r["step_ms"]))
 
 
+def clock(r):
+    """The run's SM clock over its measured steps, for its line."""
+    mhz = [m for m in measured(r.get("step_sm_mhz") or []) if m]
+    if not mhz:
+        return ""
+    return "  SM %d-%d MHz" % (min(mhz), max(mhz))
+
+
 def waits(r):
     """A shared plan's waits a step (made, and not needed because the device
     had passed the free), and how long the made ones held their streams
@@ -292,6 +351,20 @@ def waits(r):
     if st.get("plan_waits_timed"):
         out += ", stood still %.2f ms a step" % (st["plan_wait_stall_ns"] / 1e6 / n)
     return out
+
+
+def parse_cpus(text):
+    """The CPUs of a list such as "2-5" or "0,2,4-7"."""
+    cpus = set()
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError("not a CPU list (e.g. 2-5 or 0,2,4-7): %r" % part)
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last < first:
+            raise ValueError("a range that runs backwards: %r" % part)
+        cpus.update(range(first, last + 1))
+    return cpus
 
 
 def main():
@@ -306,6 +379,8 @@ def main():
     ap.add_argument("--mode", action="append", default=[], metavar="NAME=CONF", help="a somalloc mode of your own")
     ap.add_argument("--plan-mode", action="append", default=[], metavar="NAME=CONF", help="a plan mode of your own")
     ap.add_argument("--serial", action="store_true", help="workload both: the second stream waits for the first every step")
+    ap.add_argument("--cpus", default="", metavar="LIST",
+                    help="run every process on these CPUs (e.g. 2-5 or 0,2,4-7): each mode then gets the same cores")
     ap.add_argument("--from", dest="recorded", action="append", default=[], metavar="JSON",
                     help="run nothing: the table and plot of recorded runs (models.json files, merged in order)")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "WORKLOAD"), help=argparse.SUPPRESS)
@@ -318,6 +393,13 @@ def main():
             if not sep or not name:
                 ap.error("--mode and --plan-mode take NAME=CONF, got %r" % m)
             MODES[name] = (kind, conf)
+    if args.cpus:
+        try:
+            cpus = parse_cpus(args.cpus)
+            # Inherited by every process started from here on.
+            os.sched_setaffinity(0, cpus)
+        except (ValueError, OSError) as e:
+            ap.error("--cpus %s: %s" % (args.cpus, e))
     if args.child:
         child(args.child[0], args.child[1], args.steps, args.somalloc_conf, args.serial)
         return 0
@@ -373,7 +455,7 @@ def main():
         r = json.loads(res[-1][len("RESULT "):])
         r["repeat"] = rep
         runs.setdefault((wl, m), []).append(r)
-        print("%-9s %-15s %8.2f ms/step (fastest %.2f, host %.2f) %9.0f MiB  loss %.6f -> %.6f  (%.0f s)%s" % (wl, m, r["ms_per_step"], fastest(r), r["host_ms"], r["peak_mib"], r["losses"][0], r["losses"][-1], time.time() - t0, waits(r)), flush=True)
+        print("%-9s %-15s %8.2f ms/step (fastest %.2f, host %.2f) %9.0f MiB  loss %.6f -> %.6f  (%.0f s)%s" % (wl, m, r["ms_per_step"], fastest(r), r["host_ms"], r["peak_mib"], r["losses"][0], r["losses"][-1], time.time() - t0, clock(r) + waits(r)), flush=True)
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "models.partial.json"), "w") as f:
             json.dump([r for v in runs.values() for r in v if r], f)
@@ -393,7 +475,8 @@ def aggregate(rs):
     r["peak_mib"] = max(x["peak_mib"] for x in rs)
     r["fastest_ms"] = min(fastest(x) for x in rs)
     if len(rs) > 1:
-        keep = ("ms_per_step", "peak_mib", "step_ms", "host_ms", "step_host_ms", "losses")
+        keep = ("ms_per_step", "peak_mib", "step_ms", "host_ms", "step_host_ms", "losses",
+                "step_sm_mhz", "step_clock_reasons", "cpus")
         r["runs"] = [{k: x[k] for k in keep if k in x} for x in rs]
     return r
 

@@ -5,7 +5,7 @@
 # modes, keep the figures as recorded (a file that keeps several runs of a
 # mode as rows gets their median time and largest peak, as --repeat does),
 # and write a plot that is well-formed SVG. A file that cannot be read must
-# be refused.
+# be refused. The CPU list of --cpus and the clock reader are checked too.
 #
 #   bash ci/models-table-check.sh
 set -euo pipefail
@@ -51,4 +51,33 @@ if python3 benches/models.py --from "$out/missing.json" --out "$out/missing" > /
   echo "models-table-check: a missing file was not refused" >&2
   exit 1
 fi
+# --cpus: a CPU list is read as such, a bad one is refused before anything
+# runs, and without NVML (no driver) the clock reads None instead of failing.
+python3 - <<'PY'
+import importlib.util, types
+spec = importlib.util.spec_from_file_location("models", "benches/models.py")
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+assert m.parse_cpus("0,2,4-7") == {0, 2, 4, 5, 6, 7}
+assert m.parse_cpus("3") == {3}
+for bad in ("", "a", "1-", "5-2", "1,,2"):
+    try:
+        m.parse_cpus(bad)
+    except ValueError:
+        continue
+    raise AssertionError("accepted %r" % bad)
+c = m.Clocks(types.SimpleNamespace(pci_domain_id=0, pci_bus_id=0, pci_device_id=0))
+if c.lib is None:
+    assert c.sm_mhz() is None and c.reasons() is None
+assert m.clock({"step_sm_mhz": [0] * 5 + [1980, 1755, None]}) == "  SM 1755-1980 MHz"
+assert m.clock({"step_ms": [1.0]}) == ""
+PY
+if err=$(python3 benches/models.py --cpus 5-2 --out "$out/cpus" 2>&1); then
+  echo "models-table-check: --cpus 5-2 was not refused" >&2
+  exit 1
+fi
+case "$err" in
+  *"--cpus 5-2: a range that runs backwards"*) ;;
+  *) echo "models-table-check: --cpus 5-2 refused without saying why: $err" >&2; exit 1 ;;
+esac
 echo "models-table-check: $n recorded runs read back"
