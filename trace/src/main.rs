@@ -25,8 +25,8 @@ mod format;
 
 mod analysis;
 mod html;
-#[path = "../../src/trace/plan.rs"]
-#[allow(dead_code)]
+#[path = "../../src/trace/plan/mod.rs"]
+#[allow(dead_code, unused_imports)]
 mod plan;
 mod simulate;
 mod steps;
