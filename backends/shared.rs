@@ -431,6 +431,11 @@ macro_rules! backend_impl {
                 event.0.cast()
             }
 
+            #[cfg(test)]
+            fn event_from_raw(raw: *mut std::ffi::c_void) -> $event {
+                $event(raw.cast())
+            }
+
             // ---- Pools: the default and current pool, creation, attributes, trimming ----
             fn default_pool(device: usize) -> crate::error::Result<$pool> {
                 let mut p: $raw_pool = std::ptr::null_mut();

@@ -235,6 +235,10 @@ pub(crate) trait Backend: Sized + 'static {
     /// Milliseconds between two recorded timing events.
     fn event_elapsed_ms(start: Self::Event, end: Self::Event) -> Result<f32>;
     fn event_as_raw(event: Self::Event) -> *mut c_void;
+    /// Unit tests: a made-up event handle (fake events never reach the
+    /// runtime).
+    #[cfg(test)]
+    fn event_from_raw(raw: *mut c_void) -> Self::Event;
 
     // Pools
     fn default_pool(device: usize) -> Result<Self::Pool>;

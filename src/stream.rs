@@ -470,6 +470,11 @@ impl Stream {
                 c.id
             )));
         }
+        // Unit tests: a fake stream's work is done at once.
+        #[cfg(test)]
+        if let Some(domain) = self.fake_domain() {
+            return crate::testing::fault_point(Some(domain), crate::testing::Call::Event);
+        }
         Active::stream_synchronize(self.inner.raw)
     }
 
@@ -501,6 +506,12 @@ impl Stream {
                 // Joins the capture (or is in it already).
                 _ => self.set_capture_flag(capture_flag::MAY_HAVE_JOINED),
             }
+        }
+        #[cfg(test)]
+        if let Some(domain) = event.fake.or(self.fake_domain()) {
+            crate::testing::fault_point(Some(domain), crate::testing::Call::Event)?;
+            crate::testing::fake_event_waited(self.as_raw() as usize, event.as_raw() as usize);
+            return Ok(());
         }
         Active::stream_wait_event(self.inner.raw, event.raw)
     }
@@ -711,6 +722,9 @@ pub struct Event {
     device: Device,
     /// The capture the event was last recorded in (0: none).
     capture_id: AtomicU64,
+    /// Unit tests: `Some(domain)` for a fake event (see `Event::for_stream`).
+    #[cfg(test)]
+    fake: Option<u64>,
 }
 
 /// Two events are equal when they are the same event (the same vendor
@@ -734,20 +748,42 @@ impl std::hash::Hash for Event {
 impl Event {
     /// An event without timing (cheapest; enough for ordering).
     pub fn new(device: &Device) -> Result<Event> {
-        Ok(Event {
-            raw: Active::event_create(device.ordinal(), false)?,
-            device: *device,
-            capture_id: AtomicU64::new(0),
-        })
+        Event::create(device, false)
     }
 
     /// An event that can be used with [`Event::elapsed_ms`].
     pub fn with_timing(device: &Device) -> Result<Event> {
+        Event::create(device, true)
+    }
+
+    fn create(device: &Device, timing: bool) -> Result<Event> {
         Ok(Event {
-            raw: Active::event_create(device.ordinal(), true)?,
+            raw: Active::event_create(device.ordinal(), timing)?,
             device: *device,
             capture_id: AtomicU64::new(0),
+            #[cfg(test)]
+            fake: None,
         })
+    }
+
+    /// An event of `stream`'s device, with timing where `timing` is set;
+    /// unit tests: a fake event for a fake stream, whose calls go through
+    /// the fake runtime (failure injection included: creating, recording
+    /// and waiting are `Call::Event`s of the stream's domain).
+    pub(crate) fn for_stream(stream: &Stream, timing: bool) -> Result<Event> {
+        #[cfg(test)]
+        if let Some(domain) = stream.fake_domain() {
+            crate::testing::fault_point(Some(domain), crate::testing::Call::Event)?;
+            static NEXT: AtomicU64 = AtomicU64::new(0x7e00_0000);
+            let id = NEXT.fetch_add(16, Ordering::Relaxed);
+            return Ok(Event {
+                raw: Active::event_from_raw(id as usize as *mut c_void),
+                device: stream.device(),
+                capture_id: AtomicU64::new(0),
+                fake: Some(domain),
+            });
+        }
+        Event::create(&stream.device(), timing)
     }
 
     /// Records the event at the current end of `stream`'s queue.
@@ -757,6 +793,13 @@ impl Event {
     /// [`Stream::wait_event`]).
     pub fn record(&self, stream: &Stream) -> Result<()> {
         let id = stream.capturing()?.map_or(0, |c| c.id);
+        #[cfg(test)]
+        if let Some(domain) = self.fake.or(stream.fake_domain()) {
+            crate::testing::fault_point(Some(domain), crate::testing::Call::Event)?;
+            crate::testing::fake_event_recorded(self.as_raw() as usize, stream.as_raw() as usize);
+            self.capture_id.store(id, Ordering::Relaxed);
+            return Ok(());
+        }
         Active::event_record(self.raw, stream.raw())?;
         self.capture_id.store(id, Ordering::Relaxed);
         Ok(())
@@ -778,6 +821,10 @@ impl Event {
             return Err(Error::capture(format!(
                 "host wait on an event recorded in capture {id}"
             )));
+        }
+        #[cfg(test)]
+        if self.fake.is_some() {
+            return Ok(());
         }
         Active::event_synchronize(self.raw)
     }
@@ -808,12 +855,20 @@ impl Event {
                 "host query of an event recorded in capture {id}"
             )));
         }
+        #[cfg(test)]
+        if let Some(domain) = self.fake {
+            return Ok(crate::testing::fake_events_complete(domain));
+        }
         Active::event_query(self.raw)
     }
 
     /// Milliseconds between `self` and `end`, both made with
     /// [`Event::with_timing`], recorded, and complete.
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        #[cfg(test)]
+        if self.fake.is_some() || end.fake.is_some() {
+            return Ok(crate::testing::FAKE_ELAPSED_MS);
+        }
         Active::event_elapsed_ms(self.raw, end.raw)
     }
 
@@ -830,6 +885,10 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
+        #[cfg(test)]
+        if self.fake.is_some() {
+            return;
+        }
         record_drop_error(Active::event_destroy(self.raw));
     }
 }
@@ -842,7 +901,9 @@ pub(crate) fn order_after(waiter: &Stream, target: &Stream) -> Result<()> {
     // Unit tests: fake streams order through the fake runtime.
     #[cfg(test)]
     if let Some(domain) = waiter.fake_domain().or(target.fake_domain()) {
-        return crate::testing::fault_point(Some(domain), crate::testing::Call::Event);
+        crate::testing::fault_point(Some(domain), crate::testing::Call::Event)?;
+        crate::testing::fake_stream_waited(waiter.as_raw() as usize, target.as_raw() as usize);
+        return Ok(());
     }
     let event = Event::new(&target.device())?;
     event.record(target)?;

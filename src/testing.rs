@@ -141,6 +141,122 @@ fn vendor_error(call: Call, code: i32, name: &str) -> Error {
 }
 
 // ---------------------------------------------------------------------------
+// Fake events (`Event::for_stream` on a fake stream).
+
+/// What a fake timing event pair reads as ([`Event::elapsed_ms`]).
+///
+/// [`Event::elapsed_ms`]: crate::Event::elapsed_ms
+pub(crate) const FAKE_ELAPSED_MS: f32 = 0.5;
+
+/// Per failure domain: whether its fake events answer complete.
+static FAKE_EVENTS_DONE: Mutex<Option<HashMap<u64, bool>>> = Mutex::new(None);
+
+/// Makes the fake events of `domain` answer `done` when asked whether the
+/// device has passed them (`Event::is_complete`; `false` until set).
+pub(crate) fn set_fake_events_complete(domain: u64, done: bool) {
+    FAKE_EVENTS_DONE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(domain, done);
+}
+
+/// Whether the fake events of `domain` answer complete.
+pub(crate) fn fake_events_complete(domain: u64) -> bool {
+    FAKE_EVENTS_DONE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .and_then(|m| m.get(&domain).copied())
+        .unwrap_or(false)
+}
+
+/// The order the fake runtime keeps between fake streams, as vector
+/// clocks: per stream (by handle), how many marks of each stream it is
+/// ordered after; per fake event, the clock of the stream it was last
+/// recorded on, at the record. A wait merges the event's clock into the
+/// waiting stream's, as a device orders the two streams.
+#[derive(Default)]
+struct Clocks {
+    streams: HashMap<usize, HashMap<usize, u64>>,
+    events: HashMap<usize, HashMap<usize, u64>>,
+}
+
+static FAKE_CLOCKS: Mutex<Option<Clocks>> = Mutex::new(None);
+
+fn with_clocks<T>(f: impl FnOnce(&mut Clocks) -> T) -> T {
+    f(FAKE_CLOCKS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(Clocks::default))
+}
+
+/// A mark on fake stream `stream` (a point of its queue, such as a free):
+/// its number, from 1. Events recorded on the stream from now on, and the
+/// streams that wait for them, are ordered after it.
+pub(crate) fn fake_mark(stream: usize) -> u64 {
+    with_clocks(|c| {
+        let own = c.streams.entry(stream).or_default().entry(stream).or_insert(0);
+        *own += 1;
+        *own
+    })
+}
+
+/// How many of `of`'s marks fake stream `stream` is ordered after.
+pub(crate) fn fake_ordered_after(stream: usize, of: usize) -> u64 {
+    with_clocks(|c| {
+        c.streams
+            .get(&stream)
+            .and_then(|v| v.get(&of).copied())
+            .unwrap_or(0)
+    })
+}
+
+/// The latest mark of fake stream `stream` that a fake event was recorded
+/// after (0: none): once the device is said to have passed the domain's
+/// events ([`set_fake_events_complete`]), the marks up to it are done.
+pub(crate) fn fake_recorded_mark(stream: usize) -> u64 {
+    with_clocks(|c| {
+        c.events
+            .values()
+            .filter_map(|snap| snap.get(&stream).copied())
+            .max()
+            .unwrap_or(0)
+    })
+}
+
+/// Fake event `event` is recorded on fake stream `stream`.
+pub(crate) fn fake_event_recorded(event: usize, stream: usize) {
+    with_clocks(|c| {
+        let now = c.streams.get(&stream).cloned().unwrap_or_default();
+        c.events.insert(event, now);
+    });
+}
+
+/// Fake stream `stream` waits for fake event `event` (as last recorded).
+pub(crate) fn fake_event_waited(stream: usize, event: usize) {
+    with_clocks(|c| {
+        let snap = c.events.get(&event).cloned().unwrap_or_default();
+        merge(c.streams.entry(stream).or_default(), &snap);
+    });
+}
+
+/// Fake stream `waiter` waits for everything queued so far on `target`.
+pub(crate) fn fake_stream_waited(waiter: usize, target: usize) {
+    with_clocks(|c| {
+        let snap = c.streams.get(&target).cloned().unwrap_or_default();
+        merge(c.streams.entry(waiter).or_default(), &snap);
+    });
+}
+
+fn merge(into: &mut HashMap<usize, u64>, from: &HashMap<usize, u64>) {
+    for (&k, &v) in from {
+        let e = into.entry(k).or_insert(0);
+        *e = (*e).max(v);
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Fake graphs.
 
 /// A fake graph: the release callbacks retained by it, and the failure

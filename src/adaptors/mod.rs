@@ -57,13 +57,15 @@
 
 mod limit;
 mod plan;
+mod planning;
 mod record;
 mod retry;
 mod stats;
 mod tracking;
 
 pub use limit::LimitingAdaptor;
-pub use plan::{PlanShare, PlanWaits, PlannedArena, PlanningAdaptor, StreamPlans, PLAN_WINDOW, STALL_MS};
+pub use plan::{PlanShare, PlanWaits, PlannedArena, StreamPlans, PLAN_WINDOW, STALL_MS};
+pub use planning::PlanningAdaptor;
 pub use record::RecordingAdaptor;
 pub use retry::{RetryAdaptor, RetryStats};
 pub use stats::{ResourceStats, StatisticsAdaptor};

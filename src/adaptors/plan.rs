@@ -1,14 +1,12 @@
 //! Serving allocations from a placement planned from a trace of an earlier
 //! run.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::ffi::c_void;
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::device::Device;
 use crate::error::{Error, InvalidReason, Result};
 use crate::resource::MemoryResource;
 use crate::stream::{Event, Stream};
@@ -20,8 +18,8 @@ use crate::trace::Trace;
 pub const PLAN_WINDOW: usize = 16;
 
 /// The handles a trace keeps for the two default streams.
-const LEGACY_HANDLES: [u64; 2] = [0, 1];
-const PER_THREAD_HANDLE: u64 = 2;
+pub(super) const LEGACY_HANDLES: [u64; 2] = [0, 1];
+pub(super) const PER_THREAD_HANDLE: u64 = 2;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -222,6 +220,11 @@ pub struct PlanWaits {
     /// The time the timed waits held their streams, added up, in
     /// nanoseconds (the device's timer resolves about half a microsecond).
     pub stalled_ns: u64,
+    /// Slots granted whose waits could not be made (an event that could
+    /// not be recorded, a wait the runtime refused, the other stream
+    /// capturing): the request was served elsewhere and the slot stayed
+    /// free, to be granted again with the same waits.
+    pub failed: u64,
 }
 
 /// Field by field (the waits of several arenas).
@@ -235,6 +238,7 @@ impl std::ops::Add for PlanWaits {
             events: self.events + other.events,
             timed: self.timed + other.timed,
             stalled_ns: self.stalled_ns + other.stalled_ns,
+            failed: self.failed + other.failed,
         }
     }
 }
@@ -268,7 +272,7 @@ impl Stalls {
     fn mark(&mut self, stream: &Stream) -> Option<Event> {
         let event = match self.spare.pop() {
             Some(e) => e,
-            None => Event::with_timing(&stream.device()).ok()?,
+            None => Event::for_stream(stream, true).ok()?,
         };
         match event.record(stream) {
             Ok(()) => Some(event),
@@ -285,11 +289,12 @@ struct ArenaState {
     server: Server,
     /// The arena's address once made.
     base: Option<usize>,
-    /// No arena will be made (the upstream refused it, or it was given
-    /// back).
+    /// The arena serves nothing (the upstream refused it, it could not be
+    /// made ready for every stream and is kept only to be given back, or
+    /// it was given back).
     closed: bool,
-    /// Slots freed while their stream was capturing, or whose stream could
-    /// not be ordered after another's free: never handed out again.
+    /// Slots freed while their stream was capturing: never handed out
+    /// again (a graph may use their bytes whenever it is launched).
     kept: u64,
     lanes: Vec<LaneState>,
     stalls: Stalls,
@@ -317,15 +322,22 @@ impl ArenaState {
                 why: "a plan's block handed to another stream while its own stream is capturing".into(),
             });
         }
-        let event = match l.events.len() >= EVENTS_KEPT {
-            true => l.events.pop_first().map(|(_, e)| e),
-            false => None,
+        // The oldest event is recorded again: a wait for its free takes a
+        // later event, which orders after it too. If recording fails it is
+        // put back as it was (a failed record leaves the event as it was).
+        let (old, event) = match l.events.len() >= EVENTS_KEPT {
+            true => match l.events.pop_first() {
+                Some((t, e)) => (Some(t), e),
+                None => (None, Event::for_stream(stream, false)?),
+            },
+            false => (None, Event::for_stream(stream, false)?),
         };
-        let event = match event {
-            Some(e) => e,
-            None => Event::new(&stream.device())?,
-        };
-        event.record(stream)?;
+        if let Err(e) = event.record(stream) {
+            if let Some(t) = old {
+                l.events.insert(t, event);
+            }
+            return Err(e);
+        }
         l.events.insert(ticket, event);
         self.stalls.counts.events += 1;
         Ok(())
@@ -386,6 +398,7 @@ impl ArenaState {
     fn passed(&mut self, w: &Wait) -> Result<bool> {
         if let Some(t) = w.record {
             self.record(w.stream as usize, t)?;
+            self.server.recorded(w.stream, t);
         }
         let done = self.event_for(w)?.is_complete().unwrap_or(false);
         self.stalls.counts.passed += u64::from(done);
@@ -443,7 +456,7 @@ impl PlannedArena {
     /// that here, and in [`free_ready`](PlannedArena::free_ready).
     pub fn allocate_ready(&self, lane: u32, bytes: usize, stream: &Stream) -> Option<(*mut c_void, usize)> {
         let mut st = lock(&self.inner);
-        let base = st.base?;
+        let base = st.base.filter(|_| !st.closed)?;
         let l = st.lanes.get(lane as usize)?;
         if l.released || l.stream.as_ref()?.as_raw() != stream.as_raw() {
             return None;
@@ -493,15 +506,21 @@ impl PlannedArena {
                 Some(Ok(ptr)) => {
                     // Other streams use it without waiting for this one.
                     if shared && stream.synchronize().is_err() {
-                        // SAFETY: just allocated on this stream, unused.
-                        let _ = unsafe { upstream.deallocate(ptr, size, stream) };
                         st.closed = true;
+                        // SAFETY: just allocated on this stream, unused.
+                        if unsafe { upstream.deallocate(ptr, size, stream) }.is_err() {
+                            // Kept, unused, for `release` to give back.
+                            st.base = Some(ptr as usize);
+                        }
                     } else {
                         st.base = Some(ptr as usize);
                     }
                 }
                 _ => st.closed = true,
             }
+        }
+        if st.closed {
+            return None;
         }
         let base = st.base?;
         let Some(grant) = st.server.allocate_on(lane, bytes as u64) else {
@@ -515,15 +534,18 @@ impl PlannedArena {
         // for the free, completing means the free's point did). Asking costs
         // the host a query; a wait costs the taking stream a dependency on
         // the device, even with nothing left to wait for.
+        //
+        // The server counts none of the grant's waits as made until
+        // confirmed: a wait that fails cancels the grant (its slot is free
+        // again, and a later grant of those bytes asks for the same waits).
         let mut open = Vec::with_capacity(grant.waits.len());
         for w in &grant.waits {
             match st.passed(w) {
                 Ok(true) => {}
                 Ok(false) => open.push(w),
                 Err(_) => {
-                    // No event to order after: as below.
-                    st.kept += 1;
-                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    // No event to order after.
+                    self.cancel(&mut st, &grant, None);
                     return None;
                 }
             }
@@ -545,14 +567,13 @@ impl PlannedArena {
         for w in open {
             if st.order_after(w, stream).is_err() {
                 // The bytes cannot be ordered after the other stream's use:
-                // the slot stays taken for good, and the request goes
-                // elsewhere.
-                st.kept += 1;
-                st.stalls.spare.extend(before);
-                self.refused.fetch_add(1, Ordering::Relaxed);
+                // the request goes elsewhere. (A wait made before this one
+                // only orders the stream further; none counts as made.)
+                self.cancel(&mut st, &grant, before);
                 return None;
             }
         }
+        st.server.confirm(lane, &grant);
         if let Some(before) = before {
             match st.stalls.mark(stream) {
                 Some(after) => st.stalls.pending.push_back((grant.slot, before, after)),
@@ -562,6 +583,16 @@ impl PlannedArena {
         self.served.fetch_add(1, Ordering::Relaxed);
         // The server hands out only slots inside the arena.
         Some(((base + grant.offset as usize) as *mut c_void, grant.slot))
+    }
+
+    /// `grant` could not be carried out: its slot is free again and the
+    /// request refused (served elsewhere); `before`, a timing event not
+    /// used, is kept for later.
+    fn cancel(&self, st: &mut ArenaState, grant: &crate::trace::plan::Grant, before: Option<Event>) {
+        st.server.cancel(grant);
+        st.stalls.spare.extend(before);
+        st.stalls.counts.failed += 1;
+        self.refused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether `ptr` lies in this arena, and if so the live slot it
@@ -597,8 +628,8 @@ impl PlannedArena {
                 let lane = st.server.plan().slots[slot].stream as usize;
                 // Without this event, a later stream records one itself
                 // (`Wait::record` is then asked for again): none is lost.
-                if st.record(lane, ticket).is_err() {
-                    st.server.forget_record(lane as u32);
+                if st.record(lane, ticket).is_ok() {
+                    st.server.recorded(lane as u32, ticket);
                 }
                 Ok(())
             }
@@ -617,7 +648,7 @@ impl PlannedArena {
                     .into(),
             });
         }
-        let event = Event::new(&own.device())?;
+        let event = Event::for_stream(own, false)?;
         event.record(on)?;
         own.wait_event(&event)?;
         self.free(slot, false)
@@ -643,24 +674,23 @@ impl PlannedArena {
         // Later streams will wait for this one's frees with no stream to
         // record on: record after the last one now.
         if let Some(ticket) = st.server.seal(lane) {
-            if let Err(e) = st.record(l, ticket) {
-                st.server.forget_record(lane);
-                return Err(e);
-            }
+            st.record(l, ticket)?;
+            st.server.recorded(lane, ticket);
         }
         st.lanes[l].released = true;
         if st.lanes.iter().any(|l| !l.released) || st.server.live_slots() > 0 {
             return Ok(true);
         }
-        st.closed = true;
-        if let Some(base) = st.base.take() {
+        if let Some(base) = st.base {
             // Every use of the arena by another lane ended before its last
-            // recorded free (its slots are all freed).
+            // recorded free (its slots are all freed). A wait that fails
+            // leaves the arena as it was, to be released again.
             for (_, other) in st.lanes.iter().enumerate().filter(|(i, _)| *i != l) {
                 if let Some((_, e)) = other.events.last_key_value() {
                     stream.wait_event(e)?;
                 }
             }
+            st.base = None;
             let size = st.server.plan().arena as usize;
             // SAFETY: the arena was allocated from `upstream` with these
             // bytes; no slot of it is live, and every use of a freed slot
@@ -671,6 +701,7 @@ impl PlannedArena {
                 return Err(e);
             }
         }
+        st.closed = true;
         Ok(true)
     }
 
@@ -734,273 +765,6 @@ impl PlannedArena {
     }
 }
 
-/// Serves allocations from a placement planned from a trace of an earlier
-/// run of the same program, and passes the rest to the resource it wraps.
-///
-/// Record a run with a [`RecordingAdaptor`](crate::adaptors::RecordingAdaptor),
-/// then wrap the next run's resource in a `PlanningAdaptor` made from that
-/// trace: each stream of the trace becomes a plan ([`Plan::for_program`]:
-/// every recorded allocation placed in one arena, the repeated step going
-/// on for every step after the recording), taken by the streams of the new
-/// run in the order they first allocate. An allocation gets its planned
-/// slot only if no live block overlaps it; otherwise, and while its stream
-/// is capturing, it goes to the inner resource. A run that strays from the
-/// recorded one is therefore larger or slower, never wrong. See
-/// [the memory history guide](crate::guide::memory_history).
-///
-/// ```no_run
-/// use std::sync::Arc;
-/// use somalloc::adaptors::PlanningAdaptor;
-/// use somalloc::trace::Trace;
-/// use somalloc::{Device, DeviceBuffer, MemPool, MemoryResource, Stream};
-///
-/// # fn main() -> somalloc::Result<()> {
-/// let dev = Device::get(0)?;
-/// let stream = Stream::new(&dev)?;
-/// // A trace of an earlier run (a RecordingAdaptor's file).
-/// let trace = Trace::read("run.trace")?;
-/// let planned = Arc::new(PlanningAdaptor::new(Arc::new(MemPool::default_for(&dev)?), &trace)?);
-/// let res: Arc<dyn MemoryResource> = planned.clone();
-/// let buf = DeviceBuffer::<f32>::new_with(1 << 20, &res, &stream)?;
-/// drop(buf);
-/// let (served, refused) = planned.counts();
-/// println!("{served} from the plan, {refused} not");
-/// # Ok(()) }
-/// ```
-pub struct PlanningAdaptor {
-    inner: Arc<dyn MemoryResource>,
-    plans: StreamPlans,
-    /// The streams seen, by handle, with their parts of the plans.
-    arenas: RwLock<HashMap<usize, Seen>>,
-}
-
-/// A stream seen, and its part of a plan (`None`: no plan was left for
-/// it).
-type Seen = (Stream, Option<PlanShare>);
-
-impl fmt::Debug for PlanningAdaptor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (served, refused) = self.counts();
-        f.debug_struct("PlanningAdaptor")
-            .field("served", &served)
-            .field("refused", &refused)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PlanningAdaptor {
-    /// Serves the plans of `trace`'s streams on `inner`'s device, an arena
-    /// per stream, falling back to `inner`.
-    pub fn new(inner: Arc<dyn MemoryResource>, trace: &Trace) -> Result<PlanningAdaptor> {
-        Self::with_lag(inner, trace, None)
-    }
-
-    /// As [`new`](PlanningAdaptor::new), the streams sharing one arena
-    /// where `lag` is `Some`: bytes pass from a stream to another where the
-    /// recorded run freed them at least `lag` before the other allocated
-    /// them (see [`Plan::for_streams`]); the taking stream waits for the
-    /// free with an event.
-    pub fn with_lag(
-        inner: Arc<dyn MemoryResource>,
-        trace: &Trace,
-        lag: Option<Duration>,
-    ) -> Result<PlanningAdaptor> {
-        let sharing = lag.map(|lag| Sharing::HostLag(u64::try_from(lag.as_nanos()).unwrap_or(u64::MAX)));
-        Self::with_sharing(inner, trace, sharing)
-    }
-
-    /// As [`new`](PlanningAdaptor::new), the streams sharing one arena
-    /// where `sharing` is `Some`, bytes passing from a stream to another by
-    /// its rule (see [`Sharing`]; [`Sharing::Device`] needs a trace
-    /// recorded with
-    /// [device times](crate::trace::RecordOptions::device_times)).
-    pub fn with_sharing(
-        inner: Arc<dyn MemoryResource>,
-        trace: &Trace,
-        sharing: Option<Sharing>,
-    ) -> Result<PlanningAdaptor> {
-        let plans = StreamPlans::from_trace_sharing(trace, inner.device().ordinal(), sharing)?;
-        Ok(PlanningAdaptor {
-            inner,
-            plans,
-            arenas: RwLock::new(HashMap::new()),
-        })
-    }
-
-    /// The wrapped resource.
-    pub fn inner(&self) -> &Arc<dyn MemoryResource> {
-        &self.inner
-    }
-
-    /// The arenas in use, each once.
-    fn arenas(&self) -> Vec<Arc<PlannedArena>> {
-        let mut out: Vec<Arc<PlannedArena>> = Vec::new();
-        for (_, share) in self.arenas.read().unwrap_or_else(|p| p.into_inner()).values() {
-            if let Some(sh) = share {
-                if !out.iter().any(|a| Arc::ptr_eq(a, &sh.arena)) {
-                    out.push(Arc::clone(&sh.arena));
-                }
-            }
-        }
-        out
-    }
-
-    /// Allocations served from the plans, and allocations they had no slot
-    /// for (served by the inner resource).
-    pub fn counts(&self) -> (u64, u64) {
-        self.sum(PlannedArena::counts)
-    }
-
-    /// `f` of every arena in use, added up.
-    fn sum(&self, f: impl Fn(&PlannedArena) -> (u64, u64)) -> (u64, u64) {
-        self.arenas()
-            .iter()
-            .map(|a| f(a))
-            .fold((0, 0), |(x, y), (x2, y2)| (x + x2, y + y2))
-    }
-
-    /// Bytes of the arenas made.
-    pub fn arena_bytes(&self) -> u64 {
-        self.arenas().iter().map(|a| a.arena_bytes()).sum()
-    }
-
-    /// Each arena diverts the slots whose waits hold their stream on the
-    /// device, up to `bytes` of them ([`PlannedArena::divert_stalls`]);
-    /// for the arenas of streams not seen yet.
-    pub fn divert_stalls(self, bytes: u64) -> PlanningAdaptor {
-        self.plans.divert_stalls(bytes);
-        self
-    }
-
-    /// Each arena times its waits on the device
-    /// ([`PlannedArena::time_waits`]); for the arenas of streams not seen
-    /// yet.
-    ///
-    /// ```no_run
-    /// use std::sync::Arc;
-    /// use somalloc::adaptors::PlanningAdaptor;
-    /// use somalloc::trace::plan::{Sharing, DEVICE_MARGIN_NS};
-    /// use somalloc::trace::Trace;
-    /// use somalloc::{Device, MemPool};
-    ///
-    /// # fn main() -> somalloc::Result<()> {
-    /// let dev = Device::get(0)?;
-    /// // A trace of an earlier run of the program, recorded with device times.
-    /// let trace = Trace::read("run.trace")?;
-    /// let sharing = Some(Sharing::Device { margin_ns: DEVICE_MARGIN_NS });
-    /// let planned = PlanningAdaptor::with_sharing(Arc::new(MemPool::default_for(&dev)?), &trace, sharing)?
-    ///     .time_waits(true);
-    /// // ... the program's steps, allocating through `planned` ...
-    /// let w = planned.waits();
-    /// println!("{} waits, {} timed, {:.2} ms stood still", w.waits, w.timed, w.stalled_ns as f64 / 1e6);
-    /// # Ok(()) }
-    /// ```
-    pub fn time_waits(self, on: bool) -> PlanningAdaptor {
-        self.plans.time_waits(on);
-        self
-    }
-
-    /// The waits of the arenas in use, added up ([`PlannedArena::waits`]).
-    pub fn waits(&self) -> PlanWaits {
-        self.arenas()
-            .iter()
-            .fold(PlanWaits::default(), |sum, a| sum + a.waits())
-    }
-
-    /// Slots diverted ([`divert_stalls`](PlanningAdaptor::divert_stalls))
-    /// and their bytes, over the arenas in use.
-    pub fn diverted(&self) -> (u64, u64) {
-        self.sum(PlannedArena::diverted)
-    }
-
-    /// `stream` is done with its plan if none of its blocks is live
-    /// (`Ok(false)`: blocks are live, nothing done): it is served by the
-    /// inner resource from then on, and its arena goes back to the inner
-    /// resource once no stream uses it. The counts stay.
-    pub fn release(&self, stream: &Stream) -> Result<bool> {
-        let key = stream.as_raw() as usize;
-        let arenas = self.arenas.read().unwrap_or_else(|p| p.into_inner());
-        match arenas.get(&key) {
-            Some((own, Some(sh))) => sh.arena.release(sh.lane, own, &*self.inner),
-            _ => Ok(true),
-        }
-    }
-
-    fn share_of(&self, stream: &Stream) -> Option<PlanShare> {
-        let key = stream.as_raw() as usize;
-        if let Some((_, a)) = self.arenas.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            return a.clone();
-        }
-        let mut arenas = self.arenas.write().unwrap_or_else(|p| p.into_inner());
-        let (_, a) = arenas.entry(key).or_insert_with(|| {
-            let legacy = LEGACY_HANDLES.contains(&(key as u64));
-            let plan = match key as u64 {
-                PER_THREAD_HANDLE => None,
-                _ => self.plans.take(legacy),
-            };
-            (stream.clone(), plan)
-        });
-        a.clone()
-    }
-
-    /// The arena `ptr` lies in, and the live slot `ptr` starts (`None`: no
-    /// live block starts there).
-    fn owner_of(&self, ptr: *mut c_void) -> Option<(Arc<PlannedArena>, Option<usize>)> {
-        self.arenas()
-            .into_iter()
-            .find_map(|a| a.slot_at(ptr).map(|slot| (a, slot)))
-    }
-}
-
-// SAFETY: a block is either the inner resource's (passed through
-// unchanged) or a live slot of an arena, which the server hands out only
-// if no live block overlaps it, inside the arena (one allocation of the
-// inner resource, held until released with no slot live). A slot is
-// allocated in its stream's order and freed in that order (a free on
-// another stream makes the slot's stream wait for it first), so its reuse
-// by the same stream is ordered after every use of the block before; a
-// stream that takes bytes another stream freed last first waits for an
-// event recorded on that stream after the free (`Server::allocate_on`,
-// `ArenaState::order_after`; a wait that cannot be made keeps the slot
-// out of use).
-unsafe impl MemoryResource for PlanningAdaptor {
-    fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
-        if bytes > 0 && stream.capturing()?.is_none() {
-            if let Some(sh) = self.share_of(stream) {
-                if let Some((ptr, _)) = sh.arena.allocate(sh.lane, bytes, stream, &*self.inner) {
-                    return Ok(ptr);
-                }
-            }
-        }
-        self.inner.allocate(bytes, stream)
-    }
-
-    unsafe fn deallocate(&self, ptr: *mut c_void, bytes: usize, stream: &Stream) -> Result<()> {
-        match self.owner_of(ptr) {
-            // Inside an arena but no live block: freed already (never the
-            // inner resource's, whose blocks lie outside every arena).
-            Some((_, None)) => Err(InvalidReason::UnknownAllocation.error(format!(
-                "free of {ptr:p}, inside a plan's arena but no live block of it"
-            ))),
-            Some((arena, Some(slot))) => match arena.stream_of(slot) {
-                Some(own) if own.as_raw() == stream.as_raw() => {
-                    arena.free(slot, stream.capturing()?.is_some())
-                }
-                Some(own) => arena.free_on(slot, &own, stream),
-                None => Err(InvalidReason::Other
-                    .error(format!("plan slot {slot} is live but its lane has no stream"))),
-            },
-            // SAFETY: forwarded from the caller: not a block of an arena,
-            // so the inner resource's.
-            None => unsafe { self.inner.deallocate(ptr, bytes, stream) },
-        }
-    }
-
-    fn device(&self) -> Device {
-        self.inner.device()
-    }
-
-    fn placement(&self) -> crate::Placement {
-        self.inner.placement()
-    }
-}
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

@@ -152,11 +152,22 @@ pub struct Wait {
     /// `ticket` (the first such event is enough).
     pub ticket: u64,
     /// `Some(t)`: no such event was recorded yet; record one on `stream`
-    /// now, filed under `t` (at least `ticket`), before waiting.
+    /// now, filed under `t` (at least `ticket`), before waiting, and say
+    /// so with [`Server::recorded`].
     pub record: Option<u64>,
+    /// The slot whose free that was: once the wait is made
+    /// ([`Server::confirm`]), its later frees are recorded as they happen
+    /// ([`Server::free_slot`] asks for an event).
+    pub slot: usize,
 }
 
 /// A slot handed out by [`Server::allocate_on`].
+///
+/// The slot is live from the grant on. Its waits are the caller's to carry
+/// out, and the server assumes none of them made until told: with
+/// [`Server::confirm`] once they all are, or [`Server::cancel`] when one
+/// could not be (the slot is then free again, and a later grant of the same
+/// bytes asks for the same waits).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
     /// The slot.
@@ -281,9 +292,72 @@ impl Server {
 
     /// A slot for `size` bytes on the plan's stream `stream`, or `None`
     /// (the caller takes the memory elsewhere). The caller must carry out
-    /// the grant's waits on `stream` before it uses the block.
+    /// the grant's waits on `stream` before it uses the block, then
+    /// [`confirm`](Server::confirm) the grant; if a wait cannot be made, it
+    /// [`cancel`](Server::cancel)s it and serves the request elsewhere.
+    ///
+    /// The server commits nothing about the waits before the confirmation:
+    /// until then a later grant of bytes the same streams freed asks for
+    /// its waits again, so a grant whose waits failed never lets another
+    /// skip them.
     pub fn allocate_on(&mut self, stream: u32, size: u64) -> Option<Grant> {
         self.grant(stream, size, Mode::Wait)
+    }
+
+    /// The waits of `grant` (from [`allocate_on`](Server::allocate_on) on
+    /// its stream, `stream`) were made: the stream is ordered after each
+    /// free they name, which later grants of those bytes count on. Call it
+    /// once every wait of the grant was made on the device (or found
+    /// passed already), and never for waits that were not.
+    pub fn confirm(&mut self, stream: u32, grant: &Grant) {
+        let Some(h) = &mut self.handoffs else { return };
+        let b = stream as usize;
+        for w in &grant.waits {
+            let a = w.stream as usize;
+            if let Some(done) = h.waited.get_mut(b).and_then(|row| row.get_mut(a)) {
+                *done = (*done).max(w.ticket);
+            }
+            if let Some(handed) = h.handed.get_mut(w.slot) {
+                *handed = true;
+            }
+        }
+    }
+
+    /// `grant` (from [`allocate_on`](Server::allocate_on)) was not carried
+    /// out: one of its waits could not be made, and the request is served
+    /// elsewhere. Its slot is free again (servable when matched next), and
+    /// nothing of its waits is assumed made. The request counts as refused
+    /// instead of served. `false` (nothing changes) when the slot is not
+    /// live.
+    pub fn cancel(&mut self, grant: &Grant) -> bool {
+        let j = grant.slot;
+        match self.live.get_mut(j) {
+            Some(l @ true) => *l = false,
+            _ => return false,
+        }
+        let stream = self.plan.slots[j].stream as usize;
+        self.lanes[stream].live -= 1;
+        self.live_count -= 1;
+        let pieces = self.pieces.of(j);
+        self.holder[pieces].fill(0);
+        self.served -= 1;
+        self.refused += 1;
+        true
+    }
+
+    /// An event was recorded on `stream` after its free number `ticket`,
+    /// as a [`Wait::record`], [`free_slot`](Server::free_slot) or
+    /// [`seal`](Server::seal) asked: later waits for its frees up to
+    /// `ticket` use it instead of asking for another. Say it only once the
+    /// event is recorded; an event that could not be recorded is simply
+    /// not reported (a later wait asks for one again).
+    pub fn recorded(&mut self, stream: u32, ticket: u64) {
+        if let Some(h) = &mut self.handoffs {
+            let a = stream as usize;
+            if let (Some(r), Some(&f)) = (h.recorded.get_mut(a), h.frees.get(a)) {
+                *r = (*r).max(ticket.min(f));
+            }
+        }
     }
 
     /// Slot `slot` is never handed out again: a request that matches it is
@@ -365,7 +439,7 @@ impl Server {
             }
             _ => return refuse(self),
         };
-        let waits = match &mut self.handoffs {
+        let waits = match &self.handoffs {
             Some(h) => match h.take(stream, pieces.clone(), mode == Mode::Wait) {
                 Some(w) => w,
                 None => return refuse(self),
@@ -401,7 +475,8 @@ impl Server {
     /// Slot `slot`'s block is freed in its stream's order: `None` (and
     /// nothing changes) when it was not live; `Some(Some(t))`: record an
     /// event on the slot's stream now, filed under `t` (its bytes went to
-    /// another stream before, and will again).
+    /// another stream before, and will again), and say so with
+    /// [`recorded`](Server::recorded).
     pub fn free_slot(&mut self, slot: usize) -> Option<Option<u64>> {
         self.release(slot, true)
     }
@@ -430,7 +505,6 @@ impl Server {
             slot,
         });
         if may_record && h.handed[slot] {
-            h.recorded[a] = ticket;
             Some(Some(ticket))
         } else {
             Some(None)
@@ -439,28 +513,12 @@ impl Server {
 
     /// `stream` ends (its handle goes away): `Some(t)` asks for an event
     /// recorded on it now, filed under `t`, so that other streams never
-    /// need one recorded later.
-    pub fn seal(&mut self, stream: u32) -> Option<u64> {
-        let h = self.handoffs.as_mut()?;
+    /// need one recorded later (say so with [`recorded`](Server::recorded)).
+    pub fn seal(&self, stream: u32) -> Option<u64> {
+        let h = self.handoffs.as_ref()?;
         let a = stream as usize;
         let f = *h.frees.get(a)?;
-        (h.recorded[a] < f).then(|| {
-            h.recorded[a] = f;
-            f
-        })
-    }
-
-    /// The event [`free_slot`](Server::free_slot) or [`seal`](Server::seal)
-    /// asked for on `stream` could not be recorded: a stream that waits for
-    /// its frees is asked to record one itself ([`Wait::record`]).
-    pub fn forget_record(&mut self, stream: u32) {
-        if let Some(r) = self
-            .handoffs
-            .as_mut()
-            .and_then(|h| h.recorded.get_mut(stream as usize))
-        {
-            *r = 0;
-        }
+        (h.recorded[a] < f).then_some(f)
     }
 
     /// The live slot whose block starts at `offset`, if any.
@@ -494,8 +552,11 @@ impl Server {
 impl Handoffs {
     /// Stream `b` takes the pieces `pieces` (no live slot holds them):
     /// the waits on the other streams that freed them last are returned
-    /// (`None`, nothing changed, if there are some and `may_wait` is off).
-    fn take(&mut self, b: u32, pieces: std::ops::Range<usize>, may_wait: bool) -> Option<Vec<Wait>> {
+    /// (`None` if there are some and `may_wait` is off). Nothing changes:
+    /// the waits count as made once the grant is confirmed
+    /// ([`Server::confirm`]), and the events they ask for as recorded once
+    /// reported ([`Server::recorded`]).
+    fn take(&self, b: u32, pieces: std::ops::Range<usize>, may_wait: bool) -> Option<Vec<Wait>> {
         // Per other stream, the latest of its frees to wait for, and its
         // slot. A piece freed by `b` itself, or taken by a slot since (its
         // stream waited for this free, or freed it itself), asks for
@@ -519,17 +580,13 @@ impl Handoffs {
                 .map(|(a, ticket, slot)| {
                     // The wait covers the stream's earlier frees: only
                     // this slot's free needs its event at the free.
-                    self.handed[slot] = true;
-                    let (ai, bi) = (a as usize, b as usize);
-                    let record = (self.recorded[ai] < ticket).then(|| {
-                        self.recorded[ai] = self.frees[ai];
-                        self.frees[ai]
-                    });
-                    self.waited[bi][ai] = ticket;
+                    let ai = a as usize;
+                    let record = (self.recorded[ai] < ticket).then_some(self.frees[ai]);
                     Wait {
                         stream: a,
                         ticket,
                         record,
+                        slot,
                     }
                 })
                 .collect(),

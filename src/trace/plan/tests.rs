@@ -574,13 +574,20 @@ fn a_handed_over_slot_waits_and_its_free_is_recorded_from_then_on() {
                     let g = s.allocate_on(stream, size).expect("served");
                     assert!(!g.waits.is_empty(), "refused without waits");
                     waits.extend(g.waits.iter().map(|w| (w.stream, w.record.is_some())));
+                    for w in &g.waits {
+                        if let Some(t) = w.record {
+                            s.recorded(w.stream, t);
+                        }
+                    }
+                    s.confirm(stream, &g);
                     g.slot
                 }
             };
             assert_eq!(s.live_slots_of(stream), 1);
             let records = s.free_records(slot);
-            if s.free_slot(slot).expect("live").is_some() {
+            if let Some(t) = s.free_slot(slot).expect("live") {
                 assert!(records);
+                s.recorded(stream, t);
                 at_frees += 1;
             } else {
                 assert!(!records);
@@ -835,6 +842,13 @@ proptest! {
     /// free of its bytes by another stream. Events are modelled as
     /// vector clocks: `vc[b][a]` is the number of stream `a`'s frees
     /// that stream `b` is ordered after.
+    ///
+    /// Failures are injected where the caller records an event or
+    /// makes a wait: an event that could not be recorded is not
+    /// reported, and a grant whose waits could not all be made is
+    /// cancelled (the waits made before the failure still order the
+    /// stream, as on a device). No later grant may skip a wait because
+    /// of a failed one, and a cancelled slot is servable again.
     #[test]
     fn a_stream_is_ordered_after_every_other_streams_free_of_its_bytes(
         slots in proptest::collection::vec(
@@ -857,6 +871,10 @@ proptest! {
             ],
             0..200,
         ),
+        // Per operation: 0, no failure; 1, the first event it records
+        // fails; 2, its last wait fails (after its events are recorded).
+        faults in proptest::collection::vec(prop_oneof![3 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)], 200),
+
     ) {
         let plan = Arc::new(Plan::with_slots(slots, 4096));
         let mut s = Server::new(plan.clone(), window);
@@ -874,7 +892,8 @@ proptest! {
             snap[a] = frees[a];
             snap
         };
-        for (kind, t, x) in ops {
+        let mut cancelled = 0u64;
+        for ((kind, t, x), fault) in ops.into_iter().zip(faults) {
             match kind {
                 0 | 4 => {
                     // Kind 4: the entry point that serves only slots
@@ -896,13 +915,24 @@ proptest! {
                     };
                     prop_assert!(!diverted[g.slot], "diverted slot {} handed out", g.slot);
                     let b = t as usize;
-                    for w in &g.waits {
+                    let mut failed = false;
+                    let records = g.waits.iter().filter(|w| w.record.is_some()).count();
+                    for (i, w) in g.waits.iter().enumerate() {
                         let a = w.stream as usize;
                         prop_assert_ne!(a, b);
                         if let Some(tk) = w.record {
                             prop_assert!(tk >= w.ticket);
+                            if fault == 1 {
+                                failed = true;
+                                break;
+                            }
                             let snap = record(&vc, &frees, a);
                             events[a].insert(tk, snap);
+                            s.recorded(w.stream, tk);
+                        }
+                        if fault == 2 && i + 1 == g.waits.len() {
+                            failed = true;
+                            break;
                         }
                         let snap = events[a].range(w.ticket..).next().map(|(_, v)| v.clone());
                         prop_assert!(snap.is_some(), "no event on {} at or after {}", a, w.ticket);
@@ -910,6 +940,16 @@ proptest! {
                             vc[b][c] = vc[b][c].max(v);
                         }
                     }
+                    prop_assert!(records == 0 || fault != 1 || failed);
+                    if failed {
+                        let live = s.live_slots();
+                        prop_assert!(s.cancel(&g));
+                        prop_assert!(!s.cancel(&g), "cancelled twice");
+                        prop_assert_eq!(s.live_slots(), live - 1);
+                        cancelled += 1;
+                        continue;
+                    }
+                    s.confirm(t, &g);
                     let from = g.offset / 512;
                     let to = (g.offset + plan.slots[g.slot].size).div_ceil(512);
                     for u in &last[from as usize..to as usize] {
@@ -934,8 +974,11 @@ proptest! {
                         prop_assert_eq!(records, asked.is_some());
                         if let Some(tk) = asked {
                             prop_assert_eq!(tk, frees[a]);
-                            let snap = record(&vc, &frees, a);
-                            events[a].insert(tk, snap);
+                            if fault != 1 {
+                                let snap = record(&vc, &frees, a);
+                                events[a].insert(tk, snap);
+                                s.recorded(sl.stream, tk);
+                            }
                         }
                     } else {
                         prop_assert!(s.free(slot));
@@ -943,8 +986,11 @@ proptest! {
                 }
                 3 => {
                     if let Some(tk) = s.seal(t) {
-                        let snap = record(&vc, &frees, t as usize);
-                        events[t as usize].insert(tk, snap);
+                        if fault != 1 {
+                            let snap = record(&vc, &frees, t as usize);
+                            events[t as usize].insert(tk, snap);
+                            s.recorded(t, tk);
+                        }
                     }
                 }
                 // A slot served elsewhere from now on (live or not).
@@ -959,6 +1005,7 @@ proptest! {
                 _ => {}
             }
         }
+        prop_assert!(s.refused >= cancelled, "a cancelled grant counts as refused");
     }
 
     /// Whatever the plan (overlapping slots, any sizes) and whatever
@@ -1005,4 +1052,106 @@ proptest! {
             prop_assert!(ranges.iter().all(|r| r.1 <= plan.arena));
         }
     }
+}
+
+/// Two streams sharing one arena: stream 0 allocates and frees two
+/// 1 KiB blocks, then stream 1 takes their bytes (the plan of the
+/// issue's interleaving: s0 at [0, 1K) with free 1, s1 at [1K, 2K)
+/// with free 2).
+fn two_slots_handed_over() -> Server {
+    let kib = 1024;
+    let plan = Plan::with_slots(
+        vec![
+            Slot {
+                size: kib,
+                offset: Some(0),
+                stream: 0,
+            },
+            Slot {
+                size: kib,
+                offset: Some(kib),
+                stream: 0,
+            },
+            Slot {
+                size: kib,
+                offset: Some(kib),
+                stream: 1,
+            },
+            Slot {
+                size: kib,
+                offset: Some(0),
+                stream: 1,
+            },
+        ],
+        2 * kib,
+    );
+    let mut s = Server::new(Arc::new(plan), 4);
+    let a = s.allocate_on(0, kib).expect("s0");
+    let b = s.allocate_on(0, kib).expect("s1");
+    assert!(a.waits.is_empty() && b.waits.is_empty());
+    assert_eq!(s.free_slot(a.slot), Some(None));
+    assert_eq!(s.free_slot(b.slot), Some(None));
+    s
+}
+
+#[test]
+fn a_cancelled_grant_lets_no_later_grant_skip_its_wait() {
+    let mut s = two_slots_handed_over();
+    // Stream 1 is granted s1's bytes, with a wait for stream 0's free 2
+    // (which covers free 1 too); the wait cannot be made.
+    let g = s.allocate_on(1, 1024).expect("granted");
+    assert_eq!(g.offset, 1024);
+    assert_eq!(g.waits.len(), 1);
+    assert_eq!((g.waits[0].stream, g.waits[0].ticket), (0, 2));
+    assert!(s.cancel(&g));
+    assert_eq!((s.live_slots(), s.served, s.refused), (0, 2, 1));
+    // Its next request takes s0's bytes, freed by stream 0 at free 1:
+    // it must wait for it (an unconfirmed grant made no wait).
+    let h = s.allocate_on(1, 1024).expect("granted");
+    assert_eq!(h.offset, 0);
+    assert_eq!(h.waits.len(), 1, "a grant after a failed one skipped its wait");
+    assert_eq!((h.waits[0].stream, h.waits[0].ticket), (0, 1));
+    // The event it asks for was not reported as recorded, so it is asked
+    // for again.
+    assert!(h.waits[0].record.is_some());
+}
+
+#[test]
+fn a_cancelled_slot_is_served_again_with_its_waits() {
+    let mut s = two_slots_handed_over();
+    let g = s.allocate_on(1, 1024).expect("granted");
+    assert!(s.cancel(&g));
+    assert!(!s.cancel(&g), "not live any more");
+    // The next step matches the same slot again, with the same wait.
+    s.begin_step();
+    let again = s.allocate_on(1, 1024).expect("servable again");
+    assert_eq!(again.slot, g.slot);
+    assert_eq!(
+        again
+            .waits
+            .iter()
+            .map(|w| (w.stream, w.ticket))
+            .collect::<Vec<_>>(),
+        vec![(0, 2)]
+    );
+    // Made this time: the event reported and the grant confirmed, so the
+    // bytes of free 1 need no wait of their own (free 2 came after it).
+    s.recorded(0, again.waits[0].record.expect("an event to record"));
+    s.confirm(1, &again);
+    let next = s.allocate_on(1, 1024).expect("granted");
+    assert_eq!(next.offset, 0);
+    assert!(next.waits.is_empty(), "free 1 is covered by the wait for free 2");
+}
+
+#[test]
+fn an_event_not_reported_is_asked_for_again() {
+    let mut s = two_slots_handed_over();
+    let g = s.allocate_on(1, 1024).expect("granted");
+    let t = g.waits[0].record.expect("no event on stream 0 yet");
+    // Recorded and waited for: confirmed without reporting the event
+    // (the caller's record failed, then an older event served).
+    s.confirm(1, &g);
+    assert_eq!(s.seal(0), Some(t), "the event was never reported");
+    s.recorded(0, t);
+    assert_eq!(s.seal(0), None);
 }
