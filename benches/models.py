@@ -232,6 +232,8 @@ def child(mode, workload, steps, extra, serial=False):
     # reserved peak so far (PyTorch's max_memory_reserved, somalloc's pool
     # reserved peak), to see in which step each figure was reached.
     step_mem, step_reserved_peak = [], []
+    # somalloc's allocations and those served from a plan, after each step.
+    step_allocs, step_plan_served = [], []
     clocks = Clocks(torch.cuda.get_device_properties(dev))
     sm_mhz, clock_reasons = [], []
     torch.cuda.synchronize()
@@ -252,7 +254,10 @@ def child(mode, workload, steps, extra, serial=False):
         peak = max(peak, drop)
         step_mem.append(drop / 2**20)
         if kind != "torch":
-            step_reserved_peak.append(somalloc.stats()["pool_reserved_peak_bytes"] / 2**20)
+            st = somalloc.stats()
+            step_reserved_peak.append(st["pool_reserved_peak_bytes"] / 2**20)
+            step_allocs.append(st["allocations"])
+            step_plan_served.append(st["plan_served"])
         else:
             step_reserved_peak.append(torch.cuda.max_memory_reserved() / 2**20)
     out = {
@@ -282,6 +287,12 @@ def child(mode, workload, steps, extra, serial=False):
         out["somalloc"] = st
         out["pool_reserved_peak_mib"] = st["pool_reserved_peak_bytes"] / 2**20
         out["failed_frees"] = st["failed_frees"]
+        out["step_allocations"] = step_allocs
+        out["step_plan_served"] = step_plan_served
+        # The steady steps (from the fourth on): the share of their
+        # allocations a plan served.
+        if len(step_allocs) > 4 and step_allocs[-1] > step_allocs[2]:
+            out["plan_steady_share"] = (step_plan_served[-1] - step_plan_served[2]) / (step_allocs[-1] - step_allocs[2])
     else:
         out["max_reserved_mib"] = torch.cuda.max_memory_reserved() / 2**20
     print("RESULT " + json.dumps(out), flush=True)
@@ -345,9 +356,10 @@ def waits(r):
     had passed the free), and how long the made ones held their streams
     where they were timed (plan_time_waits:on), from somalloc's statistics."""
     st, n = r.get("somalloc") or {}, len(r["step_ms"])
+    share = "  plan served %.1f %% of steady allocations" % (100 * r["plan_steady_share"]) if "plan_steady_share" in r else ""
     if not st.get("plan_waits") and not st.get("plan_waits_passed"):
-        return ""
-    out = "  waits %.1f a step (%.1f passed)" % (st.get("plan_waits", 0) / n, st.get("plan_waits_passed", 0) / n)
+        return share
+    out = share + "  waits %.1f a step (%.1f passed)" % (st.get("plan_waits", 0) / n, st.get("plan_waits_passed", 0) / n)
     if st.get("plan_waits_timed"):
         out += ", stood still %.2f ms a step" % (st["plan_wait_stall_ns"] / 1e6 / n)
     return out
@@ -371,6 +383,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="benches/data")
     ap.add_argument("--steps", type=int, default=25)
+    ap.add_argument("--record-steps", type=int, default=3,
+                    help="steps of the earlier, recorded run of a plan mode (default 3)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run the modes of a workload this many times in turn; the table gives the median ms/step and the largest peak")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -431,12 +445,12 @@ def main():
         for extra in args.plan_mode:
             cmd += ["--plan-mode", extra]
         if kind == "plan":
-            # The earlier run: three steps (the first, and two of the
-            # step it repeats), recorded.
+            # The earlier run: by default three steps (the first, and two
+            # of the step it repeats), recorded.
             os.makedirs(args.out, exist_ok=True)
             trace = os.path.abspath(os.path.join(args.out, "%s.%s.trace" % (wl, m)))
             rec = list(cmd)
-            rec[rec.index("--steps") + 1] = "3"
+            rec[rec.index("--steps") + 1] = str(args.record_steps)
             key = "trace:" + trace
             if "plan_share:device" in conf:
                 key += ",trace_device:on"
