@@ -3,8 +3,8 @@
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use super::format::{write_trace, TraceWriter};
 use super::ring::ring;
@@ -539,6 +539,90 @@ fn threads_record_into_their_own_buffers_and_exiting_threads_lose_nothing() {
         }
     }
     assert!(fake.state().live.is_empty());
+}
+
+/// Runs `finish` on a thread of its own while `gate`'s thread stands inside
+/// a push that found the recorder open, and lets that push go on only once
+/// `finish` has returned or has waited 300 ms for it (it must wait: it
+/// returning first fails the test); returns its figures.
+fn finish_around_a_paused_push(recorder: &Arc<Recorder>, gate: &pause::Gate) -> RecorderStats {
+    assert!(gate.wait_reached(PATIENCE), "the push never reached its window");
+    let finisher = {
+        let recorder = Arc::clone(recorder);
+        std::thread::spawn(move || recorder.finish().unwrap())
+    };
+    // A `finish` that does not wait for the push returns meanwhile, its last
+    // drain done: the push then lands where no one takes it.
+    let start = Instant::now();
+    while !finisher.is_finished() && start.elapsed() < Duration::from_millis(300) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let returned_early = finisher.is_finished();
+    gate.release();
+    let stats = finisher.join().unwrap();
+    assert!(
+        !returned_early,
+        "finish returned while a push it let in had not pushed: {stats}"
+    );
+    stats
+}
+
+/// A thread checks that the recorder is open and is stopped before it
+/// pushes into its ring; `finish` runs meanwhile. The event is written
+/// (`finish` waits for the push), never lost uncounted.
+#[test]
+fn finish_waits_for_a_push_into_a_ring_that_found_the_recorder_open() {
+    let out = SharedBuf::default();
+    let recorder = Recorder::to_writer(out.clone(), RecordOptions::default().markers(false)).unwrap();
+    let (gate_tx, gate_rx) = mpsc::channel();
+    let pusher = {
+        let recorder = Arc::clone(&recorder);
+        std::thread::spawn(move || {
+            let t = recorder.now_ns();
+            // The first event registers the thread's ring.
+            recorder.record(t, Action::Allocate, 0, Some(0x10), 64, 0x1000);
+            gate_tx.send(pause::arm("recorder: open, not pushed")).unwrap();
+            recorder.record(t + 1, Action::Free, 0, Some(0x10), 64, 0x1000);
+        })
+    };
+    let gate = gate_rx.recv().unwrap();
+    let stats = finish_around_a_paused_push(&recorder, &gate);
+    pusher.join().unwrap();
+    assert_eq!((stats.events, stats.dropped), (2, 0), "{stats}");
+    assert_eq!(recorder.stats(), stats);
+    let t = out.trace();
+    let actions: Vec<Action> = t.events.iter().map(|e| e.action).collect();
+    assert_eq!(actions, [Action::Allocate, Action::Free]);
+    // A push after `finish` is dropped and counted.
+    recorder.record(0, Action::Free, 0, None, 64, 0x1000);
+    assert_eq!(recorder.stats().dropped, 1);
+}
+
+/// As above for a thread's first push, which registers its ring: the ring
+/// is taken and its event written.
+#[test]
+fn finish_waits_for_a_push_registering_its_ring_that_found_the_recorder_open() {
+    let out = SharedBuf::default();
+    let recorder = Recorder::to_writer(out.clone(), RecordOptions::default().markers(false)).unwrap();
+    let (gate_tx, gate_rx) = mpsc::channel();
+    let pusher = {
+        let recorder = Arc::clone(&recorder);
+        std::thread::Builder::new()
+            .name("late-registrant".into())
+            .spawn(move || {
+                gate_tx.send(pause::arm("recorder: open, registering")).unwrap();
+                let t = recorder.now_ns();
+                recorder.record(t, Action::Allocate, 0, Some(0x10), 64, 0x1000);
+            })
+            .unwrap()
+    };
+    let gate = gate_rx.recv().unwrap();
+    let stats = finish_around_a_paused_push(&recorder, &gate);
+    pusher.join().unwrap();
+    assert_eq!((stats.events, stats.dropped, stats.threads), (1, 0, 1), "{stats}");
+    let t = out.trace();
+    assert_eq!(t.events.len(), 1);
+    assert_eq!(t.threads[0].name, "late-registrant");
 }
 
 /// A `Write` whose first write waits until the test opens it, and which
