@@ -106,7 +106,11 @@ impl StreamCache {
 
     /// Returns every cached block of this stream to the upstream resource
     /// (stream-ordered frees on this stream). Does nothing while the stream
-    /// is capturing (the frees would be recorded into the graph).
+    /// is capturing (the frees would be recorded into the graph). Like any
+    /// call that enqueues work on the stream, it must not run while another
+    /// thread begins a capture of the stream: the capture is asked about
+    /// once, before the frees, and a capture begun in between would record
+    /// them.
     pub fn flush(&self) -> Result<()> {
         crate::trace::note(
             crate::trace::Action::Flush,
@@ -119,7 +123,8 @@ impl StreamCache {
 
     /// Returns cached blocks, largest first, until at most `bytes_to_keep`
     /// stay cached for this stream. Does nothing while the stream is
-    /// capturing.
+    /// capturing; as for [`flush`](StreamCache::flush), it must not run
+    /// while another thread begins a capture of the stream.
     pub fn trim(&self, bytes_to_keep: usize) -> Result<()> {
         crate::trace::note(
             crate::trace::Action::Trim,
@@ -155,8 +160,32 @@ impl StreamCache {
     /// The cached blocks are freed on the stream, or, while it captures or
     /// when that cannot be known, wait in the deferred-free queue until the
     /// stream leaves the capture. The bytes freed now.
+    ///
+    /// The stream is asked once whether it captures, before the access
+    /// (nothing inside one calls the runtime), and that answer decides for
+    /// every block; the frees are enqueued after the access, telling the
+    /// upstream that the stream does not capture. So **a capture of this
+    /// stream must not begin, on any thread, between this call's start and
+    /// its return**: a capture begun before is seen (the blocks wait in the
+    /// queue) and one begun after finds the frees already enqueued, but one
+    /// begun in between receives them as if the stream did not capture:
+    /// they go into the capture (recorded into its graph, or refused by the
+    /// runtime) instead of waiting in the queue for it to end, and the
+    /// cache counts them as returned. Neither asking under the lock nor
+    /// asking again after it would close that window: beginning a capture
+    /// takes no lock of the cache, so it can always come between the last
+    /// question and the frees. It is the rule for every call that enqueues
+    /// work on a stream (a program orders the beginning of a stream's
+    /// capture with the work it enqueues there), and it reaches the program
+    /// through this function's callers, which must not run on one thread
+    /// while another begins a capture of this stream:
+    /// [`CacheTier::remove_stream`](crate::CacheTier::remove_stream) and the
+    /// tier's drop (through `detach`), and the drop of the cache's last
+    /// reference (`Drop`: the last handle dropped after the tier let go of
+    /// the cache, or a buffer's last block coming back to a detached one).
     fn let_go(&self, me: Option<&Arc<Self>>) -> Result<usize> {
-        // Asked before the access: nothing inside one calls the runtime.
+        // Asked before the access: nothing inside one calls the runtime
+        // (the window that leaves is the caller's to keep closed, above).
         let capturing = self.stream.capturing();
         let mut blocks = Vec::new();
         {
