@@ -4,8 +4,9 @@
 //!
 //! A trace has no step marks: the step is found as the period of the
 //! stream's allocation sizes that the longest run follows (at least two
-//! periods of it; `find_step`), unless its blocks mostly outlive it (then
-//! it is no step, as for the whole-program plan). The step planned is the last one
+//! periods of it; `find_step`, in the stream's first `MAX_SEARCHED`
+//! allocations), unless its blocks mostly outlive it (then it is no step,
+//! as for the whole-program plan). The step planned is the last one searched
 //! whose next step is in the trace (the frees of blocks that live into the
 //! next step are then known); the steps after it are replayed through a
 //! [`Server`]. An allocation the server refuses is counted as taken
@@ -18,7 +19,7 @@ use std::fmt::Write as _;
 use crate::format::Trace;
 use std::sync::Arc;
 
-use crate::plan::{find_step, DeviceProgram, End, Handover, Op, Plan, Rec, Server, Sharing};
+use crate::plan::{find_step, DeviceProgram, End, Handover, Op, Plan, Rec, Server, Sharing, MAX_SEARCHED};
 
 /// One stream's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,7 +158,10 @@ fn stream_steps(key: (u32, Option<u32>), evs: &[Ev], window: usize) -> Result<St
     out.program_arena = program.arena;
     // The whole-program plan's verdict: a period whose blocks outlive it
     // (a model's layers of weights) is no step.
-    let found = find_step(&sizes).filter(|_| program.wrap_to.is_some());
+    // A long stream's step is looked for in its first allocations, as the
+    // plan does; the steps replayed are those among them.
+    let searched = &sizes[..sizes.len().min(MAX_SEARCHED)];
+    let found = find_step(searched).filter(|_| program.wrap_to.is_some());
     let Some(found) = found else {
         // No plan: every block is outside an arena.
         let (mut now, mut size_of) = (0u64, HashMap::new());

@@ -14,6 +14,13 @@
 //!   before its repeated step once, then the repeated step ([`find_step`])
 //!   for ever after; [`Server::for_program`] serves it.
 //!
+//! A recording of any length can be planned: one of more than
+//! [`MAX_SEARCHED`] allocations has its step looked for in its first
+//! [`MAX_SEARCHED`] allocations and is cut to its prologue and two
+//! instances of that step ([`cut`]), so that neither finding the step nor
+//! the plan grows with the number of steps recorded. [`MAX_BLOCKS`] bounds
+//! the part planned, not the recording.
+//!
 //! Positions are counted in events (allocations and frees). A block of the
 //! repeated step lives over an interval of the step, or wraps over its end
 //! when it is freed in the next step before the position it was allocated
@@ -55,7 +62,8 @@
 /// Offsets and sizes round up to a multiple of this.
 pub const ALIGN: u64 = 512;
 /// The most allocations a plan places (planning takes time quadratic in
-/// them).
+/// them): those before the repeated step and two instances of it, in a
+/// recording longer than that ([`cut`]).
 pub const MAX_BLOCKS: usize = 20_000;
 /// The most streams one plan serves ([`Plan::for_streams`]; a server keeps
 /// a table of streams by streams).
@@ -396,6 +404,32 @@ impl Plan {
     /// followed the step, if anything did), placed for the lifetimes their
     /// counterparts had in the step before. Without a repeated step, every
     /// allocation gets a slot of its own and the plan ends with them.
+    ///
+    /// A recording of more than [`MAX_SEARCHED`] allocations is planned
+    /// from its cut ([`cut`]): the allocations before the first instance
+    /// of the step found in its first [`MAX_SEARCHED`] allocations get
+    /// slots of their own, the first instance is the step before, and the
+    /// second the step that repeats; what followed is left out. Without a
+    /// step there, such a recording is an error that says what is too
+    /// long: the step, or what comes before it.
+    ///
+    /// ```
+    /// use somalloc::trace::plan::{Op, Plan, MAX_SEARCHED};
+    /// # fn main() -> Result<(), String> {
+    /// // A 64 MiB weight, then steps of four blocks (1 to 4 MiB), each
+    /// // freed at once: far more of them than are searched.
+    /// let mut ops = vec![Op::Alloc(64 << 20)];
+    /// for k in 0..2 * MAX_SEARCHED {
+    ///     ops.push(Op::Alloc((k as u64 % 4 + 1) << 20));
+    ///     ops.push(Op::Free(k + 1));
+    /// }
+    /// let plan = Plan::for_program(&ops)?;
+    /// // The weight, and two steps.
+    /// assert_eq!((plan.slots.len(), plan.wrap_to), (9, Some(5)));
+    /// assert_eq!(plan.arena, (64 + 4) << 20);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn for_program(ops: &[Op]) -> Result<Plan, String> {
         let ops: Vec<StreamOp> = ops.iter().map(|&op| StreamOp::new(0, op, 0)).collect();
         Plan::for_streams_sharing(&ops, Sharing::HostLag(0))
@@ -465,6 +499,61 @@ impl Plan {
     /// # }
     /// ```
     pub fn for_streams_sharing(ops: &[StreamOp], sharing: Sharing) -> Result<Plan, String> {
+        Plan::for_streams_within(ops, sharing, MAX_SEARCHED)
+    }
+
+    /// [`for_streams_sharing`](Plan::for_streams_sharing), the step looked
+    /// for in the first `window` allocations (at most [`MAX_SEARCHED`]):
+    /// a longer recording is planned from its cut ([`cut`]).
+    pub(crate) fn for_streams_within(
+        ops: &[StreamOp],
+        sharing: Sharing,
+        window: usize,
+    ) -> Result<Plan, String> {
+        let window = window.min(MAX_SEARCHED);
+        match step::part(ops, window)? {
+            Part::Whole(found) => Plan::place_program(ops, sharing, found),
+            Part::Cut(cut, two) => {
+                let plan = Plan::place_program(&cut, sharing, Some(two))?;
+                match plan.wrap_to {
+                    Some(_) => Ok(plan),
+                    None => Err(format!(
+                        "a recording of over {window} allocations whose repeated period of {} is no step (its \
+                         blocks mostly outlive it); a plan places at most {window} (record fewer steps)",
+                        two.len
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Plans a repeated step from two instances of it recorded in a row, as
+    /// [`for_streams_sharing`](Plan::for_streams_sharing) plans a
+    /// program's repeated step: `ops` makes the first instance's
+    /// allocations, then as many of the second's (numbered from 0), and the
+    /// frees recorded of their blocks (a free of a block of the second
+    /// instance may come after its last allocation). The first instance's
+    /// slots serve once, the second's every step after (`wrap_to` is the
+    /// step's length). Where the blocks mostly outlive the step it is no
+    /// step: the plan ends with its slots (`wrap_to` is `None`). An odd or
+    /// zero number of allocations is an error.
+    pub fn for_step(ops: &[StreamOp], sharing: Sharing) -> Result<Plan, String> {
+        let n = ops.iter().filter(|o| matches!(o.op, Op::Alloc(_))).count();
+        if n == 0 || n % 2 != 0 {
+            return Err(format!("{n} allocations are not two instances of a step"));
+        }
+        let two = Step {
+            len: n / 2,
+            covered: n,
+            end: n,
+        };
+        Plan::place_program(ops, sharing, Some(two))
+    }
+
+    /// Plans the program `ops` whose step is `found`: of its allocations,
+    /// `[end - 2 len, end - len)` are the step before, `[end - len, end)`
+    /// the step that repeats (`None`: no step, every slot serves once).
+    fn place_program(ops: &[StreamOp], sharing: Sharing, found: Option<Step>) -> Result<Plan, String> {
         // Positions count allocations: a block freed before the program's
         // allocation `f` is live over [its own number, f). Two blocks live
         // at the same time exactly when these intervals meet, however the
@@ -483,7 +572,7 @@ impl Plan {
         let n = sizes.len();
         if n > MAX_BLOCKS {
             return Err(format!(
-                "{n} allocations in a stream; at most {MAX_BLOCKS} are planned (record fewer steps)"
+                "{n} allocations to place; a plan places at most {MAX_BLOCKS}"
             ));
         }
         if let Some(&s) = streams.iter().find(|&&s| s >= MAX_STREAMS) {
@@ -548,12 +637,7 @@ impl Plan {
         // [prev, last), `p` allocations each. What follows `end` is
         // planned once, like what precedes `prev`. A step matches sizes
         // and streams both.
-        let keys: Vec<u64> = sizes
-            .iter()
-            .zip(&streams)
-            .map(|(&s, &t)| s ^ (u64::from(t) << 56))
-            .collect();
-        let cycle = find_step(&keys).map(|s| (s.len, s.end - 2 * s.len, s.end - s.len, s.end));
+        let cycle = found.map(|s| (s.len, s.end - 2 * s.len, s.end - s.len, s.end));
         if cycle.is_some_and(|c| c.0 > u32::MAX as usize) {
             return Err("a repeated step of over 4 billion allocations".into());
         }
@@ -694,107 +778,16 @@ impl Plan {
             .map(|s| s.size)
             .sum()
     }
-
-    /// The program `ops` this plan was made from, replayed with every
-    /// placed slot at its offset (the `k`-th allocation in slot `k`): the
-    /// allocations that take bytes another stream freed last, in program
-    /// order, each with how long before it those frees came (the latest of
-    /// them). How far apart a plan keeps the streams in the recorded run is
-    /// what its sharing rule allowed; a served run that keeps another pace
-    /// waits where these margins are small.
-    ///
-    /// ```
-    /// use somalloc::trace::plan::{Op, Plan, Sharing, StreamOp};
-    /// # fn main() -> Result<(), String> {
-    /// // Stream 0 frees 1 MiB at 1 ms (the device gets there at 1.5 ms);
-    /// // stream 1 allocates 1 MiB at 3 ms (the device at 9 ms).
-    /// let ops = [
-    ///     StreamOp::new(0, Op::Alloc(1 << 20), 0).at_device(0),
-    ///     StreamOp::new(0, Op::Free(0), 1_000_000).at_device(1_500_000),
-    ///     StreamOp::new(1, Op::Alloc(1 << 20), 3_000_000).at_device(9_000_000),
-    ///     StreamOp::new(1, Op::Free(1), 4_000_000).at_device(10_000_000),
-    /// ];
-    /// let plan = Plan::for_streams_sharing(&ops, Sharing::Device { margin_ns: 1_000_000 })?;
-    /// let h = plan.handovers(&ops);
-    /// assert_eq!((h.len(), h[0].slot, h[0].from, h[0].to), (1, 1, 0, 1));
-    /// assert_eq!((h[0].host_ns, h[0].device_ns), (2_000_000, Some(7_500_000)));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn handovers(&self, ops: &[StreamOp]) -> Vec<Handover> {
-        let pieces = Pieces::new(self);
-        // Per piece: the last free's stream, host time and device time.
-        let mut last: Vec<Option<(u32, u64, Option<i64>)>> = vec![None; pieces.starts.len()];
-        let mut streams: Vec<u32> = Vec::new();
-        let mut out = Vec::new();
-        for op in ops {
-            match op.op {
-                Op::Alloc(_) => {
-                    let k = streams.len();
-                    streams.push(op.stream);
-                    if k >= self.slots.len() {
-                        continue;
-                    }
-                    let mut took: Option<Handover> = None;
-                    for l in last[pieces.of(k)].iter_mut() {
-                        if let Some((from, t, d)) = l.take().filter(|f| f.0 != op.stream) {
-                            let host_ns = op.t_ns as i64 - t as i64;
-                            let device_ns = d.zip(op.device_ns).map(|(f, a)| a - f);
-                            let h = Handover {
-                                slot: k,
-                                from,
-                                to: op.stream,
-                                host_ns,
-                                device_ns,
-                            };
-                            // The latest free: the smallest margin (by the
-                            // device where both have it).
-                            let key = |h: &Handover| (h.device_ns.unwrap_or(i64::MAX), h.host_ns);
-                            if took.is_none_or(|t| key(&h) < key(&t)) {
-                                took = Some(h);
-                            }
-                        }
-                    }
-                    out.extend(took);
-                }
-                Op::Free(k) => {
-                    let (Some(&stream), true) = (streams.get(k), k < self.slots.len()) else {
-                        continue;
-                    };
-                    last[pieces.of(k)].fill(Some((stream, op.t_ns, op.device_ns)));
-                }
-            }
-        }
-        out
-    }
-}
-
-/// An allocation that takes bytes another stream freed last, in a plan's
-/// replay of its own program ([`Plan::handovers`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Handover {
-    /// The allocation's number in the program, which is its slot's.
-    pub slot: usize,
-    /// The stream that freed the bytes, and the one that takes them.
-    pub from: u32,
-    /// See `from`.
-    pub to: u32,
-    /// How long after that free the allocation came, on the host's clock
-    /// (ns).
-    pub host_ns: i64,
-    /// The same by the device's times, where both have one: how long after
-    /// the device reached the free it reached the allocation.
-    pub device_ns: Option<i64>,
 }
 
 mod program;
 mod server;
 mod step;
-pub use program::DeviceProgram;
 use program::Reached;
-use server::Pieces;
+pub use program::{DeviceProgram, Handover};
 pub use server::{Grant, Server, Wait};
-pub use step::{find_step, Step, MAX_SEARCHED, MIN_STEP};
+use step::Part;
+pub use step::{cut, find_step, Step, MAX_SEARCHED, MIN_STEP};
 
 #[cfg(test)]
 mod tests;

@@ -1,10 +1,12 @@
 //! A device's recorded program, ready to plan: its streams and events,
-//! with device times bounded where the trace has none.
+//! with device times bounded where the trace has none; and a plan's
+//! replay of the program it was made from ([`Plan::handovers`]).
 
 use std::collections::HashMap;
 
 use super::super::format::{Action, Trace};
-use super::{Op, StreamOp};
+use super::server::Pieces;
+use super::{Op, Plan, StreamOp};
 
 /// A device's allocations and frees in a trace, ready to plan: its streams
 /// (the trace's stream indices) in the order they first allocated, and the
@@ -30,7 +32,7 @@ impl DeviceProgram {
     /// time of the next one (the device had reached the free by then), an
     /// allocation the time of the one before (it had not reached the
     /// allocation earlier). So a plan that shares by device times
-    /// ([`Sharing::Device`]) shares only what the timed events prove.
+    /// ([`Sharing::Device`](super::Sharing::Device)) shares only what the timed events prove.
     pub fn of(trace: &Trace, device: u32, skip: impl Fn(Option<u32>) -> bool) -> DeviceProgram {
         let mut p = DeviceProgram::default();
         // The trace stream each event was recorded on.
@@ -192,4 +194,97 @@ impl Reached {
             .max()
             .unwrap_or(made as u64)
     }
+}
+
+impl Plan {
+    /// The program `ops` this plan was made from, replayed with every
+    /// placed slot at its offset (the `k`-th allocation in slot `k`): the
+    /// allocations that take bytes another stream freed last, in program
+    /// order, each with how long before it those frees came (the latest of
+    /// them). How far apart a plan keeps the streams in the recorded run is
+    /// what its sharing rule allowed; a served run that keeps another pace
+    /// waits where these margins are small.
+    ///
+    /// ```
+    /// use somalloc::trace::plan::{Op, Plan, Sharing, StreamOp};
+    /// # fn main() -> Result<(), String> {
+    /// // Stream 0 frees 1 MiB at 1 ms (the device gets there at 1.5 ms);
+    /// // stream 1 allocates 1 MiB at 3 ms (the device at 9 ms).
+    /// let ops = [
+    ///     StreamOp::new(0, Op::Alloc(1 << 20), 0).at_device(0),
+    ///     StreamOp::new(0, Op::Free(0), 1_000_000).at_device(1_500_000),
+    ///     StreamOp::new(1, Op::Alloc(1 << 20), 3_000_000).at_device(9_000_000),
+    ///     StreamOp::new(1, Op::Free(1), 4_000_000).at_device(10_000_000),
+    /// ];
+    /// let plan = Plan::for_streams_sharing(&ops, Sharing::Device { margin_ns: 1_000_000 })?;
+    /// let h = plan.handovers(&ops);
+    /// assert_eq!((h.len(), h[0].slot, h[0].from, h[0].to), (1, 1, 0, 1));
+    /// assert_eq!((h[0].host_ns, h[0].device_ns), (2_000_000, Some(7_500_000)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn handovers(&self, ops: &[StreamOp]) -> Vec<Handover> {
+        let pieces = Pieces::new(self);
+        // Per piece: the last free's stream, host time and device time.
+        let mut last: Vec<Option<(u32, u64, Option<i64>)>> = vec![None; pieces.starts.len()];
+        let mut streams: Vec<u32> = Vec::new();
+        let mut out = Vec::new();
+        for op in ops {
+            match op.op {
+                Op::Alloc(_) => {
+                    let k = streams.len();
+                    streams.push(op.stream);
+                    if k >= self.slots.len() {
+                        continue;
+                    }
+                    let mut took: Option<Handover> = None;
+                    for l in last[pieces.of(k)].iter_mut() {
+                        if let Some((from, t, d)) = l.take().filter(|f| f.0 != op.stream) {
+                            let host_ns = op.t_ns as i64 - t as i64;
+                            let device_ns = d.zip(op.device_ns).map(|(f, a)| a - f);
+                            let h = Handover {
+                                slot: k,
+                                from,
+                                to: op.stream,
+                                host_ns,
+                                device_ns,
+                            };
+                            // The latest free: the smallest margin (by the
+                            // device where both have it).
+                            let key = |h: &Handover| (h.device_ns.unwrap_or(i64::MAX), h.host_ns);
+                            if took.is_none_or(|t| key(&h) < key(&t)) {
+                                took = Some(h);
+                            }
+                        }
+                    }
+                    out.extend(took);
+                }
+                Op::Free(k) => {
+                    let (Some(&stream), true) = (streams.get(k), k < self.slots.len()) else {
+                        continue;
+                    };
+                    last[pieces.of(k)].fill(Some((stream, op.t_ns, op.device_ns)));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// An allocation that takes bytes another stream freed last, in a plan's
+/// replay of its own program ([`Plan::handovers`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handover {
+    /// The allocation's number in the program, which is its slot's.
+    pub slot: usize,
+    /// The stream that freed the bytes, and the one that takes them.
+    pub from: u32,
+    /// See `from`.
+    pub to: u32,
+    /// How long after that free the allocation came, on the host's clock
+    /// (ns).
+    pub host_ns: i64,
+    /// The same by the device's times, where both have one: how long after
+    /// the device reached the free it reached the allocation.
+    pub device_ns: Option<i64>,
 }
