@@ -7,6 +7,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// `plan_status` (of `SomallocStats` and `somalloc_plan_status`): no plan
+// asked for (`plan:off`, the default).
+#define SOMALLOC_PLAN_OFF 0
+
+// `plan_status`: the plan was made and serves the device's streams.
+#define SOMALLOC_PLAN_SERVING 1
+
+// `plan_status`: a plan was asked for and could not be made (a trace
+// missing or unreadable, without events of the device, or that no plan can
+// be made from); allocations are served without it.
+#define SOMALLOC_PLAN_NOT_USED 2
+
 // What an entry point returns: `SOMALLOC_STATUS_OK` (0) or why it failed.
 // The text of the last failure on the calling thread is
 // `somalloc_last_error_message()`. Values are stable; new ones may be
@@ -117,6 +129,12 @@ typedef struct {
   // Waits not made: the other stream's free was behind the device
   // already when its bytes were taken.
   uint64_t plan_waits_passed;
+  // What became of `plan:` on this device: `SOMALLOC_PLAN_OFF` (0, no
+  // plan asked for), `SOMALLOC_PLAN_SERVING` (1, the plan was made and
+  // serves the device's streams) or `SOMALLOC_PLAN_NOT_USED` (2, a plan
+  // was asked for and could not be made: allocations are served without
+  // it; `somalloc_plan_status` says why, and so did a line on stderr).
+  uint64_t plan_status;
 } SomallocStats;
 
 #ifdef __cplusplus
@@ -197,6 +215,29 @@ void somalloc_torch_free(void *ptr, size_t size, int device, void *stream);
 // # Safety
 // `out` is NULL (refused) or points to `out_size` writable bytes.
 SomallocStatus somalloc_stats(int device, SomallocStats *out, size_t out_size);
+
+// Stores in `*status` what became of `plan:` on `device`:
+// `SOMALLOC_PLAN_OFF` (no plan asked for), `SOMALLOC_PLAN_SERVING` (the
+// plan serves the device's streams) or `SOMALLOC_PLAN_NOT_USED` (a plan
+// was asked for and could not be made: allocations are served without
+// it). When `why` is not NULL, the reason a plan is not used ("" when it
+// is, or none was asked for) is written there as a NUL-terminated string
+// of at most `why_size` bytes, cut short to fit. Like `somalloc_stats`, the
+// first call for a device makes its state (the plan is made then), and
+// the configuration is fixed from then on. On failure nothing is written.
+//
+// ```c
+// uint64_t status;
+// char why[512];
+// if (somalloc_plan_status(0, &status, why, sizeof why) == SOMALLOC_STATUS_OK &&
+//     status == SOMALLOC_PLAN_NOT_USED)
+//   fprintf(stderr, "no plan: %s\n", why);
+// ```
+//
+// # Safety
+// `status` is NULL (refused) or points to a `uint64_t`; `why` is NULL or
+// points to `why_size` writable bytes.
+SomallocStatus somalloc_plan_status(int device, uint64_t *status, char *why, size_t why_size);
 
 // Returns every cached block of `device` (-1: every device in use) to the
 // pool, each in the order of its stream.

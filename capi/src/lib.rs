@@ -124,7 +124,23 @@ pub struct SomallocStats {
     /// Waits not made: the other stream's free was behind the device
     /// already when its bytes were taken.
     pub plan_waits_passed: u64,
+    /// What became of `plan:` on this device: `SOMALLOC_PLAN_OFF` (0, no
+    /// plan asked for), `SOMALLOC_PLAN_SERVING` (1, the plan was made and
+    /// serves the device's streams) or `SOMALLOC_PLAN_NOT_USED` (2, a plan
+    /// was asked for and could not be made: allocations are served without
+    /// it; `somalloc_plan_status` says why, and so did a line on stderr).
+    pub plan_status: u64,
 }
+
+/// `plan_status` (of `SomallocStats` and `somalloc_plan_status`): no plan
+/// asked for (`plan:off`, the default).
+pub const SOMALLOC_PLAN_OFF: u64 = 0;
+/// `plan_status`: the plan was made and serves the device's streams.
+pub const SOMALLOC_PLAN_SERVING: u64 = 1;
+/// `plan_status`: a plan was asked for and could not be made (a trace
+/// missing or unreadable, without events of the device, or that no plan can
+/// be made from); allocations are served without it.
+pub const SOMALLOC_PLAN_NOT_USED: u64 = 2;
 
 /// Runs an entry point: panics become `SOMALLOC_STATUS_INTERNAL`, and the
 /// outcome becomes the thread's last error.
@@ -207,6 +223,7 @@ pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
         frees: c.frees.load(Ordering::Relaxed),
         failed_allocations: c.failed_allocations.load(Ordering::Relaxed),
         failed_frees: c.failed_frees.load(Ordering::Relaxed),
+        plan_status: dev.plan_status.code(),
         ..SomallocStats::default()
     };
     if let Some(tier) = &dev.tier {
@@ -244,6 +261,28 @@ pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
         s.plan_waits_passed += w.passed;
     }
     Ok(s)
+}
+
+/// What became of `plan:` on `device` (its state made on first use, as for
+/// [`stats`]): the `plan_status` value (`SOMALLOC_PLAN_*`), and why a plan
+/// is not used ("" when it is, or when none was asked for).
+pub fn plan_status(device: i32) -> Result<(u64, String), CapiError> {
+    let dev = state::global().device(device)?;
+    Ok((dev.plan_status.code(), dev.plan_status.why().to_string()))
+}
+
+/// Writes `text` into `out` as a NUL-terminated string, cut short (at a
+/// character's start) to fit; nothing when `out` is empty.
+fn write_text(text: &str, out: &mut [u8]) {
+    let Some(room) = out.len().checked_sub(1) else {
+        return;
+    };
+    let mut n = text.len().min(room);
+    while !text.is_char_boundary(n) {
+        n -= 1;
+    }
+    out[..n].copy_from_slice(&text.as_bytes()[..n]);
+    out[n] = 0;
 }
 
 /// Returns every cached block of `device` (`-1`: every device in use) to
@@ -470,6 +509,50 @@ pub unsafe extern "C" fn somalloc_stats(
     })
 }
 
+/// Stores in `*status` what became of `plan:` on `device`:
+/// `SOMALLOC_PLAN_OFF` (no plan asked for), `SOMALLOC_PLAN_SERVING` (the
+/// plan serves the device's streams) or `SOMALLOC_PLAN_NOT_USED` (a plan
+/// was asked for and could not be made: allocations are served without
+/// it). When `why` is not NULL, the reason a plan is not used ("" when it
+/// is, or none was asked for) is written there as a NUL-terminated string
+/// of at most `why_size` bytes, cut short to fit. Like `somalloc_stats`, the
+/// first call for a device makes its state (the plan is made then), and
+/// the configuration is fixed from then on. On failure nothing is written.
+///
+/// ```c
+/// uint64_t status;
+/// char why[512];
+/// if (somalloc_plan_status(0, &status, why, sizeof why) == SOMALLOC_STATUS_OK &&
+///     status == SOMALLOC_PLAN_NOT_USED)
+///   fprintf(stderr, "no plan: %s\n", why);
+/// ```
+///
+/// # Safety
+/// `status` is NULL (refused) or points to a `uint64_t`; `why` is NULL or
+/// points to `why_size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn somalloc_plan_status(
+    device: c_int,
+    status: *mut u64,
+    why: *mut c_char,
+    why_size: usize,
+) -> SomallocStatus {
+    run(|| {
+        if status.is_null() {
+            return Err(CapiError::new(Status::InvalidArgument, "status is NULL"));
+        }
+        let (code, text) = plan_status(device)?;
+        // SAFETY: non-null, a `uint64_t` of the caller.
+        unsafe { *status = code };
+        if !why.is_null() && why_size > 0 {
+            // SAFETY: the caller passes `why_size` writable bytes at `why`.
+            let out = unsafe { std::slice::from_raw_parts_mut(why.cast::<u8>(), why_size) };
+            write_text(&text, out);
+        }
+        Ok(())
+    })
+}
+
 /// Returns every cached block of `device` (-1: every device in use) to the
 /// pool, each in the order of its stream.
 #[no_mangle]
@@ -533,4 +616,32 @@ pub extern "C" fn somalloc_backend() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn somalloc_version() -> *const c_char {
     c"0.1.0".as_ptr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reason_is_cut_to_fit_at_a_characters_start() {
+        let mut out = [0xffu8; 8];
+        write_text("plan: ok", &mut out);
+        assert_eq!(&out, b"plan: o\0");
+        // "é" is two bytes: not cut in its middle.
+        let mut out = [0xffu8; 4];
+        write_text("abé", &mut out);
+        assert_eq!(&out[..3], b"ab\0");
+        let mut out = [0xffu8; 1];
+        write_text("anything", &mut out);
+        assert_eq!(out, [0]);
+        write_text("anything", &mut []);
+    }
+
+    #[test]
+    fn a_null_status_is_refused_before_any_device_is_made() {
+        // SAFETY: a NULL status is refused; `why` is NULL.
+        let st = unsafe { somalloc_plan_status(0, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        assert_eq!(st, Status::InvalidArgument);
+        assert!(last_error_text().contains("status is NULL"));
+    }
 }

@@ -41,12 +41,55 @@
 //! memory; a slot is allocated and freed in the order of its arena's
 //! stream (a free on another stream first makes that stream wait for it;
 //! see `state.rs`).
+//!
+//! A plan that cannot be made never makes an allocation fail: a trace that
+//! is missing or unreadable, that has no event of the device (recorded on
+//! fewer devices), or that no plan can be made from (no repeated step
+//! within its first allocations, no device times for `plan_share:device`)
+//! leaves the device served without a plan ([`load_or_explain`]); one line
+//! on stderr says why, and `somalloc_stats`' `plan_status` and
+//! `somalloc_plan_status` tell it too.
 
 use somalloc_rs::adaptors::StreamPlans;
 use somalloc_rs::trace::plan::Sharing;
 use somalloc_rs::trace::Trace;
 
-use crate::error::{CapiError, Status};
+use crate::conf::Conf;
+
+/// What became of `plan:` on a device: `SomallocStats::plan_status` (its
+/// [`code`](PlanStatus::code)) and, for a plan not used, why.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PlanStatus {
+    /// No plan asked for (`plan:off`, the default).
+    #[default]
+    Off,
+    /// The plan was made: it serves the device's streams.
+    Serving,
+    /// A plan was asked for and could not be made: allocations are served
+    /// without it. Why, in words.
+    NotUsed(String),
+}
+
+impl PlanStatus {
+    /// The statistic's value: [`SOMALLOC_PLAN_OFF`](crate::SOMALLOC_PLAN_OFF)
+    /// (0), [`SOMALLOC_PLAN_SERVING`](crate::SOMALLOC_PLAN_SERVING) (1) or
+    /// [`SOMALLOC_PLAN_NOT_USED`](crate::SOMALLOC_PLAN_NOT_USED) (2).
+    pub fn code(&self) -> u64 {
+        match self {
+            PlanStatus::Off => crate::SOMALLOC_PLAN_OFF,
+            PlanStatus::Serving => crate::SOMALLOC_PLAN_SERVING,
+            PlanStatus::NotUsed(_) => crate::SOMALLOC_PLAN_NOT_USED,
+        }
+    }
+
+    /// Why the plan is not used; "" when it is, or when none was asked for.
+    pub fn why(&self) -> &str {
+        match self {
+            PlanStatus::NotUsed(why) => why,
+            _ => "",
+        }
+    }
+}
 
 /// The plans of `device`'s streams in the trace at `path`: one arena per
 /// stream, or one shared by the streams with bytes passing between them
@@ -54,19 +97,60 @@ use crate::error::{CapiError, Status};
 /// With `divert` bytes, a shared plan serves the slots whose waits stall
 /// their stream elsewhere, up to that much (`plan_divert:`); with
 /// `time_waits`, it times every wait on the device (`plan_time_waits:`).
+/// An error says why no plan can be made, without the path.
 pub fn load(
     path: &str,
     device: usize,
     share: Option<Sharing>,
     divert: u64,
     time_waits: bool,
-) -> Result<StreamPlans, CapiError> {
-    let bad = |what: String| CapiError::new(Status::Config, format!("plan:{path}: {what}"));
-    let trace = Trace::read(path).map_err(|e| bad(e.to_string()))?;
-    let plans = StreamPlans::from_trace_sharing(&trace, device, share).map_err(|e| bad(e.to_string()))?;
+) -> Result<StreamPlans, String> {
+    let trace = Trace::read(path).map_err(|e| e.to_string())?;
+    if !trace.events.iter().any(|e| e.device as usize == device) {
+        let mut seen: Vec<u32> = trace.events.iter().map(|e| e.device).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        return Err(format!(
+            "the trace has no event of device {device} (its events are of devices {seen:?}: a run on \
+             fewer devices)"
+        ));
+    }
+    let plans = StreamPlans::from_trace_sharing(&trace, device, share).map_err(|e| e.to_string())?;
     plans.divert_stalls(divert);
     plans.time_waits(time_waits);
     Ok(plans)
+}
+
+/// The plans `conf` asks for on `device` (`plan:PATH`), and what became
+/// of them. Never an error: a plan that cannot be made ([`load`]'s error)
+/// gives no plans and [`PlanStatus::NotUsed`] with the reason, which is
+/// also written once to stderr as one line (`somalloc: plan:PATH not used
+/// on device N: REASON; serving without it`). The device's state calls it
+/// once, when it is made.
+pub fn load_or_explain(conf: &Conf, device: usize) -> (Option<StreamPlans>, PlanStatus) {
+    let Some(path) = &conf.plan else {
+        return (None, PlanStatus::Off);
+    };
+    match load(
+        path,
+        device,
+        conf.plan_share,
+        conf.plan_divert,
+        conf.plan_time_waits,
+    ) {
+        Ok(plans) => (Some(plans), PlanStatus::Serving),
+        Err(why) => {
+            eprintln!("{}", not_used_line(path, device, &why));
+            (None, PlanStatus::NotUsed(why))
+        }
+    }
+}
+
+/// The line that says a plan is not used: one line (line breaks in the
+/// reason become spaces).
+fn not_used_line(path: &str, device: usize, why: &str) -> String {
+    let why = why.replace(['\n', '\r'], " ");
+    format!("somalloc: plan:{path} not used on device {device}: {why}; serving without it")
 }
 
 #[cfg(test)]
@@ -77,6 +161,10 @@ mod tests {
     fn temp(name: &str) -> String {
         let p = std::env::temp_dir().join(format!("somalloc-plan-{name}-{}", std::process::id()));
         p.to_str().expect("a UTF-8 temporary path").to_string()
+    }
+
+    fn conf(path: &str) -> Conf {
+        Conf::parse(&format!("plan:{path}")).unwrap()
     }
 
     #[test]
@@ -101,8 +189,6 @@ mod tests {
         let other = plans.take(false).unwrap().arena;
         assert_eq!((other.plan().slots.len(), other.plan().arena), (8, 1 << 20));
         assert!(plans.take(false).is_none(), "the per-thread stream has no plan");
-        // Another device's events are not this device's.
-        assert!(load(&path, 1, None, 0, false).unwrap().take(false).is_none());
         // Shared: one arena, the streams its lanes in the order they came
         // (each block lives beside the other stream's, so none shares).
         let plans = load(&path, 0, Some(Sharing::HostLag(0)), 0, false).unwrap();
@@ -114,19 +200,107 @@ mod tests {
         assert!(plans.take(false).is_none());
         // Sharing by device times needs a trace that has them.
         let e = load(&path, 0, Some(Sharing::Device { margin_ns: 0 }), 0, false).unwrap_err();
-        assert_eq!(e.status, Status::Config);
-        assert!(e.text.contains("trace_device:on"), "{}", e.text);
+        assert!(e.contains("trace_device:on"), "{e}");
         let _ = std::fs::remove_file(&path);
     }
 
+    /// The plan `conf` asks for on `device` is not used: the reason.
+    fn not_used(conf: &Conf, device: usize) -> String {
+        let (plans, status) = load_or_explain(conf, device);
+        assert!(plans.is_none());
+        assert_eq!(status.code(), crate::SOMALLOC_PLAN_NOT_USED);
+        assert!(!status.why().is_empty());
+        status.why().to_string()
+    }
+
     #[test]
-    fn a_missing_or_broken_trace_is_a_configuration_error() {
-        let e = load("/nonexistent/run.trace", 0, None, 0, false).unwrap_err();
-        assert_eq!(e.status, Status::Config);
-        assert!(e.text.contains("plan:/nonexistent/run.trace"), "{}", e.text);
+    fn a_plan_that_cannot_be_made_is_not_used_and_says_why() {
+        // No plan asked for.
+        let (plans, status) = load_or_explain(&Conf::default(), 0);
+        assert!(plans.is_none());
+        assert_eq!((status.code(), status.why()), (crate::SOMALLOC_PLAN_OFF, ""));
+        // A missing file, and a file that is no trace.
+        let why = not_used(&conf("/nonexistent/run.trace"), 0);
+        assert!(why.contains("/nonexistent/run.trace"), "{why}");
         let path = temp("broken");
         std::fs::write(&path, b"not a trace").unwrap();
-        assert_eq!(load(&path, 0, None, 0, false).unwrap_err().status, Status::Config);
+        not_used(&conf(&path), 0);
+        // A trace of device 0 only, for device 1 (a run on more devices).
+        let r = Recorder::to_file(&path, RecordOptions::default()).unwrap();
+        for k in 0..8 {
+            r.record(
+                r.now_ns(),
+                Action::Allocate,
+                0,
+                Some(0),
+                512 * (k % 4 + 1),
+                0x1000 + k,
+            );
+            r.record(
+                r.now_ns(),
+                Action::Free,
+                0,
+                Some(0),
+                512 * (k % 4 + 1),
+                0x1000 + k,
+            );
+        }
+        r.finish().unwrap();
+        let (plans, status) = load_or_explain(&conf(&path), 0);
+        assert!(plans.is_some_and(|p| p.take(true).is_some()));
+        assert_eq!((status.code(), status.why()), (crate::SOMALLOC_PLAN_SERVING, ""));
+        let why = not_used(&conf(&path), 1);
+        assert!(why.contains("no event of device 1"), "{why}");
+        // The line on stderr is one line, and names the path and device.
+        let line = not_used_line("/tmp/r.trace", 3, "a\nb");
+        assert_eq!(
+            line,
+            "somalloc: plan:/tmp/r.trace not used on device 3: a b; serving without it"
+        );
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// Writes a trace of `allocations` allocations on the legacy stream of
+    /// device 0, each freed at once, of sizes `size(k)`: as RMM's CSV log,
+    /// which `Trace::read` reads too (a recorder this fast drops events).
+    fn write_long(path: &str, allocations: u64, size: impl Fn(u64) -> u64) {
+        use std::fmt::Write as _;
+        let mut csv = format!("{}\n", somalloc_rs::trace::RMM_HEADER);
+        for k in 0..allocations {
+            for (i, action) in ["allocate", "free"].into_iter().enumerate() {
+                let us = 2 * k + i as u64;
+                let (s, us) = (us / 1_000_000, us % 1_000_000);
+                let _ = writeln!(
+                    csv,
+                    "1,00:{:02}:{:02}.{us:06},{action},0x1000,{},0x0",
+                    s / 60,
+                    s % 60,
+                    size(k)
+                );
+            }
+        }
+        std::fs::write(path, csv).unwrap();
+    }
+
+    #[test]
+    fn a_trace_longer_than_the_old_cap_is_planned_from_its_step_or_not_used() {
+        // 24,000 allocations (over the 20,000 a plan places), a step of 8:
+        // planned from two steps of it.
+        let path = temp("long");
+        write_long(&path, 24_000, |k| 512 * (k % 8 + 1));
+        let (plans, status) = load_or_explain(&conf(&path), 0);
+        assert_eq!(status, PlanStatus::Serving);
+        let plan = plans.unwrap().take(true).unwrap().arena;
+        assert_eq!((plan.plan().slots.len(), plan.plan().wrap_to), (16, Some(8)));
+        // As long, with no step: not used, and the reason says so.
+        write_long(&path, 24_000, |k| {
+            512 + (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40)
+        });
+        let why = not_used(&conf(&path), 0);
+        assert!(
+            why.contains("24000 allocations") && why.contains("step is too long"),
+            "{why}"
+        );
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -183,6 +183,8 @@ pub struct DeviceState {
     pub tier: Option<CacheTier>,
     /// The plans of the streams not seen yet (`plan:PATH`).
     pub plans: Option<StreamPlans>,
+    /// What became of `plan:` on this device.
+    pub plan_status: crate::plan::PlanStatus,
     /// The process's recorder (`trace:PATH`), shared by every device.
     pub recorder: Option<Arc<Recorder>>,
     /// Streams by key (the legacy stream under 0; never the per-thread
@@ -235,21 +237,14 @@ impl DeviceState {
         // Made after the runtime is loaded: its end-of-process handler then
         // runs before the runtime's own.
         let recorder = recorder(conf)?;
-        let plans = match &conf.plan {
-            Some(path) => Some(crate::plan::load(
-                path,
-                ordinal,
-                conf.plan_share,
-                conf.plan_divert,
-                conf.plan_time_waits,
-            )?),
-            None => None,
-        };
+        // A plan that cannot be made is not used: never a failure.
+        let (plans, plan_status) = crate::plan::load_or_explain(conf, ordinal);
         Ok(DeviceState {
             device,
             pool,
             tier,
             plans,
+            plan_status,
             recorder,
             streams: RwLock::new(AddrMap::default()),
             counters: Counters::default(),

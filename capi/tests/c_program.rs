@@ -77,7 +77,7 @@ fn the_c_program_passes_or_skips() {
     std::fs::create_dir_all(&out).unwrap();
     let exe = out.join("capi_program");
     build_c("tests/c/capi_program.c", &exe);
-    let verdict = run(&exe, None);
+    let verdict = run(&exe, None, None);
     if verdict.starts_with("SKIP") {
         let _ = std::fs::remove_dir_all(&out);
         return;
@@ -87,7 +87,13 @@ fn the_c_program_passes_or_skips() {
     // free the program made, the markers of its flush and trims, and the
     // pool's reserved peak.
     let template = out.join("run-%p.trace");
-    run(&exe, Some(&template));
+    run(&exe, Some(&template), None);
+    // Again, with a plan of a file that is no trace: not used (one line
+    // on stderr says why), and every check passes as without it.
+    let broken = out.join("broken.plan");
+    std::fs::write(&broken, b"not a trace").unwrap();
+    run(&exe, None, Some(&broken));
+    std::fs::remove_file(&broken).unwrap();
     let traces: Vec<PathBuf> = std::fs::read_dir(&out)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -118,13 +124,19 @@ fn the_c_program_passes_or_skips() {
         .is_some_and(|v| v.parse::<u64>().is_ok_and(|n| n > 0)));
 }
 
-/// Runs the C program (recording into `trace` when given) and checks its
-/// verdict; returns the verdict line.
-fn run(exe: &Path, trace: Option<&Path>) -> String {
+/// Runs the C program (recording into `trace` when given, configured with
+/// `plan:PLAN` when `plan` is) and checks its verdict; returns the verdict
+/// line.
+fn run(exe: &Path, trace: Option<&Path>, plan: Option<&Path>) -> String {
     let mut cmd = Command::new(exe);
-    cmd.env_remove("SOMALLOC_CONF").env_remove("CAPI_PROGRAM_TRACE");
+    cmd.env_remove("SOMALLOC_CONF")
+        .env_remove("CAPI_PROGRAM_TRACE")
+        .env_remove("CAPI_PROGRAM_PLAN");
     if let Some(t) = trace {
         cmd.env("CAPI_PROGRAM_TRACE", t);
+    }
+    if let Some(p) = plan {
+        cmd.env("CAPI_PROGRAM_PLAN", p);
     }
     let ran = cmd.output().expect("the C program runs");
     let stdout = String::from_utf8_lossy(&ran.stdout);

@@ -18,6 +18,9 @@ from . import _native
 from ._native import SomallocError
 
 __all__ = [
+    "PLAN_NOT_USED",
+    "PLAN_OFF",
+    "PLAN_SERVING",
     "SomallocError",
     "available",
     "backend",
@@ -27,6 +30,7 @@ __all__ = [
     "flush",
     "forget_stream",
     "library_path",
+    "plan_status",
     "stats",
     "trim",
 ]
@@ -126,9 +130,31 @@ def _device(device):
 def stats(device=None):
     """The counters of a device (default: PyTorch's current device, or 0) as
     a dict: the pool's reserved and used bytes (current and high), live
-    allocations and bytes, allocation and free counts (failed ones too), and
-    the cache tier's cached bytes, hits, misses, spills and releases."""
+    allocations and bytes, allocation and free counts (failed ones too), the
+    cache tier's cached bytes, hits, misses, spills and releases, and with
+    ``plan:`` the plan's (``plan_status``: see :func:`plan_status`)."""
     return _native.stats(_device(device))
+
+
+PLAN_OFF, PLAN_SERVING, PLAN_NOT_USED = 0, 1, 2
+
+
+def plan_status(device=None):
+    """What became of ``plan:`` on a device (default: PyTorch's current
+    device, or 0), as ``(status, why)``: :data:`PLAN_OFF` (0, no plan asked
+    for), :data:`PLAN_SERVING` (1, the plan serves the device's streams) or
+    :data:`PLAN_NOT_USED` (2, a plan was asked for and could not be made: a
+    trace missing, unreadable, without events of this device, or that no
+    plan can be made from). A plan not used never makes an allocation fail:
+    somalloc serves without it, says why once on stderr, and ``why`` says it
+    again (``""`` for the other two). Like :func:`stats`, the first call for
+    a device makes somalloc's state there (and the plan)::
+
+        status, why = somalloc.plan_status()
+        if status == somalloc.PLAN_NOT_USED:
+            print("served without the plan:", why)
+    """
+    return _native.plan_status(_device(device))
 
 
 def flush(device=None):

@@ -131,7 +131,9 @@ def enable(conf=None, raise_oom=True):
     Raises :class:`somalloc.SomallocError` with somalloc's text
     where there is no runtime or no GPU, or when the wheel's vendor is not
     PyTorch's; PyTorch's own ``RuntimeError`` when its allocator was already
-    used. Calling it again after success does nothing."""
+    used. Calling it again after success does nothing. A plan (``plan:``)
+    that cannot be made raises nothing, here or at an allocation: somalloc
+    serves without it and says why (:func:`somalloc.plan_status`)."""
     global _allocator
     if _allocator is not None:
         if conf is not None:

@@ -69,7 +69,7 @@ fn free(ptr: usize, size: usize, device: i32, stream: usize) -> PyResult<()> {
 fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
     let s = somalloc::stats(device).map_err(err)?;
     let d = PyDict::new(py);
-    let fields: [(&str, u64); 30] = [
+    let fields: [(&str, u64); 31] = [
         ("pool_reserved_bytes", s.pool_reserved_bytes),
         ("pool_reserved_peak_bytes", s.pool_reserved_peak_bytes),
         ("pool_used_bytes", s.pool_used_bytes),
@@ -100,11 +100,21 @@ fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
         ("plan_waits_timed", s.plan_waits_timed),
         ("plan_wait_stall_ns", s.plan_wait_stall_ns),
         ("plan_waits_passed", s.plan_waits_passed),
+        ("plan_status", s.plan_status),
     ];
     for (k, v) in fields {
         d.set_item(k, v)?;
     }
     Ok(d)
+}
+
+/// What became of `plan:` on `device`: (status, why). Status 0: no plan
+/// asked for; 1: the plan serves the device's streams; 2: a plan was asked
+/// for and could not be made, allocations are served without it, and `why`
+/// says why ("" otherwise).
+#[pyfunction]
+fn plan_status(device: i32) -> PyResult<(u64, String)> {
+    somalloc::plan_status(device).map_err(err)
 }
 
 /// Cached blocks back to the pool (-1: every device in use).
@@ -152,6 +162,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(alloc, m)?)?;
     m.add_function(wrap_pyfunction!(free, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_status, m)?)?;
     m.add_function(wrap_pyfunction!(flush, m)?)?;
     m.add_function(wrap_pyfunction!(trim, m)?)?;
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;

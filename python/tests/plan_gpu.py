@@ -7,6 +7,7 @@ script that prints one line per check and ends with "N passed, N failed".
     python3 python/tests/plan_gpu.py plan TRACE plan_share:0 plan_divert:64MiB   # stalls diverted
     python3 python/tests/plan_gpu.py record TRACE trace_device:on   # with device times
     python3 python/tests/plan_gpu.py plan TRACE plan_share:device   # shared by them
+    python3 python/tests/plan_gpu.py broken TRACE   # plan: of a file that is no trace
 
 Each step trains a small network on PyTorch's default stream and another on
 a side stream, keeps tensors of many sizes filled with the step's value
@@ -15,6 +16,13 @@ block of the side stream on the legacy stream. The planned run
 must serve most allocations from its plan, keep every tensor's contents,
 end the first three steps with the weights the recorded run ended with (to
 the bit), and replay a captured graph as its eager run computes.
+
+A plan that cannot be made must never make an allocation fail: the
+``broken`` run configures ``plan:`` with a file that is no trace (written
+at TRACE.broken), trains the same steps, and must compute what the recorded
+run computed, served without the plan (``plan_status`` 2, with a reason).
+The plain ``plan`` run starts it in a child process at its end and checks
+it too, and that it said why on stderr once.
 """
 
 import json
@@ -40,8 +48,14 @@ def main():
     what, trace = sys.argv[1], sys.argv[2]
     key = "trace" if what == "record" else "plan"
     extra = "".join("," + k for k in sys.argv[3:])
-    somalloc.torch.enable("cache:on,%s:%s%s" % (key, trace, extra))
-    steps = 3 if what == "record" else 12
+    source = trace
+    if what == "broken":
+        source = trace + ".broken"
+        with open(source, "wb") as f:
+            f.write(b"not a trace\n" + bytes(range(256)))
+    # A plan that cannot be made raises nothing, here or at an allocation.
+    somalloc.torch.enable("cache:on,%s:%s%s" % (key, source, extra))
+    steps = {"record": 3, "broken": 4}.get(what, 12)
     dev = torch.device("cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -88,7 +102,9 @@ def main():
             digest = [float(p.double().sum()) for net in nets for p in net.parameters()]
     check("tensors of %d sizes on two streams keep their contents over %d steps" % (len(SIZES), steps), not bad, str(bad[:3]))
     digest_file = trace + ".digest"
-    if what == "record":
+    if what == "broken":
+        broken(digest, digest_file)
+    elif what == "record":
         with open(digest_file, "w") as f:
             json.dump(digest, f)
         st = somalloc.stats()
@@ -155,8 +171,41 @@ def main():
             g.replay()
             torch.cuda.synchronize()
         check("a graph captured in the planned run replays its eager result", torch.equal(out, eager))
+        if not sys.argv[3:]:
+            broken_child(trace)
     print("%d passed, %d failed" % (sum(results), len(results) - sum(results)))
     return 0 if all(results) else 1
+
+
+def broken(digest, digest_file):
+    """The checks of a run configured with a plan that cannot be made."""
+    st = somalloc.stats()
+    status, why = somalloc.plan_status()
+    check("a plan of a file that is no trace is not used (status %d: %s)" % (status, why),
+          status == somalloc.PLAN_NOT_USED and st["plan_status"] == status and why != "")
+    check("every allocation succeeded without it (%d allocations, %d failed)" % (st["allocations"], st["failed_allocations"]),
+          st["allocations"] > 0 and st["failed_allocations"] == 0 and st["failed_frees"] == 0)
+    check("nothing came from a plan", st["plan_arena_bytes"] == 0 and st["plan_served"] == 0 and st["plan_refused"] == 0)
+    x = torch.arange(1 << 20, device="cuda")
+    check("a tensor made after it computes", int((x * 2).sum()) == (1 << 20) * ((1 << 20) - 1))
+    with open(digest_file) as f:
+        recorded = json.load(f)
+    check("the weights after three steps equal the recorded run's, to the bit", digest == recorded)
+
+
+def broken_child(trace):
+    """Runs this script's ``broken`` part in a child process: it must pass,
+    and say on stderr, once, that the plan is not used."""
+    import subprocess
+
+    p = subprocess.run([sys.executable, __file__, "broken", trace], capture_output=True, text=True, timeout=600)
+    # Its lines indented, so that its verdict is not read as this run's.
+    for line in (p.stdout + p.stderr).splitlines():
+        print("    broken: " + line, flush=True)
+    said = [line for line in p.stderr.splitlines() if "not used on device 0" in line and "serving without it" in line]
+    check("a plan that cannot be made: the child run passes (exit %d)" % p.returncode,
+          p.returncode == 0 and p.stdout.rstrip().endswith(" passed, 0 failed"))
+    check("it said why on stderr, once (%d lines)" % len(said), len(said) == 1 and said[0].startswith("somalloc: plan:"))
 
 
 if __name__ == "__main__":

@@ -94,17 +94,21 @@ int main(void) {
   CHECK(strstr(somalloc_last_error_message(), "bogus") != NULL, "the text names the key");
   CHECK(somalloc_last_error() == SOMALLOC_STATUS_CONFIG, "the last error");
   CHECK(somalloc_configure("trace:on") == SOMALLOC_STATUS_CONFIG, "trace needs a path");
-  /* CAPI_PROGRAM_TRACE: record everything into that trace file too. */
+  /* CAPI_PROGRAM_TRACE: record everything into that trace file too.
+   * CAPI_PROGRAM_PLAN: a plan (plan:) from a file no plan can be made of:
+   * every check passes all the same, the plan not used. */
   const char *trace = getenv("CAPI_PROGRAM_TRACE");
-  char conf[1024];
-  snprintf(conf, sizeof conf, "cache:on, cache_per_stream_cap:64MiB, release_threshold:max%s%s",
-           trace ? ", trace:" : "", trace ? trace : "");
+  const char *plan = getenv("CAPI_PROGRAM_PLAN");
+  char conf[2048];
+  snprintf(conf, sizeof conf, "cache:on, cache_per_stream_cap:64MiB, release_threshold:max%s%s%s%s",
+           trace ? ", trace:" : "", trace ? trace : "", plan ? ", plan:" : "", plan ? plan : "");
   CHECK(somalloc_configure(conf) == SOMALLOC_STATUS_OK, "a good configuration");
   CHECK(somalloc_last_error() == SOMALLOC_STATUS_OK && somalloc_last_error_message()[0] == 0,
         "a success clears the last error");
   CHECK(somalloc_malloc(NULL, 16, 0, NULL) == SOMALLOC_STATUS_INVALID_ARGUMENT, "NULL out-pointer");
   CHECK(somalloc_free(NULL, 0, 0, NULL) == SOMALLOC_STATUS_OK, "free(NULL, 0) does nothing");
   CHECK(somalloc_stats(0, NULL, 0) == SOMALLOC_STATUS_INVALID_ARGUMENT, "NULL stats");
+  CHECK(somalloc_plan_status(0, NULL, NULL, 0) == SOMALLOC_STATUS_INVALID_ARGUMENT, "NULL plan status");
   CHECK(strcmp(somalloc_backend(), "cuda") == 0 || strcmp(somalloc_backend(), "rocm") == 0, "backend");
 
   int count = 0;
@@ -160,6 +164,19 @@ int main(void) {
   CHECK(after.cache_streams == 3, "caches for legacy, s1, s2 only: %llu",
         (unsigned long long)after.cache_streams);
   CHECK(after.live_allocations == 0 && after.live_bytes == 0, "nothing live");
+
+  /* --- What became of plan: (none asked for, or one not used). --- */
+  uint64_t plan_status = 99;
+  char why[512] = "unset";
+  CHECK(somalloc_plan_status(0, &plan_status, why, sizeof why) == SOMALLOC_STATUS_OK, "plan status");
+  CHECK(plan_status == (uint64_t)(plan ? SOMALLOC_PLAN_NOT_USED : SOMALLOC_PLAN_OFF), "plan status %llu",
+        (unsigned long long)plan_status);
+  CHECK(after.plan_status == plan_status, "the statistic says the same");
+  CHECK((why[0] != 0) == (plan != NULL), "a reason only for a plan not used: %s", why);
+  CHECK(after.plan_arena_bytes == 0 && after.plan_served == 0, "nothing served from a plan");
+  char tiny[4] = "xxx";
+  CHECK(somalloc_plan_status(0, &plan_status, tiny, 1) == SOMALLOC_STATUS_OK && tiny[0] == 0,
+        "a reason cut to fit");
 
   /* --- Bad frees are refused and change nothing. --- */
   void *p = NULL;
