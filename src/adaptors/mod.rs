@@ -10,6 +10,10 @@
 //! | [`RecordingAdaptor`] | every allocation and free into a trace file ([`trace`](crate::trace)), for replay and viewing |
 //! | [`PlanningAdaptor`] | allocations served from a placement planned from a trace of an earlier run |
 //!
+//! [`AutoPlanner`] plans in the same run instead (the C ABI's `plan:auto`):
+//! it records the first steps in memory, finds the repeated step, and hands
+//! the plan's arena to the caller's streams at the start of a later step.
+//!
 //! Each holds its inner resource as an `Arc<dyn MemoryResource>` and is one
 //! itself, so a stack is built inside out and used through its outermost
 //! layer.
@@ -55,6 +59,7 @@
 //! # Ok(()) }
 //! ```
 
+mod auto;
 mod limit;
 mod plan;
 mod planning;
@@ -63,6 +68,7 @@ mod retry;
 mod stats;
 mod tracking;
 
+pub use auto::{AutoOptions, AutoPlanner, AutoStatus};
 pub use limit::LimitingAdaptor;
 pub use plan::{PlanShare, PlanWaits, PlannedArena, StreamPlans, PLAN_WINDOW, STALL_MS};
 pub use planning::PlanningAdaptor;

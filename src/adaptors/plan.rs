@@ -435,6 +435,13 @@ impl PlannedArena {
         }
     }
 
+    /// Serving starts at every stream's first slot of the plan's repeated
+    /// step ([`Server::begin_repeated_step`]): for a plan that takes over a
+    /// run at the start of a step, not at the start of the program.
+    pub fn begin_repeated_step(&self) {
+        lock(&self.inner).server.begin_repeated_step();
+    }
+
     /// The plan served.
     pub fn plan(&self) -> &Arc<Plan> {
         &self.plan

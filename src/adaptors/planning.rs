@@ -20,7 +20,7 @@ use crate::trace::Trace;
 ///
 /// Record a run with a [`RecordingAdaptor`](crate::adaptors::RecordingAdaptor),
 /// then wrap the next run's resource in a `PlanningAdaptor` made from that
-/// trace: each stream of the trace becomes a plan ([`Plan::for_program`]:
+/// trace: each stream of the trace becomes a plan ([`Plan::for_program`](crate::trace::plan::Plan::for_program):
 /// every recorded allocation placed in one arena, the repeated step going
 /// on for every step after the recording), taken by the streams of the new
 /// run in the order they first allocate. An allocation gets its planned
@@ -79,7 +79,7 @@ impl PlanningAdaptor {
     /// As [`new`](PlanningAdaptor::new), the streams sharing one arena
     /// where `lag` is `Some`: bytes pass from a stream to another where the
     /// recorded run freed them at least `lag` before the other allocated
-    /// them (see [`Plan::for_streams`]); the taking stream waits for the
+    /// them (see [`Plan::for_streams`](crate::trace::plan::Plan::for_streams)); the taking stream waits for the
     /// free with an event.
     pub fn with_lag(
         inner: Arc<dyn MemoryResource>,

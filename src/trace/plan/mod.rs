@@ -139,99 +139,6 @@ impl StreamOp {
     }
 }
 
-/// When a block freed on one stream may take its bytes to a block of
-/// another stream, in a plan of several streams ([`Plan::for_streams_sharing`]).
-/// The taking stream then waits for the free ([`Server::allocate_on`]),
-/// so that the rule decides how much memory the streams share against how
-/// long a stream may wait for another; never whether the plan is sound.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sharing {
-    /// Never: each stream's blocks have bytes of their own.
-    Never,
-    /// When the recorded run freed it at least this many nanoseconds
-    /// before the other stream allocated, in the host's time. The device
-    /// reaches a free later than the host (by as much as the host runs
-    /// ahead of it), which this lag stands for.
-    HostLag(u64),
-    /// When the device had reached the free at least `margin_ns` before it
-    /// reached the other stream's allocation, in the recorded run's device
-    /// times ([`StreamOp::device_ns`]): the wait would have cost the
-    /// taking stream nothing then. Each other stream is judged on its own
-    /// (in plans of up to 16 streams; beyond, a block passes to the other
-    /// streams from where the last of them had passed its free). Events
-    /// without device times share nothing.
-    Device {
-        /// Nanoseconds the free must come before the allocation by.
-        margin_ns: u64,
-    },
-}
-
-/// [`Sharing::Device`] keeps a block's lifetime for each other stream of
-/// plans of up to this many streams; plans of more streams keep one for
-/// all of them (the latest), which shares less.
-const PER_STREAM_MAX: usize = 16;
-
-/// The margin of [`Sharing::Device`] when none is given: 15 ms. A served
-/// run keeps the recorded one's pace only roughly (a quicker host starts
-/// the next stream's work sooner, the streams' kernels meet otherwise on
-/// the device); on the models benchmark's two-stream mix (H200) the waits
-/// of a 5 ms margin held their streams 1.2 to 3.2 ms a step in all, those
-/// of 15 ms 0.3 to 0.5 ms, for 1.1 to 1.2 × the memory.
-pub const DEVICE_MARGIN_NS: u64 = 15_000_000;
-
-impl Sharing {
-    /// Reads a sharing rule from text (the C ABI's `plan_share`, the
-    /// trace tool's `--share`): `off` ([`Never`](Sharing::Never)),
-    /// milliseconds ([`HostLag`](Sharing::HostLag)), `device`
-    /// ([`Device`](Sharing::Device) with a margin of [`DEVICE_MARGIN_NS`])
-    /// or `device+MS` (a margin of MS milliseconds). Milliseconds go from 0
-    /// to 10000, fractions allowed.
-    ///
-    /// ```
-    /// use somalloc::trace::plan::Sharing;
-    /// assert_eq!(Sharing::parse("10"), Ok(Sharing::HostLag(10_000_000)));
-    /// assert_eq!(Sharing::parse("device+0.5"), Ok(Sharing::Device { margin_ns: 500_000 }));
-    /// assert!(Sharing::parse("device+soon").is_err());
-    /// ```
-    pub fn parse(text: &str) -> Result<Sharing, String> {
-        let ms = |v: &str| {
-            match v.trim().parse::<f64>() {
-            Ok(ms) if (0.0..=10_000.0).contains(&ms) => Ok((ms * 1e6).round() as u64),
-            _ => Err(format!(
-                "expected off, milliseconds from 0 to 10000, device or device+MS (e.g. 10 or device+0.5), not `{text}`"
-            )),
-        }
-        };
-        match text.trim() {
-            "off" | "false" | "False" => Ok(Sharing::Never),
-            "device" => Ok(Sharing::Device {
-                margin_ns: DEVICE_MARGIN_NS,
-            }),
-            t => match t.strip_prefix("device+") {
-                Some(m) => Ok(Sharing::Device { margin_ns: ms(m)? }),
-                None => Ok(Sharing::HostLag(ms(t)?)),
-            },
-        }
-    }
-
-    /// Whether the rule reads device times.
-    pub fn needs_device_times(self) -> bool {
-        matches!(self, Sharing::Device { .. })
-    }
-}
-
-impl std::fmt::Display for Sharing {
-    /// The text [`Sharing::parse`] reads.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ms = |ns: u64| ns as f64 / 1e6;
-        match *self {
-            Sharing::Never => f.write_str("off"),
-            Sharing::HostLag(ns) => write!(f, "{}", ms(ns)),
-            Sharing::Device { margin_ns } => write!(f, "device+{}", ms(margin_ns)),
-        }
-    }
-}
-
 /// A slot of a plan: the allocation it stands for, and where it goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slot {
@@ -512,9 +419,9 @@ impl Plan {
     ) -> Result<Plan, String> {
         let window = window.min(MAX_SEARCHED);
         match step::part(ops, window)? {
-            Part::Whole(found) => Plan::place_program(ops, sharing, found),
+            Part::Whole(found) => Plan::place_program(ops, sharing, found, false),
             Part::Cut(cut, two) => {
-                let plan = Plan::place_program(&cut, sharing, Some(two))?;
+                let plan = Plan::place_program(&cut, sharing, Some(two), false)?;
                 match plan.wrap_to {
                     Some(_) => Ok(plan),
                     None => Err(format!(
@@ -532,11 +439,14 @@ impl Plan {
     /// program's repeated step: `ops` makes the first instance's
     /// allocations, then as many of the second's (numbered from 0), and the
     /// frees recorded of their blocks (a free of a block of the second
-    /// instance may come after its last allocation). The first instance's
-    /// slots serve once, the second's every step after (`wrap_to` is the
-    /// step's length). Where the blocks mostly outlive the step it is no
-    /// step: the plan ends with its slots (`wrap_to` is `None`). An odd or
-    /// zero number of allocations is an error.
+    /// instance may come after its last allocation). Only the second
+    /// instance's slots are placed, to serve every step after (`wrap_to`
+    /// is the step's length; serve from there with
+    /// [`Server::begin_repeated_step`]): the first instance's blocks were
+    /// made before the plan takes over, elsewhere, and give the lifetimes.
+    /// Where the blocks mostly outlive the step it is no step: the plan
+    /// places nothing and ends (`wrap_to` is `None`). An odd or zero number
+    /// of allocations is an error.
     pub fn for_step(ops: &[StreamOp], sharing: Sharing) -> Result<Plan, String> {
         let n = ops.iter().filter(|o| matches!(o.op, Op::Alloc(_))).count();
         if n == 0 || n % 2 != 0 {
@@ -547,13 +457,19 @@ impl Plan {
             covered: n,
             end: n,
         };
-        Plan::place_program(ops, sharing, Some(two))
+        Plan::place_program(ops, sharing, Some(two), true)
     }
 
     /// Plans the program `ops` whose step is `found`: of its allocations,
     /// `[end - 2 len, end - len)` are the step before, `[end - len, end)`
     /// the step that repeats (`None`: no step, every slot serves once).
-    fn place_program(ops: &[StreamOp], sharing: Sharing, found: Option<Step>) -> Result<Plan, String> {
+    /// With `step_only`, only the slots of the step that repeats are placed.
+    fn place_program(
+        ops: &[StreamOp],
+        sharing: Sharing,
+        found: Option<Step>,
+        step_only: bool,
+    ) -> Result<Plan, String> {
         // Positions count allocations: a block freed before the program's
         // allocation `f` is live over [its own number, f). Two blocks live
         // at the same time exactly when these intervals meet, however the
@@ -679,6 +595,7 @@ impl Plan {
         });
         let life = |k: usize, freed: &[u64], whole: bool| match cycle {
             Some((p, prev, last, end)) if (last..end).contains(&k) => every(k, (p, prev, last), freed, whole),
+            _ if step_only => None,
             _ => once(k, freed),
         };
         // A slot of the repeated step takes the lifetime of its twin in the
@@ -782,6 +699,9 @@ impl Plan {
 
 mod program;
 mod server;
+mod sharing;
+use sharing::PER_STREAM_MAX;
+pub use sharing::{Sharing, DEVICE_MARGIN_NS};
 mod step;
 use program::Reached;
 pub use program::{DeviceProgram, Handover};

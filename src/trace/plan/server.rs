@@ -261,6 +261,16 @@ impl Server {
         }
     }
 
+    /// Matching goes on at every stream's first slot of the repeated step
+    /// (for a plan served from a step boundary of a run that is already
+    /// going, not from its start); a stream whose plan has no repeated
+    /// step is past its end. Blocks out stay live.
+    pub fn begin_repeated_step(&mut self) {
+        for lane in &mut self.lanes {
+            lane.cursor = lane.wrap.unwrap_or(lane.order.len());
+        }
+    }
+
     /// The index after `i` in `lane`'s order: the next one, or past the
     /// last the repeated step's first (`None`: the plan has ended).
     fn after(lane: &Lane, i: usize) -> Option<usize> {

@@ -1,0 +1,309 @@
+//! The same-run planner on the fake runtime: a program's step found,
+//! planned and served from a step's start; programs that never repeat,
+//! that leave their step, that capture graphs, that fork.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use super::*;
+use crate::resource::MemoryResource;
+use crate::stream::Stream;
+use crate::testing::{FakeResource, Rng};
+
+/// A program of `streams` streams: a prologue of weights never freed,
+/// then steps of allocations, each freed some allocations later (some in
+/// the next step), with `extra(step)` more allocations of its own in the
+/// steps it names (a step that strays).
+struct Program {
+    up: Arc<FakeResource>,
+    streams: Vec<Stream>,
+    auto: Arc<AutoPlanner>,
+    shares: HashMap<usize, PlanShare>,
+    /// Live blocks: (stream, address, bytes, slot if planned), and when
+    /// each is due to be freed (an allocation count).
+    live: Vec<(usize, usize, usize, Option<usize>, u64)>,
+    allocations: u64,
+    planned: u64,
+    /// Allocations after the switch, and those served from the plan.
+    after: (u64, u64),
+}
+
+impl Program {
+    fn new(opts: AutoOptions, streams: usize, id: usize) -> Program {
+        Program {
+            up: FakeResource::new(None),
+            streams: (0..streams).map(|k| Stream::fake_in(id + 16 * k, 0, 0)).collect(),
+            auto: AutoPlanner::new(opts),
+            shares: HashMap::new(),
+            live: Vec::new(),
+            allocations: 0,
+            planned: 0,
+            after: (0, 0),
+        }
+    }
+
+    fn alloc(&mut self, stream: usize, bytes: usize, life: u64, capturing: bool) {
+        if let Some(shares) = self.auto.switch_due() {
+            assert!(self.shares.is_empty(), "switched twice");
+            self.shares = shares.into_iter().collect();
+        }
+        let s = &self.streams[stream];
+        let key = s.as_raw() as usize;
+        let switched = !self.shares.is_empty();
+        let planned = match self.shares.get(&key) {
+            Some(sh) if !capturing => sh.arena.allocate(sh.lane, bytes, s, &*self.up),
+            _ => None,
+        };
+        let (addr, slot) = match planned {
+            Some((p, slot)) => {
+                self.planned += 1;
+                (p as usize, Some(slot))
+            }
+            None => {
+                let p = self
+                    .up
+                    .allocate(bytes, s)
+                    .expect("the fake upstream never refuses") as usize;
+                if self.auto.recording() {
+                    self.auto.allocated(key, p, bytes, capturing);
+                }
+                (p, None)
+            }
+        };
+        if switched {
+            self.after.0 += 1;
+            self.after.1 += u64::from(slot.is_some());
+        }
+        // A planned block never shares a byte with a live block.
+        for &(_, q, n, _, _) in &self.live {
+            assert!(
+                addr + bytes <= q || q + n <= addr,
+                "{addr:#x} overlaps a live block at {q:#x}"
+            );
+        }
+        self.allocations += 1;
+        self.live
+            .push((stream, addr, bytes, slot, self.allocations + life));
+        self.free_due();
+    }
+
+    /// Frees the blocks due by now.
+    fn free_due(&mut self) {
+        let now = self.allocations;
+        let (due, keep): (Vec<_>, Vec<_>) = self.live.drain(..).partition(|b| b.4 <= now);
+        self.live = keep;
+        for (stream, addr, bytes, slot, _) in due {
+            self.free(stream, addr, bytes, slot);
+        }
+    }
+
+    fn free(&mut self, stream: usize, addr: usize, bytes: usize, slot: Option<usize>) {
+        let s = &self.streams[stream];
+        match slot {
+            Some(slot) => {
+                let sh = &self.shares[&(s.as_raw() as usize)];
+                sh.arena.free(slot, false).expect("a live slot");
+            }
+            None => {
+                if self.auto.recording() {
+                    self.auto.freed(addr);
+                }
+                // SAFETY: the upstream's block, freed once on its stream.
+                unsafe { self.up.deallocate(addr as *mut c_void, bytes, s) }.expect("freed");
+            }
+        }
+    }
+
+    /// Frees everything and gives the arena back.
+    fn end(mut self) {
+        for (stream, addr, bytes, slot, _) in std::mem::take(&mut self.live) {
+            self.free(stream, addr, bytes, slot);
+        }
+        // The arena goes back on the stream it was made on: that stream's
+        // lane is released last.
+        let maker = self.up.state().live.values().next().map(|&(_, key)| key);
+        let mut order: Vec<&Stream> = self.streams.iter().collect();
+        order.sort_by_key(|s| Some(s.as_raw() as usize) == maker);
+        for s in order {
+            if let Some(sh) = self.shares.get(&(s.as_raw() as usize)) {
+                assert!(sh.arena.release(sh.lane, s, &*self.up).expect("released"));
+            }
+        }
+        assert_eq!(self.up.live(), 0, "a block or the arena leaked");
+        self.up.assert_clean();
+    }
+}
+
+/// One training step: (stream, bytes, life in allocations); some blocks
+/// live into the next step (freed there before their next instance).
+const STEP: [(usize, usize, u64); 8] = [
+    (0, 1 << 20, 3),
+    (0, 4096, 1),
+    (0, 3 << 20, 5),
+    (0, 512, 2),
+    (0, 2 << 20, 4),
+    (0, 8192, 1),
+    (0, 1 << 20, 6),
+    (0, 640, 1),
+];
+
+fn run_steps(p: &mut Program, steps: usize, step: &[(usize, usize, u64)]) {
+    for _ in 0..steps {
+        for &(stream, bytes, life) in step {
+            p.alloc(stream, bytes, life, false);
+        }
+        // The planner runs on a thread of its own: the test waits for it
+        // at each step's end, as a run's next steps would.
+        p.auto.wait_planned();
+    }
+}
+
+#[test]
+fn a_repeated_step_is_planned_and_served_from_the_start_of_a_step() {
+    let mut p = Program::new(AutoOptions::default(), 1, 0x4a00_0000);
+    // The prologue: weights, never freed.
+    for k in 0..5 {
+        p.alloc(0, (64 << 20) + k * 512, u64::MAX / 2, false);
+    }
+    run_steps(&mut p, 200, &STEP);
+    let AutoStatus::Serving {
+        at,
+        step,
+        arena_bytes,
+        ..
+    } = p.auto.status()
+    else {
+        panic!("not serving: {:?}", p.auto.status());
+    };
+    assert_eq!(step, 8);
+    // Switched once the step had repeated three times, its plan made.
+    assert!(at >= 5 + 3 * 8, "{at}");
+    assert!(!p.auto.recording());
+    // Every allocation after the switch from the plan, in an arena of the
+    // step's live peak at most (here 8 MiB and a bit at most).
+    assert_eq!(p.after.0, p.after.1, "allocations after the switch not planned");
+    assert!(p.after.0 > 800);
+    assert!(arena_bytes <= 16 << 20, "{arena_bytes}");
+    p.end();
+}
+
+#[test]
+fn two_streams_are_planned_together() {
+    let mut p = Program::new(AutoOptions::default(), 2, 0x4b00_0000);
+    let step: Vec<(usize, usize, u64)> = STEP
+        .iter()
+        .enumerate()
+        .map(|(i, &(_, b, l))| (i % 2, b, l))
+        .collect();
+    run_steps(&mut p, 200, &step);
+    assert!(
+        matches!(p.auto.status(), AutoStatus::Serving { step: 8, .. }),
+        "{:?}",
+        p.auto.status()
+    );
+    assert_eq!(p.shares.len(), 2);
+    assert_eq!(p.after.0, p.after.1);
+    p.end();
+}
+
+#[test]
+fn a_program_without_a_repeated_step_is_not_planned_and_says_why() {
+    let opts = AutoOptions {
+        max_allocations: 3000,
+        ..AutoOptions::default()
+    };
+    let mut p = Program::new(opts, 1, 0x4c00_0000);
+    let mut rng = Rng(7);
+    for _ in 0..4000 {
+        // Variable shapes: every size new.
+        let bytes = 512 * (1 + rng.below(100_000));
+        p.alloc(0, bytes, 1 + rng.below(5) as u64, false);
+        if p.allocations.is_multiple_of(200) {
+            p.auto.wait_planned();
+        }
+    }
+    match p.auto.status() {
+        AutoStatus::Off(why) => assert!(
+            why.contains("no repeated step in the first 3000 allocations"),
+            "{why}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(!p.auto.recording());
+    assert_eq!(p.planned, 0);
+    p.end();
+}
+
+#[test]
+fn allocations_in_a_capture_are_not_recorded() {
+    let mut p = Program::new(AutoOptions::default(), 1, 0x4d00_0000);
+    let mut rng = Rng(11);
+    for _ in 0..200 {
+        for &(stream, bytes, life) in &STEP {
+            p.alloc(stream, bytes, life, false);
+            // A graph captured now and then, with sizes of its own.
+            if rng.below(4) == 0 {
+                p.alloc(stream, 512 * (1 + rng.below(1000)), 1, true);
+            }
+        }
+        p.auto.wait_planned();
+    }
+    assert!(
+        matches!(p.auto.status(), AutoStatus::Serving { step: 8, .. }),
+        "{:?}",
+        p.auto.status()
+    );
+    p.end();
+}
+
+#[test]
+fn a_program_that_leaves_its_step_is_planned_again_then_let_go() {
+    let auto = AutoPlanner::new(AutoOptions::default());
+    let mut addr = 0x10_0000usize;
+    let mut push = |auto: &Arc<AutoPlanner>, bytes: usize| {
+        auto.allocated(3, addr, bytes, false);
+        auto.freed(addr);
+        addr += 1 << 24;
+    };
+    let mut rng = Rng(3);
+    let mut ready = 0;
+    for round in 0..100 {
+        // Steady long enough to plan...
+        for _ in 0..40 {
+            for &(_, b, _) in &STEP {
+                push(&auto, b);
+            }
+            auto.wait_planned();
+        }
+        if matches!(auto.status(), AutoStatus::Ready { step: 8 }) {
+            ready += 1;
+        }
+        if matches!(auto.status(), AutoStatus::Off(_)) {
+            assert_eq!(ready, 3, "round {round}");
+            break;
+        }
+        // ...then one allocation of another size, before the switch (this
+        // program never asks for it).
+        push(&auto, 512 * (1 + rng.below(64)) + 3);
+    }
+    match auto.status() {
+        AutoStatus::Off(why) => assert!(why.contains("left its repeated step three times"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(!auto.recording());
+}
+
+#[test]
+fn a_forked_child_does_not_plan() {
+    let mut p = Program::new(AutoOptions::default(), 1, 0x4f00_0000);
+    run_steps(&mut p, 3, &STEP);
+    p.auto.pretend_forked();
+    run_steps(&mut p, 100, &STEP);
+    match p.auto.status() {
+        AutoStatus::Off(why) => assert!(why.contains("forked"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.planned, 0);
+    p.end();
+}
