@@ -28,6 +28,12 @@ Modes, one process each (per workload), all in one run:
   somalloc-plan-device  the same with plan_share:device+15: bytes pass between the
                    streams only where the recorded run's device had released
                    them 15 ms before (the recording run has trace_device:on)
+  somalloc-default somalloc with its cache tier at its default caps (what plan modes
+                   serve with before their plan and beside it)
+  somalloc-auto    plan:auto, one process: the first steps recorded in memory, the
+                   repeated step planned and served from a later step; the run
+                   says at which step it switched (the cache tier, default caps,
+                   serves before); somalloc-auto-shared: with plan_share:10
 --plan-mode NAME=CONF adds a plan mode with its own keys (recorded, then
   served), e.g. --plan-mode "plan-share-5=cache:on,plan_share:5" or
   --plan-mode "divert=cache:on,plan_share:device,plan_divert:1GiB".
@@ -82,6 +88,10 @@ MODES = {
     # Caps for training loops: a step frees and reallocates gigabytes, far
     # above the library's default caps (256 MiB per stream, 1 GiB in all).
     "somalloc-cache": ("somalloc", "cache:on,cache_per_stream_cap:2GiB,cache_total_cap:4GiB"),
+    "somalloc-default": ("somalloc", "cache:on"),
+    # One run: planned in it (plan:auto).
+    "somalloc-auto": ("somalloc", "cache:on,plan:auto"),
+    "somalloc-auto-shared": ("somalloc", "cache:on,plan:auto,plan_share:10"),
     # Run twice: recorded (trace:), then served from the plan (plan:).
     "somalloc-plan": ("plan", "cache:on"),
     # The same, the streams sharing one arena: bytes pass from a stream to
@@ -233,7 +243,7 @@ def child(mode, workload, steps, extra, serial=False):
     # reserved peak), to see in which step each figure was reached.
     step_mem, step_reserved_peak = [], []
     # somalloc's allocations and those served from a plan, after each step.
-    step_allocs, step_plan_served = [], []
+    step_allocs, step_plan_served, step_plan_status = [], [], []
     clocks = Clocks(torch.cuda.get_device_properties(dev))
     sm_mhz, clock_reasons = [], []
     torch.cuda.synchronize()
@@ -258,6 +268,7 @@ def child(mode, workload, steps, extra, serial=False):
             step_reserved_peak.append(st["pool_reserved_peak_bytes"] / 2**20)
             step_allocs.append(st["allocations"])
             step_plan_served.append(st["plan_served"])
+            step_plan_status.append(st["plan_status"])
         else:
             step_reserved_peak.append(torch.cuda.max_memory_reserved() / 2**20)
     out = {
@@ -289,6 +300,16 @@ def child(mode, workload, steps, extra, serial=False):
         out["failed_frees"] = st["failed_frees"]
         out["step_allocations"] = step_allocs
         out["step_plan_served"] = step_plan_served
+        out["step_plan_status"] = step_plan_status
+        out["plan_status_text"] = somalloc.plan_status()[1]
+        # plan:auto: the first step served from the plan (status 1 after it),
+        # and the footprint from the step after on.
+        if "plan:auto" in conf and 1 in step_plan_status:
+            switch = step_plan_status.index(1)
+            out["switch_step"] = switch
+            if switch + 1 < len(step_mem):
+                out["after_switch_peak_mib"] = max(step_mem[switch + 1:])
+                out["after_switch_ms_per_step"] = statistics.median(times[switch + 1:])
         # The steady steps (from the fourth on): the share of their
         # allocations a plan served.
         if len(step_allocs) > 4 and step_allocs[-1] > step_allocs[2]:
@@ -357,6 +378,8 @@ def waits(r):
     where they were timed (plan_time_waits:on), from somalloc's statistics."""
     st, n = r.get("somalloc") or {}, len(r["step_ms"])
     share = "  plan served %.1f %% of steady allocations" % (100 * r["plan_steady_share"]) if "plan_steady_share" in r else ""
+    if "switch_step" in r:
+        share += "  switched at step %d, after it %.0f MiB, %.2f ms/step" % (r["switch_step"], r.get("after_switch_peak_mib", 0), r.get("after_switch_ms_per_step", 0))
     if not st.get("plan_waits") and not st.get("plan_waits_passed"):
         return share
     out = share + "  waits %.1f a step (%.1f passed)" % (st.get("plan_waits", 0) / n, st.get("plan_waits_passed", 0) / n)

@@ -19,6 +19,11 @@
 // be made from); allocations are served without it.
 #define SOMALLOC_PLAN_NOT_USED 2
 
+// `plan_status`: `plan:auto` records the run (or has planned its step and
+// waits for the next step to begin); allocations are served without a
+// plan meanwhile.
+#define SOMALLOC_PLAN_RECORDING 3
+
 // What an entry point returns: `SOMALLOC_STATUS_OK` (0) or why it failed.
 // The text of the last failure on the calling thread is
 // `somalloc_last_error_message()`. Values are stable; new ones may be
@@ -131,9 +136,11 @@ typedef struct {
   uint64_t plan_waits_passed;
   // What became of `plan:` on this device: `SOMALLOC_PLAN_OFF` (0, no
   // plan asked for), `SOMALLOC_PLAN_SERVING` (1, the plan was made and
-  // serves the device's streams) or `SOMALLOC_PLAN_NOT_USED` (2, a plan
+  // serves the device's streams), `SOMALLOC_PLAN_NOT_USED` (2, a plan
   // was asked for and could not be made: allocations are served without
-  // it; `somalloc_plan_status` says why, and so did a line on stderr).
+  // it; `somalloc_plan_status` says why, and so did a line on stderr) or
+  // `SOMALLOC_PLAN_RECORDING` (3, `plan:auto` records the run and has
+  // not switched to its plan yet).
   uint64_t plan_status;
 } SomallocStats;
 

@@ -40,6 +40,9 @@ pub struct Conf {
     /// Serve allocations from a placement planned from this trace of an
     /// earlier run (`plan.rs`), or `None`.
     pub plan: Option<String>,
+    /// `plan:auto`: plan in this run (`auto.rs`): the first steps recorded
+    /// in memory, their repeated step planned, served from a later step.
+    pub plan_auto: bool,
     /// The plan's streams share one arena, bytes passing from a stream to
     /// another by this rule (`None`: an arena per stream).
     pub plan_share: Option<Sharing>,
@@ -69,6 +72,7 @@ impl Default for Conf {
             trace: None,
             trace_backtraces: false,
             plan: None,
+            plan_auto: false,
             plan_share: None,
             plan_divert: 0,
             plan_time_waits: false,
@@ -159,13 +163,16 @@ impl Conf {
                 "trace_backtraces" => conf.trace_backtraces = parse_switch(value).map_err(|e| bad(&e))?,
                 // Planned placement: `off`, or the path of a trace of an
                 // earlier run of the same program.
-                "plan" => conf.plan = match value {
-                    "off" | "false" | "0" | "False" => None,
-                    "" | "on" | "true" | "1" | "True" => return Err(bad(
-                        "expected off or the path of a trace of an earlier run (e.g. plan:/tmp/run.trace)",
-                    )),
-                    path => Some(path.to_string()),
-                },
+                "plan" => {
+                    conf.plan_auto = value == "auto";
+                    conf.plan = match value {
+                        "off" | "false" | "0" | "False" | "auto" => None,
+                        "" | "on" | "true" | "1" | "True" => return Err(bad(
+                            "expected off, auto, or the path of a trace of an earlier run (e.g. plan:/tmp/run.trace)",
+                        )),
+                        path => Some(path.to_string()),
+                    }
+                }
                 // Streams sharing the plan's arena: `off`, the host lag in
                 // milliseconds (0 to 10000, fractions allowed), `device` or
                 // `device+MS` (the recorded run's device times).
@@ -331,6 +338,10 @@ mod tests {
         let p = Conf::parse("plan:/tmp/run.trace").unwrap();
         assert_eq!(p.plan.as_deref(), Some("/tmp/run.trace"));
         assert_eq!(Conf::parse("plan:off").unwrap().plan, None);
+        let a = Conf::parse("plan:auto,plan_share:10").unwrap();
+        assert_eq!((a.plan, a.plan_auto, a.plan_share), (None, true, Some(Sharing::HostLag(10_000_000))));
+        assert!(!Conf::parse("plan:./auto").unwrap().plan_auto);
+        assert!(!Conf::parse("plan:off").unwrap().plan_auto);
         assert_eq!(t.plan_share, None);
         let s = Conf::parse("plan:/tmp/run.trace,plan_share:7.5").unwrap();
         assert_eq!(s.plan_share, Some(Sharing::HostLag(7_500_000)));

@@ -44,6 +44,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 
+mod auto;
 pub mod conf;
 mod error;
 mod plan;
@@ -126,9 +127,11 @@ pub struct SomallocStats {
     pub plan_waits_passed: u64,
     /// What became of `plan:` on this device: `SOMALLOC_PLAN_OFF` (0, no
     /// plan asked for), `SOMALLOC_PLAN_SERVING` (1, the plan was made and
-    /// serves the device's streams) or `SOMALLOC_PLAN_NOT_USED` (2, a plan
+    /// serves the device's streams), `SOMALLOC_PLAN_NOT_USED` (2, a plan
     /// was asked for and could not be made: allocations are served without
-    /// it; `somalloc_plan_status` says why, and so did a line on stderr).
+    /// it; `somalloc_plan_status` says why, and so did a line on stderr) or
+    /// `SOMALLOC_PLAN_RECORDING` (3, `plan:auto` records the run and has
+    /// not switched to its plan yet).
     pub plan_status: u64,
 }
 
@@ -141,6 +144,10 @@ pub const SOMALLOC_PLAN_SERVING: u64 = 1;
 /// missing or unreadable, without events of the device, or that no plan can
 /// be made from); allocations are served without it.
 pub const SOMALLOC_PLAN_NOT_USED: u64 = 2;
+/// `plan_status`: `plan:auto` records the run (or has planned its step and
+/// waits for the next step to begin); allocations are served without a
+/// plan meanwhile.
+pub const SOMALLOC_PLAN_RECORDING: u64 = 3;
 
 /// Runs an entry point: panics become `SOMALLOC_STATUS_INTERNAL`, and the
 /// outcome becomes the thread's last error.
@@ -223,7 +230,10 @@ pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
         frees: c.frees.load(Ordering::Relaxed),
         failed_allocations: c.failed_allocations.load(Ordering::Relaxed),
         failed_frees: c.failed_frees.load(Ordering::Relaxed),
-        plan_status: dev.plan_status.code(),
+        plan_status: match &dev.auto {
+            Some(auto) => auto::status(auto).0,
+            None => dev.plan_status.code(),
+        },
         ..SomallocStats::default()
     };
     if let Some(tier) = &dev.tier {
@@ -240,7 +250,7 @@ pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
     }
     // Streams sharing an arena (`plan_share:`) count it once.
     let mut arenas: Vec<std::sync::Arc<somalloc_rs::adaptors::PlannedArena>> = Vec::new();
-    for share in dev.streams().iter().filter_map(|e| e.plan.as_ref()) {
+    for share in dev.streams().iter().filter_map(|e| e.plan.get()) {
         if !arenas.iter().any(|a| std::sync::Arc::ptr_eq(a, &share.arena)) {
             arenas.push(std::sync::Arc::clone(&share.arena));
         }
@@ -265,9 +275,13 @@ pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
 
 /// What became of `plan:` on `device` (its state made on first use, as for
 /// [`stats`]): the `plan_status` value (`SOMALLOC_PLAN_*`), and why a plan
-/// is not used ("" when it is, or when none was asked for).
+/// is not used ("" when it is, or when none was asked for); with
+/// `plan:auto`, where the same-run planner stands, in words.
 pub fn plan_status(device: i32) -> Result<(u64, String), CapiError> {
     let dev = state::global().device(device)?;
+    if let Some(auto) = &dev.auto {
+        return Ok(auto::status(auto));
+    }
     Ok((dev.plan_status.code(), dev.plan_status.why().to_string()))
 }
 

@@ -153,7 +153,9 @@ impl Global {
 pub struct Entry {
     pub stream: Stream,
     pub cache: Option<Arc<StreamCache>>,
-    pub plan: Option<PlanShare>,
+    /// Its part of a plan: taken when the stream is first seen (`plan:PATH`),
+    /// or set once at the switch (`plan:auto`).
+    pub plan: OnceLock<PlanShare>,
     /// The legacy default stream, which the runtime never captures
     /// (`cudaStreamBeginCapture` refuses it, and it cannot join a capture).
     pub legacy: bool,
@@ -185,6 +187,8 @@ pub struct DeviceState {
     pub plans: Option<StreamPlans>,
     /// What became of `plan:` on this device.
     pub plan_status: crate::plan::PlanStatus,
+    /// The same-run planner (`plan:auto`).
+    pub auto: Option<Arc<somalloc_rs::adaptors::AutoPlanner>>,
     /// The process's recorder (`trace:PATH`), shared by every device.
     pub recorder: Option<Arc<Recorder>>,
     /// Streams by key (the legacy stream under 0; never the per-thread
@@ -245,6 +249,7 @@ impl DeviceState {
             tier,
             plans,
             plan_status,
+            auto: crate::auto::planner(conf),
             recorder,
             streams: RwLock::new(AddrMap::default()),
             counters: Counters::default(),
@@ -282,7 +287,7 @@ impl DeviceState {
             Arc::new(Entry {
                 stream,
                 cache,
-                plan,
+                plan: plan.map_or_else(OnceLock::new, OnceLock::from),
                 legacy: key == LEGACY,
             })
         });
@@ -307,6 +312,11 @@ impl DeviceState {
         } else if let Ok(entry) = self.entry(key) {
             recorder.record_device_time(&entry.stream, t);
         }
+    }
+
+    /// The entry of stream `key` if it was seen.
+    pub fn seen(&self, key: usize) -> Option<Arc<Entry>> {
+        self.streams.read().unwrap_or_else(|p| p.into_inner()).get(&key).cloned()
     }
 
     pub fn streams(&self) -> Vec<Arc<Entry>> {
@@ -355,7 +365,7 @@ impl DeviceState {
     /// training loop allocates this way on PyTorch's default stream and on
     /// its side streams.
     fn allocate_quiet(entry: &Entry, size: usize) -> Option<(*mut c_void, Path)> {
-        let plan = entry.plan.as_ref()?;
+        let plan = entry.plan.get()?;
         if !entry.legacy && entry.stream.is_capturing().ok()? {
             return None;
         }
@@ -366,7 +376,7 @@ impl DeviceState {
 
     fn allocate_on(&self, entry: &Entry, size: usize) -> Result<(*mut c_void, Path), CapiError> {
         let pool = &self.pool;
-        if let Some(plan) = &entry.plan {
+        if let Some(plan) = entry.plan.get() {
             // Not during a capture: a graph's memory is the capture's
             // business (the cache tier's rules or the pool's).
             if !entry.is_capturing()? {
@@ -397,7 +407,7 @@ impl DeviceState {
                 // `allocate_quiet`), under the read lock.
                 let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
                 if let Some(e) = streams.get(&key) {
-                    if let Some(plan) = &e.plan {
+                    if let Some(plan) = e.plan.get() {
                         let quiet = e.legacy || matches!(e.stream.is_capturing(), Ok(false));
                         if quiet && plan.arena.free_ready(slot as usize) {
                             return Ok(());
@@ -454,7 +464,7 @@ impl DeviceState {
     fn free_slot(entry: &Entry, slot: u32) -> Result<(), CapiError> {
         let plan = entry
             .plan
-            .as_ref()
+            .get()
             .ok_or_else(|| CapiError::new(Status::Internal, "a planned allocation's stream has no plan"))?;
         Ok(plan.arena.free(slot as usize, entry.is_capturing()?)?)
     }
@@ -507,7 +517,7 @@ impl DeviceState {
             .unwrap_or_else(|p| p.into_inner())
             .get(&key)
             .cloned();
-        if let Some((entry, plan)) = entry.as_ref().and_then(|e| Some((e, e.plan.as_ref()?))) {
+        if let Some((entry, plan)) = entry.as_ref().and_then(|e| Some((e, e.plan.get()?))) {
             if !plan.arena.release(plan.lane, &entry.stream, &self.pool)? {
                 return Err(CapiError::new(
                     Status::Busy,
@@ -629,6 +639,7 @@ pub fn allocate(size: usize, device: i32, stream: *mut c_void) -> Result<*mut c_
     let g = global();
     let dev = g.device(device)?;
     let key = key_of(stream);
+    crate::auto::before_allocate(dev);
     let (ptr, path) = match dev.allocate(size, key) {
         Ok(p) => p,
         Err(e) => {
@@ -678,6 +689,7 @@ pub fn allocate(size: usize, device: i32, stream: *mut c_void) -> Result<*mut c_
     c.allocations.fetch_add(1, Ordering::Relaxed);
     let now = c.live_bytes.fetch_add(size as u64, Ordering::Relaxed) + size as u64;
     c.live_peak.fetch_max(now, Ordering::Relaxed);
+    crate::auto::allocated(dev, key, ptr as usize, size, path);
     Ok(ptr)
 }
 
@@ -744,6 +756,7 @@ pub unsafe fn deallocate(
             }
             c.frees.fetch_add(1, Ordering::Relaxed);
             c.live_bytes.fetch_sub(live.size as u64, Ordering::Relaxed);
+            crate::auto::freed(dev, ptr as usize);
             Ok(())
         }
         Err(e) => {

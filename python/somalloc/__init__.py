@@ -20,6 +20,7 @@ from ._native import SomallocError
 __all__ = [
     "PLAN_NOT_USED",
     "PLAN_OFF",
+    "PLAN_RECORDING",
     "PLAN_SERVING",
     "SomallocError",
     "available",
@@ -136,7 +137,7 @@ def stats(device=None):
     return _native.stats(_device(device))
 
 
-PLAN_OFF, PLAN_SERVING, PLAN_NOT_USED = 0, 1, 2
+PLAN_OFF, PLAN_SERVING, PLAN_NOT_USED, PLAN_RECORDING = 0, 1, 2, 3
 
 
 def plan_status(device=None):
@@ -145,7 +146,9 @@ def plan_status(device=None):
     for), :data:`PLAN_SERVING` (1, the plan serves the device's streams) or
     :data:`PLAN_NOT_USED` (2, a plan was asked for and could not be made: a
     trace missing, unreadable, without events of this device, or that no
-    plan can be made from). A plan not used never makes an allocation fail:
+    plan can be made from), or with ``plan:auto`` :data:`PLAN_RECORDING` (3,
+    the run is recorded and not served from its plan yet; ``why`` says where
+    the planner stands, and once it serves, where it switched). A plan not used never makes an allocation fail:
     somalloc serves without it, says why once on stderr, and ``why`` says it
     again (``""`` for the other two). Like :func:`stats`, the first call for
     a device makes somalloc's state there (and the plan)::

@@ -48,6 +48,9 @@ part cupy python3 "$dir/cupy_gpu.py"
 rm -f "$out"/plan.trace*
 part plan-record python3 "$dir/plan_gpu.py" record "$out/plan.trace"
 part plan-serve python3 "$dir/plan_gpu.py" plan "$out/plan.trace"
+# Planned in the run itself (plan:auto), alone and with the streams sharing.
+part plan-auto python3 "$dir/plan_gpu.py" auto "$out/plan.trace"
+part plan-auto-shared python3 "$dir/plan_gpu.py" auto "$out/plan.trace" plan_share:0
 # The same, the two streams sharing one arena (bytes passing between them
 # with events).
 part plan-serve-shared python3 "$dir/plan_gpu.py" plan "$out/plan.trace" plan_share:0

@@ -8,6 +8,7 @@ script that prints one line per check and ends with "N passed, N failed".
     python3 python/tests/plan_gpu.py record TRACE trace_device:on   # with device times
     python3 python/tests/plan_gpu.py plan TRACE plan_share:device   # shared by them
     python3 python/tests/plan_gpu.py broken TRACE   # plan: of a file that is no trace
+    python3 python/tests/plan_gpu.py auto TRACE     # 40 steps under plan:auto (TRACE.digest from record)
 
 Each step trains a small network on PyTorch's default stream and another on
 a side stream, keeps tensors of many sizes filled with the step's value
@@ -23,6 +24,11 @@ at TRACE.broken), trains the same steps, and must compute what the recorded
 run computed, served without the plan (``plan_status`` 2, with a reason).
 The plain ``plan`` run starts it in a child process at its end and checks
 it too, and that it said why on stderr once.
+
+The ``auto`` run plans in the run itself (``plan:auto``): it must switch to
+its plan at a step's start, serve most allocations after the switch from it,
+keep every tensor's contents, and end the first three steps with the
+recorded run's weights (the switch comes later).
 """
 
 import json
@@ -48,14 +54,15 @@ def main():
     what, trace = sys.argv[1], sys.argv[2]
     key = "trace" if what == "record" else "plan"
     extra = "".join("," + k for k in sys.argv[3:])
-    source = trace
+    source = "auto" if what == "auto" else trace
     if what == "broken":
         source = trace + ".broken"
         with open(source, "wb") as f:
             f.write(b"not a trace\n" + bytes(range(256)))
     # A plan that cannot be made raises nothing, here or at an allocation.
     somalloc.torch.enable("cache:on,%s:%s%s" % (key, source, extra))
-    steps = {"record": 3, "broken": 4}.get(what, 12)
+    steps = {"record": 3, "broken": 4, "auto": 40}.get(what, 12)
+    status_at = []
     dev = torch.device("cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -98,12 +105,15 @@ def main():
                     somalloc._native.free(ptr, 3 << 20, 0, 0)
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
+        status_at.append(somalloc.stats())
         if step == 2:
             digest = [float(p.double().sum()) for net in nets for p in net.parameters()]
     check("tensors of %d sizes on two streams keep their contents over %d steps" % (len(SIZES), steps), not bad, str(bad[:3]))
     digest_file = trace + ".digest"
     if what == "broken":
         broken(digest, digest_file)
+    elif what == "auto":
+        auto(digest, digest_file, status_at)
     elif what == "record":
         with open(digest_file, "w") as f:
             json.dump(digest, f)
@@ -175,6 +185,28 @@ def main():
             broken_child(trace)
     print("%d passed, %d failed" % (sum(results), len(results) - sum(results)))
     return 0 if all(results) else 1
+
+
+def auto(digest, digest_file, status_at):
+    """The checks of a run planned in itself (plan:auto)."""
+    status, why = somalloc.plan_status()
+    codes = [st["plan_status"] for st in status_at]
+    check("plan:auto switched to its plan (status %d: %s)" % (status, why),
+          status == somalloc.PLAN_SERVING and codes[-1] == somalloc.PLAN_SERVING)
+    check("it recorded before (status %s)" % codes[:8], codes[0] == somalloc.PLAN_RECORDING)
+    if somalloc.PLAN_SERVING in codes:
+        k = codes.index(somalloc.PLAN_SERVING)
+        first, last = status_at[min(k + 1, len(codes) - 1)], status_at[-1]
+        made = last["allocations"] - first["allocations"]
+        served = last["plan_served"] - first["plan_served"]
+        check("from the step after the switch (step %d), most allocations came from the plan (%d of %d, arena %.1f MiB)"
+              % (k, served, made, last["plan_arena_bytes"] / 2**20),
+              made > 0 and served >= 0.9 * made and last["plan_arena_bytes"] > 0)
+    st = somalloc.stats()
+    check("no allocation or free failed", st["failed_allocations"] == 0 and st["failed_frees"] == 0)
+    with open(digest_file) as f:
+        recorded = json.load(f)
+    check("the weights after three steps equal the recorded run's, to the bit", digest == recorded)
 
 
 def broken(digest, digest_file):

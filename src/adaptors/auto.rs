@@ -160,6 +160,9 @@ pub struct AutoPlanner {
     wake: Condvar,
     pid: AtomicU64,
     started: Instant,
+    /// Allocations to go after the switch before [`settle_due`](AutoPlanner::settle_due)
+    /// answers `true` (a step's).
+    settle: AtomicU64,
 }
 
 impl std::fmt::Debug for AutoPlanner {
@@ -198,6 +201,7 @@ impl AutoPlanner {
             wake: Condvar::new(),
             pid: AtomicU64::new(u64::from(std::process::id())),
             started: Instant::now(),
+            settle: AtomicU64::new(0),
         })
     }
 
@@ -421,11 +425,26 @@ impl AutoPlanner {
             arena_bytes: f.plan.arena,
             planned_us: f.planned_us,
         };
+        self.settle.store(f.len, Ordering::Relaxed);
         self.phase.store(SERVING, Ordering::Relaxed);
         rec.keys = Vec::new();
         rec.ops = Vec::new();
         rec.live = HashMap::new();
         Some(shares)
+    }
+
+    /// Call before each allocation once serving: `true` once, a step's
+    /// allocations after the switch, when the blocks of the step before the
+    /// switch (made elsewhere) are freed: memory the caller's cache or pool
+    /// kept for them can go back to the device then. One atomic read a call
+    /// after that.
+    pub fn settle_due(&self) -> bool {
+        if self.phase.load(Ordering::Relaxed) != SERVING || self.settle.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.settle
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok_and(|n| n == 1)
     }
 
     /// Unit tests: makes the planner believe it was made in another

@@ -27,6 +27,8 @@ struct Program {
     planned: u64,
     /// Allocations after the switch, and those served from the plan.
     after: (u64, u64),
+    /// Times `settle_due` said yes.
+    settled: u32,
 }
 
 impl Program {
@@ -40,6 +42,7 @@ impl Program {
             allocations: 0,
             planned: 0,
             after: (0, 0),
+            settled: 0,
         }
     }
 
@@ -47,6 +50,9 @@ impl Program {
         if let Some(shares) = self.auto.switch_due() {
             assert!(self.shares.is_empty(), "switched twice");
             self.shares = shares.into_iter().collect();
+        }
+        if self.auto.settle_due() {
+            self.settled += 1;
         }
         let s = &self.streams[stream];
         let key = s.as_raw() as usize;
@@ -185,6 +191,7 @@ fn a_repeated_step_is_planned_and_served_from_the_start_of_a_step() {
     assert_eq!(p.after.0, p.after.1, "allocations after the switch not planned");
     assert!(p.after.0 > 800);
     assert!(arena_bytes <= 16 << 20, "{arena_bytes}");
+    assert_eq!(p.settled, 1, "settled once, a step after the switch");
     p.end();
 }
 
