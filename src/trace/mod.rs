@@ -48,10 +48,19 @@
 //!
 //! # Cost and memory
 //!
-//! Recording an event costs a clock read and a write into the thread's own
-//! buffer: no lock, no atomic read-modify-write, no system call (the
-//! [Measured](crate::guide::measured) page gives the cost over the cache tier). Memory
-//! is bounded: [`RecordOptions::buffer_events`] events per recording
+//! Recording an event costs a clock read, a write into the thread's own
+//! buffer, two stores to a counter of that buffer (on a cache line no other
+//! thread writes), one sequentially consistent fence (a full memory
+//! barrier) and a load of whether the recorder is finished: no lock, no
+//! atomic read-modify-write, no system call (the
+//! [Measured](crate::guide::measured) page gives the cost over the cache
+//! tier). A thread's first event into a recorder also registers its
+//! buffer, under a lock. An event recorded while
+//! [`finish`](Recorder::finish) runs is either written or counted as
+//! dropped, never lost uncounted; events recorded after it are dropped and
+//! counted.
+//!
+//! Memory is bounded: [`RecordOptions::buffer_events`] events per recording
 //! thread (56 bytes each). The writer thread takes the events every
 //! millisecond or so; a thread that records faster than that until its
 //! buffer is full drops its next events, never waits. Dropped events are
