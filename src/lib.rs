@@ -256,6 +256,19 @@
 //!   the tier or removing the stream hands them to the queue of frees that
 //!   wait for the stream to leave its capture.
 //!
+//! These calls ([`CacheTier::flush`], [`CacheTier::trim`],
+//! [`StreamCache::flush`], [`StreamCache::trim`],
+//! [`CacheTier::remove_stream`], dropping the tier) ask the stream once
+//! whether it captures, and then free its cached blocks on it. So **a
+//! capture of a stream must not begin, on any thread, while one of them
+//! runs for that stream's cache**: a capture begun in between would receive
+//! the frees as its own work (recorded into its graph, or refused by the
+//! runtime) instead of leaving the blocks cached or queued, and the cache
+//! would count them as returned. No lock of the cache can close that
+//! window, since beginning a capture takes none; it is the rule for any
+//! call that enqueues work on a stream, whose program orders the beginning
+//! of the stream's capture with that work.
+//!
 //! Knowing that the stream captures costs two relaxed loads for an owned
 //! stream while no capture is in progress (see
 //! [Stream capture](crate::Stream#stream-capture)); a borrowed stream is

@@ -31,7 +31,10 @@ use crate::stream::{Asked, Stream};
 ///
 /// The tier keeps every stream it has a cache for alive until
 /// [`CacheTier::remove_stream`] or its drop. Dropping it returns every
-/// cached block to the upstream resource.
+/// cached block to the upstream resource; as during
+/// [`remove_stream`](CacheTier::remove_stream), no capture of its streams
+/// may begin meanwhile (see [under stream
+/// capture](crate#under-stream-capture)).
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -149,6 +152,13 @@ impl CacheTier {
     /// no longer keeps it alive). Handles to its [`StreamCache`] that are
     /// still held (by buffers, say) keep working as a pass-through to the
     /// upstream resource. `false` if the stream had no cache.
+    ///
+    /// A capture of `stream` must not begin, on any thread, while this
+    /// runs: the stream is asked once whether it captures, before its
+    /// blocks are freed on it (or queued until a capture they found ends),
+    /// and a capture begun in between would receive the frees as its own
+    /// work (recorded into its graph, or refused by the runtime). See
+    /// [under stream capture](crate#under-stream-capture).
     pub fn remove_stream(&self, stream: &Stream) -> Result<bool> {
         let key = stream.as_raw() as usize;
         let removed = {
@@ -179,6 +189,12 @@ impl CacheTier {
     /// upstream pool's used bytes to drop. Tries every stream and reports
     /// the first error. A stream that is capturing keeps its cached blocks
     /// (its frees would be recorded into the graph).
+    ///
+    /// A capture of any of the tier's streams must not begin, on any
+    /// thread, while this runs: each stream is asked once whether it
+    /// captures, before its frees, and a capture begun in between would
+    /// receive them as its own work (recorded into its graph, or refused by
+    /// the runtime).
     pub fn flush(&self) -> Result<()> {
         crate::trace::note(crate::trace::Action::Flush, self.shared.device.ordinal(), None, 0);
         let mut first_error = None;
@@ -192,7 +208,8 @@ impl CacheTier {
 
     /// Returns cached blocks (largest first, from every stream in proportion
     /// to what it caches) until at most `bytes_to_keep` stay cached in all.
-    /// Capturing streams are skipped.
+    /// Capturing streams are skipped; as for [`flush`](CacheTier::flush), a
+    /// capture of any of the tier's streams must not begin while this runs.
     pub fn trim(&self, bytes_to_keep: usize) -> Result<()> {
         let caches = self.shared.snapshot();
         let amounts: Vec<usize> = caches.iter().map(|c| c.cached_bytes()).collect();
@@ -340,6 +357,11 @@ unsafe impl MemoryResource for CacheTier {
     }
 }
 
+/// Returns every cached block to the upstream resource, freed on its
+/// stream (or queued until the stream leaves a capture it is in). A
+/// capture of any of the tier's streams must not begin, on any thread,
+/// while the drop runs: each stream is asked once whether it captures,
+/// before its frees, and a capture begun in between would receive them.
 impl Drop for CacheTier {
     fn drop(&mut self) {
         let caches = std::mem::take(&mut *lock(&self.shared.registry));
