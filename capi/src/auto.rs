@@ -4,9 +4,9 @@
 //! per-thread default stream), finds the step they repeat and plans it on
 //! a thread of its own; at the start of a later step each recorded stream
 //! takes its share of the plan's arena, and the cache tier and the pool
-//! give back what they kept for the blocks before (flush and trim, at the
-//! switch and again a step later, once the step before the switch has
-//! freed its blocks). Until then, and for every allocation the plan has
+//! give back what they kept for the blocks before (flush, the device's
+//! streams synchronized, trim: at the switch and again a step later, once
+//! the step before the switch has freed its blocks). Until then, and for every allocation the plan has
 //! no slot for, the cache tier or the pool serve as they would without
 //! it. `plan_share:MS` lets the streams' blocks share bytes as a trace's
 //! plan does (`off`, the default: streams apart); `plan_share:device`
@@ -50,14 +50,19 @@ pub fn before_allocate(dev: &DeviceState) {
     }
 }
 
-/// Cached blocks back to the pool, the pool's unused memory back to the
-/// device.
+/// Cached blocks back to the pool, and the pool's unused memory back to
+/// the device once the streams have reached those frees (each stream seen
+/// is synchronized: twice in a run, a queue's drain each).
 fn give_back(dev: &DeviceState) {
     let Ok(_current) = DeviceGuard::set(&dev.device) else {
         return;
     };
     if let Some(tier) = &dev.tier {
         let _ = tier.flush();
+    }
+    for entry in dev.streams() {
+        // A capturing stream refuses: its blocks stay with the pool.
+        let _ = entry.stream.synchronize();
     }
     let _ = dev.pool.trim_to(0);
 }
@@ -109,6 +114,9 @@ pub fn status(auto: &AutoPlanner) -> (u64, String) {
                 planned_us as f64 / 1e3
             ),
         ),
-        AutoStatus::Off(why) => (crate::SOMALLOC_PLAN_NOT_USED, format!("plan:auto not used: {why}")),
+        AutoStatus::Off(why) => (
+            crate::SOMALLOC_PLAN_NOT_USED,
+            format!("plan:auto not used: {why}"),
+        ),
     }
 }

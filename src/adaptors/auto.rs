@@ -455,6 +455,32 @@ impl AutoPlanner {
     }
 }
 
+/// Whether the recorded blocks live just before allocations `n - 3 len`,
+/// `n - 2 len` and `n - len` are as many, of as many bytes.
+fn balanced(ops: &[StreamOp], n: usize, len: usize) -> bool {
+    let marks = [n - 3 * len, n - 2 * len, n - len];
+    let mut sizes: Vec<u64> = Vec::with_capacity(n);
+    let (mut count, mut bytes) = (0i64, 0i64);
+    let mut at: Vec<(i64, i64)> = Vec::with_capacity(3);
+    for op in ops {
+        match op.op {
+            Op::Alloc(size) => {
+                if marks.contains(&sizes.len()) {
+                    at.push((count, bytes));
+                }
+                sizes.push(size);
+                count += 1;
+                bytes += size as i64;
+            }
+            Op::Free(k) => {
+                count -= 1;
+                bytes -= sizes.get(k).map_or(0, |&s| s as i64);
+            }
+        }
+    }
+    at.len() == 3 && at.windows(2).all(|w| w[0] == w[1])
+}
+
 /// The step `keys` repeat up to their end (three instances at least, from
 /// allocation `since` on) and its plan from the last two instances, the
 /// frees of their blocks as recorded: `Ok(None)` when there is none yet,
@@ -475,6 +501,15 @@ fn plan_recording(
     }
     // Three instances in a window of `MAX_SEARCHED`: two fit a plan.
     let len = step.len;
+    // A program's step leaves what lives as it found it; a period inside
+    // the step (a model's layers, one after another) does not: forward
+    // keeps each layer's activations, backward frees them. So the blocks
+    // live (their number and bytes) must be the same at the last three
+    // instance boundaries (not at the end: the frees that follow the
+    // last allocation may not have come yet).
+    if !balanced(ops, n, len) {
+        return Ok(None);
+    }
     // The last two instances, allocations renumbered from 0, with the
     // frees of their blocks recorded so far.
     let first = n - 2 * len;

@@ -10,6 +10,7 @@ use super::*;
 use crate::resource::MemoryResource;
 use crate::stream::Stream;
 use crate::testing::{FakeResource, Rng};
+use crate::trace::plan::{find_step, Op, StreamOp};
 
 /// A program of `streams` streams: a prologue of weights never freed,
 /// then steps of allocations, each freed some allocations later (some in
@@ -313,4 +314,67 @@ fn a_forked_child_does_not_plan() {
     }
     assert_eq!(p.planned, 0);
     p.end();
+}
+
+/// A model's step: forward keeps an activation per layer, backward makes
+/// a gradient per layer and frees the layer's activation, the optimizer
+/// makes and frees a buffer. The layers repeat inside the step; only the
+/// whole step leaves the live blocks as it found them, and that is the
+/// step planned.
+#[test]
+fn the_step_is_the_whole_step_not_a_layer_repeated_inside_it() {
+    let layers = 12;
+    let mut step: Vec<(usize, usize, u64)> = Vec::new();
+    // Forward: activation k, freed in backward (layers - k) * 2 - 1
+    // allocations later... laid out below by position.
+    for k in 0..layers {
+        // Lives until the backward of layer k: after the rest of forward
+        // (layers - 1 - k) and the backward layers after it (2 per layer).
+        let life = (layers - 1 - k) as u64 + 2 * (layers - k) as u64;
+        step.push((0, 1 << 20, life));
+    }
+    for _ in 0..layers {
+        step.push((0, 256 << 10, 1)); // a layer's gradient scratch
+        step.push((0, 64 << 10, 24)); // its weight gradient, freed later
+    }
+    step.push((0, 4 << 20, 1)); // the optimizer's buffer
+    let mut p = Program::new(AutoOptions::default(), 1, 0x5000_0000);
+    run_steps(&mut p, 60, &step);
+    match p.auto.status() {
+        AutoStatus::Serving { step: len, .. } => assert_eq!(len as usize, step.len()),
+        other => panic!("{other:?}"),
+    }
+    p.end();
+}
+
+/// The recording of a model's first step, cut in the middle of its
+/// backward pass: the last layers repeat (a gradient scratch freed at
+/// once, a weight gradient that lives on, each layer's activation freed),
+/// but they free what forward made, so they are no step.
+#[test]
+fn a_layer_period_in_the_middle_of_backward_is_not_planned() {
+    let layers = 24usize;
+    let mut ops: Vec<StreamOp> = Vec::new();
+    let mut keys: Vec<u64> = Vec::new();
+    let mut alloc = |ops: &mut Vec<StreamOp>, bytes: u64| {
+        keys.push(bytes);
+        ops.push(StreamOp::new(0, Op::Alloc(bytes), 0));
+        keys.len() - 1
+    };
+    let acts: Vec<usize> = (0..layers).map(|_| alloc(&mut ops, 1 << 20)).collect();
+    for k in (0..layers).rev() {
+        let scratch = alloc(&mut ops, 256 << 10);
+        ops.push(StreamOp::new(0, Op::Free(scratch), 0));
+        alloc(&mut ops, 64 << 10);
+        let more = alloc(&mut ops, 128 << 10);
+        ops.push(StreamOp::new(0, Op::Free(more), 0));
+        alloc(&mut ops, 32 << 10);
+        ops.push(StreamOp::new(0, Op::Free(acts[k]), 0));
+    }
+    // The layers of backward repeat with a period of four allocations...
+    let step = find_step(&keys).expect("a period");
+    assert_eq!((step.len, step.end), (4, keys.len()));
+    // ...which frees a layer's activation every time: no step.
+    assert!(!balanced(&ops, keys.len(), 4));
+    assert!(plan_recording(&keys, 0, &ops, None).unwrap().is_none());
 }
