@@ -349,7 +349,7 @@ impl AutoPlanner {
         match found {
             Ok(None) => {}
             Err(why) => self.off(&mut rec, why),
-            Ok(Some((plan, len))) => {
+            Ok(Some((plan, len, phase))) => {
                 let n = keys.len() as u64;
                 // The program since the snapshot must still follow the step.
                 let now = rec.keys.len();
@@ -363,7 +363,7 @@ impl AutoPlanner {
                 rec.found = Some(Found {
                     plan,
                     len,
-                    phase: n % len,
+                    phase,
                     lanes,
                     planned_us: t0.elapsed().as_micros() as u64,
                 });
@@ -455,17 +455,16 @@ impl AutoPlanner {
     }
 }
 
-/// Whether the recorded blocks live just before allocations `n - 3 len`,
-/// `n - 2 len` and `n - len` are as many, of as many bytes.
-fn balanced(ops: &[StreamOp], n: usize, len: usize) -> bool {
-    let marks = [n - 3 * len, n - 2 * len, n - len];
-    let mut sizes: Vec<u64> = Vec::with_capacity(n);
+/// The recorded blocks live just before each allocation from number
+/// `from` to the last (`n` in all), as (count, bytes).
+fn live_from(ops: &[StreamOp], from: usize) -> Vec<(i64, i64)> {
+    let mut sizes: Vec<u64> = Vec::new();
     let (mut count, mut bytes) = (0i64, 0i64);
-    let mut at: Vec<(i64, i64)> = Vec::with_capacity(3);
+    let mut at: Vec<(i64, i64)> = Vec::new();
     for op in ops {
         match op.op {
             Op::Alloc(size) => {
-                if marks.contains(&sizes.len()) {
+                if sizes.len() >= from {
                     at.push((count, bytes));
                 }
                 sizes.push(size);
@@ -478,19 +477,29 @@ fn balanced(ops: &[StreamOp], n: usize, len: usize) -> bool {
             }
         }
     }
-    at.len() == 3 && at.windows(2).all(|w| w[0] == w[1])
+    at
+}
+
+/// Whether the recorded blocks live just before allocations `n - 3 len`,
+/// `n - 2 len` and `n - len` are as many, of as many bytes.
+#[cfg(test)]
+fn balanced(ops: &[StreamOp], n: usize, len: usize) -> bool {
+    let at = live_from(ops, n - 3 * len);
+    at.len() == 3 * len && at[0] == at[len] && at[len] == at[2 * len]
 }
 
 /// The step `keys` repeat up to their end (three instances at least, from
-/// allocation `since` on) and its plan from the last two instances, the
-/// frees of their blocks as recorded: `Ok(None)` when there is none yet,
-/// an error when it can never be planned.
+/// allocation `since` on) and its plan from two instances, ending where
+/// the fewest bytes live in the last one, with the frees of their blocks
+/// as recorded; with the step's length and the phase (allocation number
+/// modulo the length) at which it begins. `Ok(None)` when there is none
+/// yet, an error when it can never be planned.
 fn plan_recording(
     keys: &[u64],
     since: usize,
     ops: &[StreamOp],
     sharing: Option<Sharing>,
-) -> Result<Option<(Arc<Plan>, u64)>, String> {
+) -> Result<Option<(Arc<Plan>, u64, u64)>, String> {
     let n = keys.len();
     let from = n.saturating_sub(MAX_SEARCHED).max(since.min(n));
     let Some(step) = find_step(&keys[from..]) else {
@@ -507,23 +516,30 @@ fn plan_recording(
     // live (their number and bytes) must be the same at the last three
     // instance boundaries (not at the end: the frees that follow the
     // last allocation may not have come yet).
-    if !balanced(ops, n, len) {
+    let live = live_from(ops, n - 3 * len);
+    if live.len() != 3 * len || live[0] != live[len] || live[len] != live[2 * len] {
         return Ok(None);
     }
-    // The last two instances, allocations renumbered from 0, with the
+    // The plan takes over where the fewest bytes live in the step (a
+    // training loop's step boundary, where the activations are freed):
+    // the memory the blocks from before hold is least there. The two
+    // instances planned end there, inside the last one recorded.
+    let low = (0..len).min_by_key(|&r| live[2 * len + r].1).unwrap_or(0);
+    let m = n - len + low;
+    // The two instances before `m`, allocations renumbered from 0, with the
     // frees of their blocks recorded so far.
-    let first = n - 2 * len;
+    let first = m - 2 * len;
     let mut kept = Vec::with_capacity(4 * len);
     let mut made = 0usize;
     for op in ops {
         match op.op {
             Op::Alloc(_) => {
-                if (first..n).contains(&made) {
+                if (first..m).contains(&made) {
                     kept.push(*op);
                 }
                 made += 1;
             }
-            Op::Free(k) if (first..n).contains(&k) => kept.push(StreamOp {
+            Op::Free(k) if (first..m).contains(&k) => kept.push(StreamOp {
                 op: Op::Free(k - first),
                 ..*op
             }),
@@ -534,7 +550,7 @@ fn plan_recording(
     if plan.wrap_to != Some(len) {
         return Ok(None);
     }
-    Ok(Some((Arc::new(plan), len as u64)))
+    Ok(Some((Arc::new(plan), len as u64, (m % len) as u64)))
 }
 
 #[cfg(test)]

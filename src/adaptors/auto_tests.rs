@@ -378,3 +378,84 @@ fn a_layer_period_in_the_middle_of_backward_is_not_planned() {
     assert!(!balanced(&ops, keys.len(), 4));
     assert!(plan_recording(&keys, 0, &ops, None).unwrap().is_none());
 }
+
+/// Replays a recorded trace (`SOMALLOC_REPLAY_TRACE`) through the planner
+/// and its arena on the fake runtime, and prints where it switched and
+/// which requests the plan refused after: a tool for a program whose
+/// steady steps are not all served (`cargo test -- --ignored replay`).
+#[test]
+#[ignore = "needs a trace: SOMALLOC_REPLAY_TRACE=PATH"]
+fn replay_a_trace() {
+    use crate::trace::{Action, Trace};
+    let path = std::env::var("SOMALLOC_REPLAY_TRACE").expect("SOMALLOC_REPLAY_TRACE");
+    let trace = Trace::read(&path).expect("a trace");
+    let up = FakeResource::new(None);
+    let auto = AutoPlanner::new(AutoOptions::default());
+    let streams: Vec<Stream> = (0..trace.streams.len().max(1))
+        .map(|i| Stream::fake_in(0x6000_0000 + 16 * i, 0, 0))
+        .collect();
+    let mut shares: HashMap<usize, PlanShare> = HashMap::new();
+    // Recorded address -> (address here, slot, stream index).
+    let mut live: HashMap<u64, (usize, Option<usize>, usize, usize)> = HashMap::new();
+    let (mut after, mut served) = (0u64, 0u64);
+    let mut refused: HashMap<u64, u64> = HashMap::new();
+    for e in trace.events.iter().filter(|e| e.device == 0) {
+        let si = e.stream.unwrap_or(0) as usize;
+        let s = &streams[si];
+        let key = s.as_raw() as usize;
+        match e.action {
+            Action::Allocate => {
+                if let Some(sh) = auto.switch_due() {
+                    shares = sh.into_iter().collect();
+                    let st = up.state();
+                    println!("switch with {} bytes live upstream (peak so far {})", st.used, st.used_peak);
+                }
+                let bytes = e.bytes as usize;
+                let planned = shares
+                    .get(&key)
+                    .and_then(|sh| sh.arena.allocate(sh.lane, bytes, s, &*up));
+                if !shares.is_empty() {
+                    after += 1;
+                    served += u64::from(planned.is_some());
+                    if planned.is_none() {
+                        *refused.entry(e.bytes).or_default() += 1;
+                    }
+                }
+                let (addr, slot) = match planned {
+                    Some((p, slot)) => (p as usize, Some(slot)),
+                    None => {
+                        let p = up.allocate(bytes, s).unwrap() as usize;
+                        if auto.recording() {
+                            auto.allocated(key, p, bytes, false);
+                        }
+                        (p, None)
+                    }
+                };
+                live.insert(e.addr, (addr, slot, si, bytes));
+            }
+            Action::Free => {
+                let Some((addr, slot, si, bytes)) = live.remove(&e.addr) else {
+                    continue;
+                };
+                let s = &streams[si];
+                match slot {
+                    Some(slot) => shares[&(s.as_raw() as usize)].arena.free(slot, false).unwrap(),
+                    None => {
+                        if auto.recording() {
+                            auto.freed(addr);
+                        }
+                        // SAFETY: the upstream's block, freed once.
+                        unsafe { up.deallocate(addr as *mut c_void, bytes, s) }.unwrap();
+                    }
+                }
+            }
+            _ => {}
+        }
+        auto.wait_planned();
+    }
+    let mut top: Vec<_> = refused.into_iter().collect();
+    top.sort_by_key(|r| std::cmp::Reverse(r.1));
+    println!("{:?}", auto.status());
+    println!("after the switch: {after} allocations, {served} from the plan");
+    println!("refused most (bytes, times): {:?}", &top[..top.len().min(12)]);
+}
