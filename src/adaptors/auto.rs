@@ -350,7 +350,6 @@ impl AutoPlanner {
             Ok(None) => {}
             Err(why) => self.off(&mut rec, why),
             Ok(Some((plan, len, phase))) => {
-                let n = keys.len() as u64;
                 // The program since the snapshot must still follow the step.
                 let now = rec.keys.len();
                 let l = len as usize;
