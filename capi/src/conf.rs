@@ -339,7 +339,10 @@ mod tests {
         assert_eq!(p.plan.as_deref(), Some("/tmp/run.trace"));
         assert_eq!(Conf::parse("plan:off").unwrap().plan, None);
         let a = Conf::parse("plan:auto,plan_share:10").unwrap();
-        assert_eq!((a.plan, a.plan_auto, a.plan_share), (None, true, Some(Sharing::HostLag(10_000_000))));
+        assert_eq!(
+            (a.plan, a.plan_auto, a.plan_share),
+            (None, true, Some(Sharing::HostLag(10_000_000)))
+        );
         assert!(!Conf::parse("plan:./auto").unwrap().plan_auto);
         assert!(!Conf::parse("plan:off").unwrap().plan_auto);
         assert_eq!(t.plan_share, None);

@@ -316,7 +316,11 @@ impl DeviceState {
 
     /// The entry of stream `key` if it was seen.
     pub fn seen(&self, key: usize) -> Option<Arc<Entry>> {
-        self.streams.read().unwrap_or_else(|p| p.into_inner()).get(&key).cloned()
+        self.streams
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned()
     }
 
     pub fn streams(&self) -> Vec<Arc<Entry>> {
