@@ -408,7 +408,10 @@ fn replay_a_trace() {
                 if let Some(sh) = auto.switch_due() {
                     shares = sh.into_iter().collect();
                     let st = up.state();
-                    println!("switch with {} bytes live upstream (peak so far {})", st.used, st.used_peak);
+                    println!(
+                        "switch with {} bytes live upstream (peak so far {})",
+                        st.used, st.used_peak
+                    );
                 }
                 let bytes = e.bytes as usize;
                 let planned = shares
