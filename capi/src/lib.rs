@@ -48,6 +48,7 @@ mod auto;
 pub mod conf;
 mod error;
 mod plan;
+mod recording;
 mod registry;
 mod state;
 
