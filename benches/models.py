@@ -36,7 +36,7 @@ Modes, one process each (per workload), all in one run:
                    serves before); somalloc-auto-shared: with plan_share:10
 --plan-mode NAME=CONF adds a plan mode with its own keys (recorded, then
   served), e.g. --plan-mode "plan-share-5=cache:on,plan_share:5" or
-  --plan-mode "divert=cache:on,plan_share:device,plan_divert:1GiB".
+  --plan-mode "timed=cache:on,plan_share:device,plan_time_waits:on".
 --serial makes the second model's stream wait for the first's every step
   (workload both): the two models then never run at once, which separates
   the device's work from how the streams overlap.

@@ -46,8 +46,8 @@ pub struct Conf {
     /// The plan's streams share one arena, bytes passing from a stream to
     /// another by this rule (`None`: an arena per stream).
     pub plan_share: Option<Sharing>,
-    /// Bytes of a shared plan's slots that may be served elsewhere once
-    /// their waits stall their stream on the device (0: none).
+    /// `plan_divert:` (deprecated, ignored): bytes of a shared plan's slots
+    /// to serve elsewhere once their waits stall their stream (0: none).
     pub plan_divert: u64,
     /// Time every wait of a shared plan on the device (what the statistics'
     /// `plan_wait_stall_ns` adds up).
@@ -182,9 +182,9 @@ impl Conf {
                         rule => Some(rule),
                     }
                 }
-                // Memory a shared plan may give up for time: slots whose
-                // waits stall their stream, up to this many bytes, go to the
-                // cache tier or the pool (`off` or a size).
+                // Deprecated (accepted for this release, ignored, and said
+                // so once on stderr by `plan::load_or_explain`): memory a
+                // shared plan may give up for time (`off` or a size).
                 "plan_divert" => {
                     conf.plan_divert = match value {
                         "off" | "false" | "0" | "False" => 0,

@@ -26,13 +26,9 @@
 //! far as the run goes as the recorded one did. The trace must have been
 //! recorded with `trace_device:on`.
 //!
-//! With `plan_divert:SIZE` as well, a slot whose wait held its stream on
-//! the device ([`PlannedArena::divert_stalls`]) is served by the cache tier
-//! or the pool from then on, up to SIZE bytes of such slots: a run whose
-//! pace differs from the recorded one's gives up some memory instead of
-//! waiting every step.
-//!
-//! [`PlannedArena::divert_stalls`]: somalloc_rs::adaptors::PlannedArena::divert_stalls
+//! `plan_divert:SIZE` is accepted for this release and ignored, with one
+//! line on stderr: a recorded run showed that diverting the slots whose
+//! waits stalled their stream gave up memory without saving time.
 //!
 //! The library's `StreamPlans` and `PlannedArena` (those of its
 //! `PlanningAdaptor`) do the work: a slot is handed out only if no live
@@ -93,16 +89,13 @@ impl PlanStatus {
 
 /// The plans of `device`'s streams in the trace at `path`: one arena per
 /// stream, or one shared by the streams with bytes passing between them
-/// by the rule `share` (`plan_share:`).
-/// With `divert` bytes, a shared plan serves the slots whose waits stall
-/// their stream elsewhere, up to that much (`plan_divert:`); with
-/// `time_waits`, it times every wait on the device (`plan_time_waits:`).
+/// by the rule `share` (`plan_share:`); with `time_waits`, a shared plan
+/// times every wait on the device (`plan_time_waits:`).
 /// An error says why no plan can be made, without the path.
 pub fn load(
     path: &str,
     device: usize,
     share: Option<Sharing>,
-    divert: u64,
     time_waits: bool,
 ) -> Result<StreamPlans, String> {
     let trace = Trace::read(path).map_err(|e| e.to_string())?;
@@ -116,7 +109,6 @@ pub fn load(
         ));
     }
     let plans = StreamPlans::from_trace_sharing(&trace, device, share).map_err(|e| e.to_string())?;
-    plans.divert_stalls(divert);
     plans.time_waits(time_waits);
     Ok(plans)
 }
@@ -128,16 +120,14 @@ pub fn load(
 /// on device N: REASON; serving without it`). The device's state calls it
 /// once, when it is made.
 pub fn load_or_explain(conf: &Conf, device: usize) -> (Option<StreamPlans>, PlanStatus) {
+    if conf.plan_divert > 0 {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| eprintln!("{DIVERT_IGNORED}"));
+    }
     let Some(path) = &conf.plan else {
         return (None, PlanStatus::Off);
     };
-    match load(
-        path,
-        device,
-        conf.plan_share,
-        conf.plan_divert,
-        conf.plan_time_waits,
-    ) {
+    match load(path, device, conf.plan_share, conf.plan_time_waits) {
         Ok(plans) => (Some(plans), PlanStatus::Serving),
         Err(why) => {
             eprintln!("{}", not_used_line(path, device, &why));
@@ -145,6 +135,12 @@ pub fn load_or_explain(conf: &Conf, device: usize) -> (Option<StreamPlans>, Plan
         }
     }
 }
+
+/// What `plan_divert:` with a size says, once, on stderr.
+pub const DIVERT_IGNORED: &str =
+    "somalloc: plan_divert is ignored and will be refused in a later release: a \
+     recorded run showed that serving elsewhere the slots whose waits stalled their stream gave up memory \
+     without saving time";
 
 /// The line that says a plan is not used: one line (line breaks in the
 /// reason become spaces).
@@ -182,7 +178,7 @@ mod tests {
             r.record(t, Action::Allocate, 0, Some(2), 64, 0x30_0000 + k);
         }
         r.finish().unwrap();
-        let plans = load(&path, 0, None, 0, false).unwrap();
+        let plans = load(&path, 0, None, false).unwrap();
         let legacy = plans.take(true).unwrap().arena;
         assert_eq!((legacy.plan().slots.len(), legacy.plan().arena), (8, 512));
         assert!(plans.take(true).is_none(), "the legacy plan is taken once");
@@ -191,7 +187,7 @@ mod tests {
         assert!(plans.take(false).is_none(), "the per-thread stream has no plan");
         // Shared: one arena, the streams its lanes in the order they came
         // (each block lives beside the other stream's, so none shares).
-        let plans = load(&path, 0, Some(Sharing::HostLag(0)), 0, false).unwrap();
+        let plans = load(&path, 0, Some(Sharing::HostLag(0)), false).unwrap();
         let (legacy, other) = (plans.take(true).unwrap(), plans.take(false).unwrap());
         assert!(std::sync::Arc::ptr_eq(&legacy.arena, &other.arena));
         assert_eq!((other.lane, legacy.lane), (0, 1));
@@ -199,7 +195,7 @@ mod tests {
         assert_eq!(other.arena.plan().arena, (1 << 20) + 512);
         assert!(plans.take(false).is_none());
         // Sharing by device times needs a trace that has them.
-        let e = load(&path, 0, Some(Sharing::Device { margin_ns: 0 }), 0, false).unwrap_err();
+        let e = load(&path, 0, Some(Sharing::Device { margin_ns: 0 }), false).unwrap_err();
         assert!(e.contains("trace_device:on"), "{e}");
         let _ = std::fs::remove_file(&path);
     }

@@ -54,7 +54,7 @@ part plan-auto-shared python3 "$dir/plan_gpu.py" auto "$out/plan.trace" plan_sha
 # The same, the two streams sharing one arena (bytes passing between them
 # with events).
 part plan-serve-shared python3 "$dir/plan_gpu.py" plan "$out/plan.trace" plan_share:0
-# The same, slots whose waits stall their stream served elsewhere.
+# The same with plan_divert (deprecated and ignored: it must pass as without it).
 part plan-serve-divert python3 "$dir/plan_gpu.py" plan "$out/plan.trace" plan_share:0 plan_divert:64MiB
 # The same, every wait timed on the device.
 part plan-serve-timed python3 "$dir/plan_gpu.py" plan "$out/plan.trace" plan_share:0 plan_time_waits:on

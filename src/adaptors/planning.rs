@@ -148,6 +148,8 @@ impl PlanningAdaptor {
     /// Each arena diverts the slots whose waits hold their stream on the
     /// device, up to `bytes` of them ([`PlannedArena::divert_stalls`]);
     /// for the arenas of streams not seen yet.
+    #[deprecated(note = "a recorded run showed diverting gives up memory without saving time; to be removed")]
+    #[allow(deprecated)]
     pub fn divert_stalls(self, bytes: u64) -> PlanningAdaptor {
         self.plans.divert_stalls(bytes);
         self

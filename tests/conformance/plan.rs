@@ -301,6 +301,8 @@ fn device_times_keep_apart_the_bytes_the_device_had_not_released() {
 }
 
 #[test]
+// A deprecated call, tested until it is removed.
+#[allow(deprecated)]
 fn a_wait_that_stalls_its_stream_diverts_its_slot() {
     // Alone on the device, as the next test, so that b reaches a's bytes
     // while a still spins.
