@@ -554,3 +554,35 @@ impl Rng {
         (lo + (hi - lo) * self.unit()).exp2() as usize
     }
 }
+
+// ---------------------------------------------------------------------------
+// Tests that change process-wide state.
+
+/// Runs the calling test again in a child process of its own, for a test
+/// that changes state every test of the process sees (the count of
+/// captures in progress, which turns every stream's fast path off while it
+/// is not zero). Returns `true` in the child, where the test's body runs;
+/// in the parent it waits for the child, panics with its output if the
+/// child failed, and returns `false` (the test returns at once).
+///
+/// `name` is the test's path below the crate (`graph::tests::my_test`).
+pub(crate) fn in_own_process(name: &str) -> bool {
+    const CHILD: &str = "SOMALLOC_TEST_CHILD";
+    if std::env::var_os(CHILD).is_some_and(|v| v == name) {
+        return true;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(exe)
+        .args([name, "--exact", "--test-threads=1", "--nocapture"])
+        .env(CHILD, name)
+        .output()
+        .expect("the test binary runs again");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{name} failed in its own process ({}):\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}
