@@ -475,6 +475,7 @@ pub(crate) fn check_alloc<C: Codes>(call: &'static str, code: i32, bytes: usize)
         ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory {
             requested: bytes,
             stats: None,
+            arena: None,
         }),
         _ => Err(vendor::<C>(call, code)),
     }

@@ -99,12 +99,16 @@ pub enum Error {
         count: usize,
     },
     /// An allocation could not be satisfied.
-    #[error("out of memory: {requested} bytes requested{}", match stats { Some(s) => format!(" (pool: {s})"), None => String::new() })]
+    #[error("out of memory: {requested} bytes requested{}{}", match stats { Some(s) => format!(" (pool: {s})"), None => String::new() }, match arena { Some(a) => format!(" (arena: {a})"), None => String::new() })]
     OutOfMemory {
         /// Bytes asked for.
         requested: usize,
         /// The statistics of the pool that refused, when they could be read.
         stats: Option<PoolStats>,
+        /// For a [`VmmArena`](crate::ArenaStats)'s refusal, after its recovery
+        /// steps: what it held (live, mapped, reserved, the largest free
+        /// range, fragmentation).
+        arena: Option<Box<crate::arena::ArenaStats>>,
     },
     /// An argument is outside what the call accepts. Nothing was enqueued.
     ///
@@ -255,7 +259,7 @@ impl Error {
     /// use somalloc::{Error, InvalidReason};
     /// let e = Error::InvalidArgument { reason: InvalidReason::LengthMismatch, why: "3 != 4".into() };
     /// assert_eq!(e.invalid_reason(), Some(InvalidReason::LengthMismatch));
-    /// let oom = Error::OutOfMemory { requested: 1, stats: None };
+    /// let oom = Error::OutOfMemory { requested: 1, stats: None, arena: None };
     /// assert_eq!(oom.invalid_reason(), None);
     /// ```
     pub fn invalid_reason(&self) -> Option<InvalidReason> {
@@ -450,6 +454,7 @@ mod tests {
         let e = Error::OutOfMemory {
             requested: 10,
             stats: None,
+            arena: None,
         };
         assert_eq!(e.to_string(), "out of memory: 10 bytes requested");
     }

@@ -354,6 +354,7 @@
 #![warn(missing_debug_implementations)]
 
 pub mod adaptors;
+mod arena;
 mod backend;
 mod buffer;
 mod cache;
@@ -403,6 +404,7 @@ cfg_if::cfg_if! {
     }
 }
 
+pub use arena::{ArenaOptions, ArenaStats};
 pub use backend::MemoryType;
 pub use buffer::{AsDeviceView, AsDeviceViewMut, DeviceBuffer, DeviceView, DeviceViewMut, ExportedBuffer};
 pub use bytemuck::Pod;

@@ -119,6 +119,7 @@ pub(crate) fn fault_point(domain: Option<u64>, call: Call) -> Result<()> {
         Some(Fault::OutOfMemory) if call == Call::Allocate => Err(Error::OutOfMemory {
             requested: 0,
             stats: None,
+            arena: None,
         }),
         Some(Fault::InvalidValue) => Err(vendor_error(call, 1, "fakeErrorInvalidValue")),
         Some(_) => Err(vendor_error(call, 700, "fakeErrorIllegalAddress")),
@@ -443,6 +444,7 @@ unsafe impl MemoryResource for FakeResource {
                 Error::OutOfMemory { stats, .. } => Error::OutOfMemory {
                     requested: bytes,
                     stats,
+                    arena: None,
                 },
                 other => other,
             });
@@ -451,6 +453,7 @@ unsafe impl MemoryResource for FakeResource {
             return Err(Error::OutOfMemory {
                 requested: bytes,
                 stats: None,
+                arena: None,
             });
         }
         let addr = s.next;

@@ -116,6 +116,7 @@ fn capped_pool_until_out_of_memory() {
         Error::OutOfMemory {
             requested,
             stats: Some(s),
+            arena: None,
         } => {
             assert_eq!(*requested, 16 * MIB);
             assert!(s.reserved_current <= cap, "reserved beyond the cap: {s}");

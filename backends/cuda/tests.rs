@@ -89,7 +89,8 @@ fn error_codes_map_to_errors() {
         check_alloc("cudaMallocAsync", 2, 64),
         Err(Error::OutOfMemory {
             requested: 64,
-            stats: None
+            stats: None,
+            arena: None,
         })
     ));
     assert!(matches!(check("cudaMemPoolCreate", 2), Err(Error::Vendor { .. })));

@@ -59,7 +59,8 @@ fn error_codes_map_like_cuda() {
         check_alloc("hipMallocAsync", 2, 64),
         Err(Error::OutOfMemory {
             requested: 64,
-            stats: None
+            stats: None,
+            arena: None,
         })
     ));
     assert!(check_alloc("hipMallocAsync", 0, 64).is_ok());

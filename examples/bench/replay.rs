@@ -875,6 +875,7 @@ mod tests {
                 return Err(Error::OutOfMemory {
                     requested: bytes,
                     stats: None,
+                    arena: None,
                 });
             }
             let a = self.next.fetch_add(1, Ordering::Relaxed);
@@ -944,6 +945,7 @@ mod tests {
             Err(Error::OutOfMemory {
                 requested: 7,
                 stats: None,
+                arena: None,
             })
         });
         assert!(matches!(err, Err(Error::OutOfMemory { requested: 7, .. })));

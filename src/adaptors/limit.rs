@@ -86,6 +86,7 @@ unsafe impl MemoryResource for LimitingAdaptor {
             return Err(Error::OutOfMemory {
                 requested: bytes,
                 stats: None,
+                arena: None,
             });
         }
         let result = self.inner.allocate(bytes, stream);

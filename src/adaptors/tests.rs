@@ -66,7 +66,11 @@ fn limiting_refuses_above_the_cap_without_calling_inner() {
     let a = res.allocate(6000, &stream).unwrap();
     let calls = fake.state().allocs;
     match res.allocate(5000, &stream) {
-        Err(Error::OutOfMemory { requested, stats }) => {
+        Err(Error::OutOfMemory {
+            requested,
+            stats,
+            arena: None,
+        }) => {
             assert_eq!(requested, 5000);
             assert!(stats.is_none());
         }

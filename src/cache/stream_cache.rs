@@ -317,6 +317,7 @@ impl StreamCache {
             Err(Error::OutOfMemory { stats, .. }) => Err(Error::OutOfMemory {
                 requested: bytes,
                 stats,
+                arena: None,
             }),
             other => other,
         }

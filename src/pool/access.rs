@@ -80,9 +80,11 @@ pub(crate) fn with_stats(e: Error, pool: Option<MemPool>) -> Error {
         Error::OutOfMemory {
             requested,
             stats: None,
+            arena: None,
         } => Error::OutOfMemory {
             requested,
             stats: pool.and_then(|p| p.stats().ok()),
+            arena: None,
         },
         other => other,
     }

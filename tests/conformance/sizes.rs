@@ -63,7 +63,11 @@ fn one_pebibyte_is_out_of_memory() {
     let _guard = crate::common::current_pool_lock();
     let pib = 1usize << 50;
     match DeviceBuffer::<u8>::new_in(pib, &ctx.pool, &ctx.stream) {
-        Err(Error::OutOfMemory { requested, stats }) => {
+        Err(Error::OutOfMemory {
+            requested,
+            stats,
+            arena: None,
+        }) => {
             assert_eq!(requested, pib);
             assert!(stats.is_some(), "the error carries the pool's stats");
         }

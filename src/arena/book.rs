@@ -1,0 +1,609 @@
+//! The arena's books: which address ranges are mapped (chunks), which of
+//! their bytes are live, which are free and who may reuse them without
+//! waiting. No runtime call happens here: the arena asks the book for a
+//! plan (where to grow, which chunk to give back), makes the calls, and
+//! tells the book what succeeded. A failed call therefore changes nothing
+//! here.
+//!
+//! # Free ranges and stream order
+//!
+//! A free range belongs to an [`Owner`]:
+//!
+//! * `Owner::Stream(s)`: freed on stream slot `s` (with the slot's free
+//!   counter `seq` at the free). Work on `s` after the free is ordered after
+//!   every use, so `s` reuses it at once. Any other stream must wait until
+//!   the slot's `done` counter (the frees a completed fence covers) reaches
+//!   `seq`.
+//! * `Owner::Any`: every use has completed on the device: any stream may
+//!   reuse it, and a chunk wholly of such ranges may be unmapped.
+//!
+//! Adjacent free ranges of the same kind and the same owner merge (a
+//! `Stream` range keeps the larger `seq`: its last free). A `Stream` range
+//! never merges with an `Any` range: the merged range would make the `Any`
+//! part wait for the stream. When a fence completes, its slot's covered
+//! ranges turn `Any` and merge with their `Any` neighbours.
+//!
+//! # Kinds
+//!
+//! Blocks of at most [`SMALL_MAX`] bytes live in `Small` chunks, larger ones
+//! in `Large` chunks; a chunk keeps its kind while mapped, and free ranges
+//! of different kinds never merge. So small blocks, which live long and
+//! scattered (biases, norms, scalars), never split the large free ranges
+//! that activations need.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// A device address, as an integer (never dereferenced).
+pub(crate) type Addr = usize;
+
+/// Blocks of at most this many bytes are small (placed in small chunks).
+pub(crate) const SMALL_MAX: usize = 1 << 20;
+
+/// Every block starts and ends on this many bytes.
+pub(crate) const ALIGN: usize = 512;
+
+/// Rounds `bytes` up to a multiple of `to` (a power of two or any non-zero
+/// step); `None` on overflow.
+pub(crate) fn round_up(bytes: usize, to: usize) -> Option<usize> {
+    bytes.checked_add(to - 1).map(|b| b / to * to)
+}
+
+/// Which chunks a block lives in (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Kind {
+    Small,
+    Large,
+}
+
+impl Kind {
+    pub(crate) fn of(bytes: usize) -> Kind {
+        if bytes <= SMALL_MAX {
+            Kind::Small
+        } else {
+            Kind::Large
+        }
+    }
+}
+
+/// Who may reuse a free range without waiting (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Owner {
+    /// Every use has completed.
+    Any,
+    /// Freed on this stream slot; others wait for its fence.
+    Stream(u32),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Free {
+    pub len: usize,
+    pub kind: Kind,
+    pub owner: Owner,
+    /// For `Owner::Stream`: the slot's free counter at the last free in the
+    /// range; 0 for `Any`.
+    pub seq: u64,
+}
+
+/// A mapped chunk: one physical handle at `[base, base + len)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Chunk {
+    pub len: usize,
+    pub kind: Kind,
+    pub handle: u64,
+}
+
+/// What the book knows of a stream slot's frees.
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    /// Frees so far (the last free's `seq`).
+    next: u64,
+    /// Frees a completed fence covers: ranges with `seq <= done` are `Any`.
+    done: u64,
+    /// Free ranges owned by the slot.
+    ranges: usize,
+}
+
+/// Where the arena maps a new chunk: `[addr, addr + len)` is unmapped and
+/// inside a reservation; `owner` is what the fresh range is booked as (the
+/// owner of the free range it extends, so that the two merge).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Grow {
+    pub addr: Addr,
+    pub len: usize,
+    pub owner: Owner,
+    pub seq: u64,
+}
+
+/// The books of one arena (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Book {
+    granule: usize,
+    /// The reserved address ranges: base → length.
+    reserved: BTreeMap<Addr, usize>,
+    chunks: BTreeMap<Addr, Chunk>,
+    free: BTreeMap<Addr, Free>,
+    /// The free ranges by (kind, owner, length, address), for best fit.
+    index: BTreeSet<(Kind, Owner, usize, Addr)>,
+    live: HashMap<Addr, (usize, Kind)>,
+    slots: Vec<Slot>,
+    pub(crate) live_bytes: usize,
+    pub(crate) mapped_bytes: usize,
+    pub(crate) free_bytes: usize,
+}
+
+impl Book {
+    /// Books for chunks made in multiples of `granule` bytes.
+    pub(crate) fn new(granule: usize) -> Book {
+        assert!(granule >= ALIGN && granule % ALIGN == 0);
+        Book {
+            granule,
+            reserved: BTreeMap::new(),
+            chunks: BTreeMap::new(),
+            free: BTreeMap::new(),
+            index: BTreeSet::new(),
+            live: HashMap::new(),
+            slots: Vec::new(),
+            live_bytes: 0,
+            mapped_bytes: 0,
+            free_bytes: 0,
+        }
+    }
+
+    pub(crate) fn granule(&self) -> usize {
+        self.granule
+    }
+
+    // ---- reservations and chunks ----
+
+    pub(crate) fn add_reservation(&mut self, base: Addr, len: usize) {
+        self.reserved.insert(base, len);
+    }
+
+    pub(crate) fn reservations(&self) -> impl Iterator<Item = (Addr, usize)> + '_ {
+        self.reserved.iter().map(|(&a, &l)| (a, l))
+    }
+
+    pub(crate) fn reserved_bytes(&self) -> usize {
+        self.reserved.values().sum()
+    }
+
+    /// Whether `addr` lies in one of the reservations.
+    pub(crate) fn owns(&self, addr: Addr) -> bool {
+        self.reserved
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&b, &l)| addr - b < l)
+    }
+
+    pub(crate) fn chunks(&self) -> impl Iterator<Item = (Addr, Chunk)> + '_ {
+        self.chunks.iter().map(|(&a, &c)| (a, c))
+    }
+
+    /// Books a chunk just mapped at `g.addr`, all of it free for `g.owner`.
+    pub(crate) fn add_chunk(&mut self, g: Grow, kind: Kind, handle: u64) {
+        debug_assert!(self.unmapped(g.addr, g.len));
+        self.chunks.insert(
+            g.addr,
+            Chunk {
+                len: g.len,
+                kind,
+                handle,
+            },
+        );
+        self.mapped_bytes += g.len;
+        if let Owner::Stream(s) = g.owner {
+            // The fresh bytes had no use: booking them as the stream's is
+            // only more careful than needed (so that they merge).
+            let slot = &mut self.slots[s as usize];
+            debug_assert!(g.seq > slot.done && g.seq <= slot.next);
+        }
+        self.put_free(
+            g.addr,
+            Free {
+                len: g.len,
+                kind,
+                owner: g.owner,
+                seq: g.seq,
+            },
+        );
+    }
+
+    /// Whether `[addr, addr + len)` lies in one reservation and overlaps no
+    /// chunk.
+    fn unmapped(&self, addr: Addr, len: usize) -> bool {
+        let Some((&b, &l)) = self.reserved.range(..=addr).next_back() else {
+            return false;
+        };
+        if addr - b > l || len > l - (addr - b) {
+            return false;
+        }
+        let before_ok = self
+            .chunks
+            .range(..addr)
+            .next_back()
+            .is_none_or(|(&a, c)| a + c.len <= addr);
+        before_ok && self.chunks.range(addr..addr + len).next().is_none()
+    }
+
+    /// The chunks that could be unmapped now: wholly free and `Any`, in
+    /// address order, with their kind's small ones first... simply all of
+    /// them; the caller picks.
+    pub(crate) fn idle_chunks(&self) -> Vec<(Addr, Chunk)> {
+        self.chunks
+            .iter()
+            .filter(|(&a, c)| self.idle(a, c.len))
+            .map(|(&a, &c)| (a, c))
+            .collect()
+    }
+
+    fn idle(&self, addr: Addr, len: usize) -> bool {
+        match self.free.range(..=addr).next_back() {
+            Some((&s, f)) => f.owner == Owner::Any && s + f.len >= addr + len,
+            None => false,
+        }
+    }
+
+    pub(crate) fn idle_bytes(&self) -> usize {
+        self.idle_chunks().iter().map(|(_, c)| c.len).sum()
+    }
+
+    /// Takes the idle chunk at `addr` out of the books (after the arena
+    /// unmapped it); its handle is for the arena to release.
+    pub(crate) fn remove_chunk(&mut self, addr: Addr) -> Chunk {
+        let chunk = self.chunks[&addr];
+        assert!(self.idle(addr, chunk.len), "only idle chunks are unmapped");
+        let (start, f) = self
+            .free
+            .range(..=addr)
+            .next_back()
+            .map(|(&s, &f)| (s, f))
+            .expect("an idle chunk is covered by a free range");
+        self.take_free(start);
+        if start < addr {
+            self.insert_free(
+                start,
+                Free {
+                    len: addr - start,
+                    ..f
+                },
+            );
+        }
+        let end = addr + chunk.len;
+        if start + f.len > end {
+            self.insert_free(
+                end,
+                Free {
+                    len: start + f.len - end,
+                    ..f
+                },
+            );
+        }
+        self.chunks.remove(&addr);
+        self.mapped_bytes -= chunk.len;
+        chunk
+    }
+
+    // ---- free ranges ----
+
+    fn insert_free(&mut self, addr: Addr, f: Free) {
+        debug_assert!(f.len > 0);
+        self.index.insert((f.kind, f.owner, f.len, addr));
+        if let Owner::Stream(s) = f.owner {
+            self.slots[s as usize].ranges += 1;
+        }
+        self.free_bytes += f.len;
+        let old = self.free.insert(addr, f);
+        debug_assert!(old.is_none());
+    }
+
+    fn take_free(&mut self, addr: Addr) -> Free {
+        let f = self.free.remove(&addr).expect("a free range starts here");
+        self.index.remove(&(f.kind, f.owner, f.len, addr));
+        if let Owner::Stream(s) = f.owner {
+            self.slots[s as usize].ranges -= 1;
+        }
+        self.free_bytes -= f.len;
+        f
+    }
+
+    /// Whether two free ranges, `a` before `b` and adjacent, merge.
+    fn merges(a: &Free, b: &Free) -> bool {
+        a.kind == b.kind && a.owner == b.owner
+    }
+
+    /// Books `[addr, addr + f.len)` as free, merged with its neighbours.
+    fn put_free(&mut self, mut addr: Addr, mut f: Free) {
+        if let Some((&p, pf)) = self.free.range(..addr).next_back() {
+            if p + pf.len == addr && Self::merges(pf, &f) {
+                let pf = self.take_free(p);
+                f.seq = f.seq.max(pf.seq);
+                f.len += pf.len;
+                addr = p;
+            }
+        }
+        let end = addr + f.len;
+        if let Some(nf) = self.free.get(&end) {
+            if Self::merges(&f, nf) {
+                let nf = self.take_free(end);
+                f.seq = f.seq.max(nf.seq);
+                f.len += nf.len;
+            }
+        }
+        self.insert_free(addr, f);
+    }
+
+    /// The best fit for `len` bytes of `kind` that `slot` may use now: the
+    /// shortest range (of its own or `Any`) that holds it.
+    pub(crate) fn find(&self, len: usize, kind: Kind, slot: u32) -> Option<Addr> {
+        let best = |owner: Owner| {
+            self.index
+                .range((kind, owner, len, 0)..=(kind, owner, usize::MAX, usize::MAX))
+                .next()
+                .map(|&(_, _, l, a)| (l, a))
+        };
+        match (best(Owner::Stream(slot)), best(Owner::Any)) {
+            (Some(x), Some(y)) => Some(if y.0 < x.0 { y.1 } else { x.1 }),
+            (x, y) => x.or(y).map(|(_, a)| a),
+        }
+    }
+
+    /// Hands out `len` bytes from the start of the free range at `addr`
+    /// (from [`find`](Book::find)); the rest stays free as it was.
+    pub(crate) fn take(&mut self, addr: Addr, len: usize) {
+        let f = self.take_free(addr);
+        assert!(f.len >= len);
+        if f.len > len {
+            self.insert_free(
+                addr + len,
+                Free {
+                    len: f.len - len,
+                    ..f
+                },
+            );
+        }
+        self.live.insert(addr, (len, f.kind));
+        self.live_bytes += len;
+    }
+
+    /// The live block at `addr`: its length and kind.
+    pub(crate) fn live(&self, addr: Addr) -> Option<(usize, Kind)> {
+        self.live.get(&addr).copied()
+    }
+
+    pub(crate) fn live_count(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Gives back the live block at `addr`, freed on `slot`.
+    pub(crate) fn give(&mut self, addr: Addr, slot: u32) {
+        let (len, kind) = self.live.remove(&addr).expect("a live block");
+        self.live_bytes -= len;
+        let s = &mut self.slots[slot as usize];
+        s.next += 1;
+        let seq = s.next;
+        self.put_free(
+            addr,
+            Free {
+                len,
+                kind,
+                owner: Owner::Stream(slot),
+                seq,
+            },
+        );
+    }
+
+    // ---- stream slots and fences ----
+
+    /// A new stream slot, or a retired one's number.
+    pub(crate) fn add_slot(&mut self, reuse: Option<u32>) -> u32 {
+        match reuse {
+            Some(s) => {
+                let slot = &mut self.slots[s as usize];
+                debug_assert_eq!(slot.ranges, 0);
+                *slot = Slot::default();
+                s
+            }
+            None => {
+                self.slots.push(Slot::default());
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    /// The slot's frees so far: a fence recorded now covers up to here.
+    pub(crate) fn frees(&self, slot: u32) -> u64 {
+        self.slots[slot as usize].next
+    }
+
+    /// Whether the slot owns free ranges that no completed fence covers.
+    pub(crate) fn waiting(&self, slot: u32) -> bool {
+        self.slots[slot as usize].ranges > 0
+    }
+
+    /// Whether nothing of the slot is left in the books (it can retire).
+    pub(crate) fn slot_empty(&self, slot: u32) -> bool {
+        self.slots[slot as usize].ranges == 0
+    }
+
+    /// A fence of `slot` covering its first `upto` frees completed: those
+    /// ranges become `Any` (merging with `Any` neighbours). Returns the bytes
+    /// that did.
+    pub(crate) fn completed(&mut self, slot: u32, upto: u64) -> usize {
+        let s = &mut self.slots[slot as usize];
+        if upto <= s.done {
+            return 0;
+        }
+        s.done = upto;
+        let mut turned = Vec::new();
+        for kind in [Kind::Small, Kind::Large] {
+            let o = Owner::Stream(slot);
+            for &(_, _, _, a) in self
+                .index
+                .range((kind, o, 0, 0)..=(kind, o, usize::MAX, usize::MAX))
+            {
+                if self.free[&a].seq <= upto {
+                    turned.push(a);
+                }
+            }
+        }
+        let mut bytes = 0;
+        for a in turned {
+            let f = self.take_free(a);
+            bytes += f.len;
+            self.put_free(
+                a,
+                Free {
+                    owner: Owner::Any,
+                    seq: 0,
+                    ..f
+                },
+            );
+        }
+        bytes
+    }
+
+    // ---- growth ----
+
+    /// Where to map chunks so that `len` bytes of `kind` fit for `slot`, in
+    /// pieces of at most `chunk` bytes (a multiple of the granule): the
+    /// chunks to map, in address order. Extends a usable free range that
+    /// ends at unmapped space when one does (mapping only what it lacks),
+    /// else places the whole block in unmapped space (small blocks low in
+    /// the reservations, large ones high, so that the two stay apart).
+    /// `None`: no unmapped space can hold it.
+    pub(crate) fn plan_growth(&self, len: usize, kind: Kind, slot: u32, chunk: usize) -> Option<Vec<Grow>> {
+        let g = self.granule;
+        // Extending a free range that ends where unmapped space begins.
+        let mut best: Option<(usize, Addr, Owner, u64)> = None;
+        for (&a, f) in &self.free {
+            let usable = f.kind == kind && (f.owner == Owner::Any || f.owner == Owner::Stream(slot));
+            if !usable || f.len >= len {
+                continue;
+            }
+            let end = a + f.len;
+            if end % g != 0 {
+                continue;
+            }
+            let need = round_up(len - f.len, g)?;
+            if self.unmapped(end, need) && best.is_none_or(|b| need < b.0) {
+                best = Some((need, end, f.owner, f.seq));
+            }
+        }
+        let (need, start, owner, seq) = match best {
+            Some(b) => b,
+            None => {
+                let need = round_up(len, g)?;
+                (need, self.place(need, kind)?, Owner::Any, 0)
+            }
+        };
+        let mut out = Vec::new();
+        let mut at = start;
+        let end = start + need;
+        while at < end {
+            let piece = chunk.min(end - at);
+            out.push(Grow {
+                addr: at,
+                len: piece,
+                owner,
+                seq,
+            });
+            at += piece;
+        }
+        Some(out)
+    }
+
+    /// Unmapped space for `len` bytes: the lowest hole for small blocks,
+    /// the highest for large ones.
+    fn place(&self, len: usize, kind: Kind) -> Option<Addr> {
+        let mut holes = Vec::new();
+        for (&base, &rlen) in &self.reserved {
+            let mut at = base;
+            for (&a, c) in self.chunks.range(base..base + rlen) {
+                if a - at >= len {
+                    holes.push((at, a));
+                }
+                at = a + c.len;
+            }
+            if base + rlen - at >= len {
+                holes.push((at, base + rlen));
+            }
+        }
+        match kind {
+            Kind::Small => holes.first().map(|&(a, _)| a),
+            Kind::Large => holes.last().map(|&(_, e)| e - len),
+        }
+    }
+
+    // ---- figures ----
+
+    /// The longest free range (any owner, any kind).
+    pub(crate) fn largest_free(&self) -> usize {
+        self.free.values().map(|f| f.len).max().unwrap_or(0)
+    }
+
+    /// Free ranges and live blocks, for checks: every mapped byte is in
+    /// exactly one of them, and the indexes agree.
+    #[cfg(test)]
+    pub(crate) fn check(&self) {
+        let mut covered: Vec<(Addr, usize, bool)> = self
+            .free
+            .iter()
+            .map(|(&a, f)| (a, f.len, true))
+            .chain(self.live.iter().map(|(&a, &(l, _))| (a, l, false)))
+            .collect();
+        covered.sort();
+        let mut mapped: Vec<(Addr, usize)> = self.chunks.iter().map(|(&a, c)| (a, c.len)).collect();
+        mapped.sort();
+        // Merge adjacent chunks into runs and compare the coverage.
+        let runs = |v: Vec<(Addr, usize)>| {
+            let mut out: Vec<(Addr, usize)> = Vec::new();
+            for (a, l) in v {
+                match out.last_mut() {
+                    Some(last) if last.0 + last.1 == a => last.1 += l,
+                    Some(last) => {
+                        assert!(last.0 + last.1 < a, "overlap at {a:#x}");
+                        out.push((a, l));
+                    }
+                    None => out.push((a, l)),
+                }
+            }
+            out
+        };
+        assert_eq!(
+            runs(covered.iter().map(|&(a, l, _)| (a, l)).collect()),
+            runs(mapped),
+            "free and live ranges cover exactly the mapped chunks"
+        );
+        assert_eq!(self.index.len(), self.free.len());
+        let mut ranges = vec![0; self.slots.len()];
+        for (&a, f) in &self.free {
+            assert!(self.index.contains(&(f.kind, f.owner, f.len, a)));
+            assert!(a % ALIGN == 0 && f.len % ALIGN == 0);
+            if let Owner::Stream(s) = f.owner {
+                ranges[s as usize] += 1;
+                assert!(
+                    f.seq > self.slots[s as usize].done,
+                    "a covered range is still owned"
+                );
+            }
+            // Every byte of a free range lies in chunks of its kind.
+            for (_, c) in self.chunks.range(..a + f.len).filter(|(&ca, c)| ca + c.len > a) {
+                assert_eq!(c.kind, f.kind);
+            }
+            // No two neighbours that should have merged.
+            if let Some(n) = self.free.get(&(a + f.len)) {
+                assert!(!Self::merges(f, n), "unmerged neighbours at {:#x}", a + f.len);
+            }
+        }
+        for (i, s) in self.slots.iter().enumerate() {
+            assert_eq!(s.ranges, ranges[i]);
+        }
+        assert_eq!(self.free_bytes, self.free.values().map(|f| f.len).sum::<usize>());
+        assert_eq!(self.live_bytes, self.live.values().map(|l| l.0).sum::<usize>());
+        assert_eq!(
+            self.mapped_bytes,
+            self.chunks.values().map(|c| c.len).sum::<usize>()
+        );
+        assert_eq!(self.mapped_bytes, self.free_bytes + self.live_bytes);
+    }
+}

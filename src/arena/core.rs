@@ -1,0 +1,493 @@
+//! The arena proper, over any [`Phys`]: allocation, free, growth, giving
+//! memory back, and the out-of-memory recovery, all under one lock.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use super::book::{round_up, Addr, Book, Grow, Kind, ALIGN};
+use super::phys::Phys;
+use super::{ArenaOptions, ArenaStats};
+use crate::error::{record_drop_error, Error, InvalidReason, Result};
+use crate::stream::Stream;
+
+/// A stream the arena has seen, with its fence.
+struct Entry<F> {
+    stream: Stream,
+    fence: Option<F>,
+    /// The slot's free count the fence's last record covers, while it has
+    /// not been seen complete.
+    pending: Option<u64>,
+}
+
+/// Counters of what the arena did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Counters {
+    pub maps: u64,
+    pub unmaps: u64,
+    pub fences: u64,
+    pub waits: u64,
+    pub recoveries: u64,
+    pub refusals: u64,
+    pub peak_mapped: usize,
+    pub peak_live: usize,
+}
+
+pub(crate) struct State<F> {
+    pub(crate) book: Book,
+    entries: Vec<Option<Entry<F>>>,
+    by_raw: HashMap<usize, u32>,
+    retired: Vec<u32>,
+    /// Chunks unmapped whose release failed: physical memory still held,
+    /// released at the next trim.
+    unreleased: Vec<(u64, usize)>,
+    pub(crate) counters: Counters,
+    peers: Vec<usize>,
+}
+
+/// How hard an allocation has tried (see [`Arena::allocate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Effort {
+    /// Reuse, completed fences, growth.
+    Plain,
+    /// Also give back idle chunks before growing.
+    GiveBack,
+    /// Also wait for every stream's frees.
+    Wait,
+}
+
+pub(crate) struct Arena<P: Phys> {
+    pub(crate) phys: P,
+    pub(crate) opts: ArenaOptions,
+    state: Mutex<State<P::Fence>>,
+}
+
+impl<P: Phys> Arena<P> {
+    /// An arena over `phys`, whose chunks are multiples of `granule`, with
+    /// `reserve` bytes of address space reserved up front.
+    pub(crate) fn new(phys: P, granule: usize, opts: ArenaOptions, reserve: usize) -> Result<Arena<P>> {
+        let mut book = Book::new(granule);
+        let len = round_up(reserve.max(granule), granule)
+            .ok_or_else(|| Error::invalid(format!("an address reservation of {reserve} bytes overflows")))?;
+        let base = phys.reserve(len, granule)?;
+        book.add_reservation(base, len);
+        Ok(Arena {
+            phys,
+            opts,
+            state: Mutex::new(State {
+                book,
+                entries: Vec::new(),
+                by_raw: HashMap::new(),
+                retired: Vec::new(),
+                unreleased: Vec::new(),
+                counters: Counters::default(),
+                peers: Vec::new(),
+            }),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State<P::Fence>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether `addr` is in the arena's address space.
+    pub(crate) fn owns(&self, addr: Addr) -> bool {
+        self.lock().book.owns(addr)
+    }
+
+    /// The stream slot of `stream`, made on first use.
+    fn slot(state: &mut State<P::Fence>, stream: &Stream) -> u32 {
+        let raw = stream.as_raw() as usize;
+        if let Some(&s) = state.by_raw.get(&raw) {
+            return s;
+        }
+        let reuse = state.retired.pop();
+        let s = state.book.add_slot(reuse);
+        let entry = Entry {
+            stream: stream.clone(),
+            fence: None,
+            pending: None,
+        };
+        match reuse {
+            Some(_) => state.entries[s as usize] = Some(entry),
+            None => state.entries.push(Some(entry)),
+        }
+        state.by_raw.insert(raw, s);
+        s
+    }
+
+    /// `bytes` of memory for `stream` (not capturing: the caller routes
+    /// captures elsewhere).
+    pub(crate) fn allocate(&self, bytes: usize, stream: &Stream) -> Result<Addr> {
+        let len = round_up(bytes, ALIGN).ok_or_else(|| {
+            InvalidReason::SizeOverflow.error(format!("{bytes} bytes cannot be rounded up"))
+        })?;
+        let kind = Kind::of(len);
+        let mut state = self.lock();
+        let state = &mut *state;
+        let slot = Self::slot(state, stream);
+        if let Some(a) = state.book.find(len, kind, slot) {
+            state.book.take(a, len);
+            Self::peaks(state);
+            return Ok(a);
+        }
+        let mut last = None;
+        for effort in [Effort::Plain, Effort::GiveBack, Effort::Wait] {
+            if effort > Effort::Plain {
+                state.counters.recoveries += 1;
+            }
+            self.collect(state, slot, effort == Effort::Wait);
+            if let Some(a) = state.book.find(len, kind, slot) {
+                state.book.take(a, len);
+                Self::peaks(state);
+                return Ok(a);
+            }
+            if effort > Effort::Plain {
+                self.give_back(state, 0);
+            } else if let Some(keep) = self.opts.release_threshold {
+                if state.book.idle_bytes() > keep {
+                    self.give_back(state, keep);
+                }
+            }
+            match self.grow(state, len, kind, slot) {
+                Ok(()) => {
+                    let a = state
+                        .book
+                        .find(len, kind, slot)
+                        .expect("the grown range holds the block");
+                    state.book.take(a, len);
+                    Self::peaks(state);
+                    return Ok(a);
+                }
+                Err(e @ Error::OutOfMemory { .. }) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        state.counters.refusals += 1;
+        let stats = self.stats_of(state);
+        Err(match last {
+            Some(Error::OutOfMemory { stats: pool, .. }) => Error::OutOfMemory {
+                requested: bytes,
+                stats: pool,
+                arena: Some(Box::new(stats)),
+            },
+            _ => Error::OutOfMemory {
+                requested: bytes,
+                stats: None,
+                arena: Some(Box::new(stats)),
+            },
+        })
+    }
+
+    fn peaks(state: &mut State<P::Fence>) {
+        let c = &mut state.counters;
+        c.peak_live = c.peak_live.max(state.book.live_bytes);
+        c.peak_mapped = c.peak_mapped.max(state.book.mapped_bytes);
+    }
+
+    /// Gives back the block at `addr` of `bytes`, freed on `stream`.
+    pub(crate) fn deallocate(&self, addr: Addr, bytes: usize, stream: &Stream) -> Result<()> {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let Some((len, _)) = state.book.live(addr) else {
+            return Err(InvalidReason::Other.error(format!(
+                "{addr:#x} is not a live block of this arena (freed twice, or from another resource)"
+            )));
+        };
+        if round_up(bytes, ALIGN) != Some(len) {
+            return Err(InvalidReason::Other.error(format!(
+                "{addr:#x} freed with {bytes} bytes; it was allocated with {len} (rounded)"
+            )));
+        }
+        let slot = Self::slot(state, stream);
+        state.book.give(addr, slot);
+        Ok(())
+    }
+
+    /// Turns the frees that completed fences cover into reusable memory, and
+    /// records a fence on every other stream whose frees no fence covers
+    /// (skipping a stream that captures: a fence there would be a graph
+    /// node). With `wait`, waits for every fence first. Failures only mean
+    /// that less memory is reusable now.
+    fn collect(&self, state: &mut State<P::Fence>, current: u32, wait: bool) {
+        for s in 0..state.entries.len() as u32 {
+            let frees = state.book.frees(s);
+            let waiting = state.book.waiting(s);
+            let Some(entry) = state.entries[s as usize].as_mut() else {
+                continue;
+            };
+            if let (Some(upto), Some(f)) = (entry.pending, entry.fence.as_ref()) {
+                let done = if wait {
+                    state.counters.waits += 1;
+                    self.phys.wait(f).map(|()| true)
+                } else {
+                    self.phys.done(f)
+                };
+                match done {
+                    Ok(true) => {
+                        entry.pending = None;
+                        state.book.completed(s, upto);
+                    }
+                    Ok(false) => continue,
+                    // Not usable: ask again with a new record.
+                    Err(_) => entry.pending = None,
+                }
+            }
+            let covered = entry.pending.is_some();
+            if !waiting || covered || (s == current && !wait) {
+                continue;
+            }
+            if !matches!(entry.stream.capturing(), Ok(None)) {
+                continue;
+            }
+            if entry.fence.is_none() {
+                match self.phys.new_fence(&entry.stream) {
+                    Ok(f) => entry.fence = Some(f),
+                    Err(_) => continue,
+                }
+            }
+            let f = entry.fence.as_ref().expect("made above");
+            if self.phys.record(f, &entry.stream).is_ok() {
+                state.counters.fences += 1;
+                entry.pending = Some(frees);
+                if wait {
+                    state.counters.waits += 1;
+                    if self.phys.wait(f).is_ok() {
+                        entry.pending = None;
+                        state.book.completed(s, frees);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Maps chunks so that `len` bytes of `kind` fit for `slot`.
+    fn grow(&self, state: &mut State<P::Fence>, len: usize, kind: Kind, slot: u32) -> Result<()> {
+        let chunk = match kind {
+            Kind::Small => state.book.granule(),
+            Kind::Large => self.opts.chunk_bytes.max(state.book.granule()),
+        };
+        let plan = match state.book.plan_growth(len, kind, slot, chunk) {
+            Some(p) => p,
+            None => {
+                self.reserve_more(state, len)?;
+                state
+                    .book
+                    .plan_growth(len, kind, slot, chunk)
+                    .ok_or_else(|| Error::OutOfMemory {
+                        requested: len,
+                        stats: None,
+                        arena: None,
+                    })?
+            }
+        };
+        let need: usize = plan.iter().map(|g| g.len).sum();
+        if let Some(max) = self.opts.max_mapped {
+            if state.book.mapped_bytes + need > max {
+                return Err(Error::OutOfMemory {
+                    requested: len,
+                    stats: None,
+                    arena: None,
+                });
+            }
+        }
+        for g in plan {
+            self.map_chunk(state, g, kind)?;
+        }
+        Ok(())
+    }
+
+    /// Makes and maps one chunk; on failure nothing is left behind.
+    fn map_chunk(&self, state: &mut State<P::Fence>, g: Grow, kind: Kind) -> Result<()> {
+        let handle = self.phys.create(g.len)?;
+        // SAFETY: the book placed `g` in a reservation, over no chunk.
+        if let Err(e) = unsafe { self.phys.map(g.addr, g.len, handle, &state.peers) } {
+            // SAFETY: made above, never mapped.
+            record_drop_error(unsafe { self.phys.release(handle) });
+            return Err(e);
+        }
+        state.counters.maps += 1;
+        state.book.add_chunk(g, kind, handle);
+        Ok(())
+    }
+
+    /// Reserves another address range of at least `len` bytes (as large as
+    /// the first), up to the bound of the options.
+    fn reserve_more(&self, state: &mut State<P::Fence>, len: usize) -> Result<()> {
+        let g = state.book.granule();
+        let first = state.book.reservations().next().map_or(0, |(_, l)| l);
+        let want = round_up(len.max(first), g).unwrap_or(usize::MAX);
+        let total = state.book.reserved_bytes();
+        if total.saturating_add(want) > self.opts.max_reserved {
+            return Err(Error::OutOfMemory {
+                requested: len,
+                stats: None,
+                arena: None,
+            });
+        }
+        let base = self.phys.reserve(want, g)?;
+        state.book.add_reservation(base, want);
+        Ok(())
+    }
+
+    /// Unmaps and releases idle chunks until at most `keep` idle bytes are
+    /// left (largest chunks last, so small chunks go first). Returns the
+    /// bytes given back. A failed unmap keeps the chunk; a failed release
+    /// keeps the handle for the next try.
+    fn give_back(&self, state: &mut State<P::Fence>, keep: usize) -> usize {
+        let mut retry = std::mem::take(&mut state.unreleased);
+        retry.retain(|&(h, _)| {
+            // SAFETY: unmapped, not released yet.
+            unsafe { self.phys.release(h) }.is_err()
+        });
+        state.unreleased = retry;
+        let mut idle = state.book.idle_chunks();
+        let mut left: usize = idle.iter().map(|(_, c)| c.len).sum();
+        idle.sort_by_key(|(a, c)| (c.len, *a));
+        let mut given = 0;
+        for (addr, chunk) in idle {
+            if left <= keep {
+                break;
+            }
+            // SAFETY: one mapping; idle means every free in it completed
+            // and nothing is live there.
+            if unsafe { self.phys.unmap(addr, chunk.len) }.is_err() {
+                continue;
+            }
+            state.counters.unmaps += 1;
+            state.book.remove_chunk(addr);
+            left -= chunk.len;
+            given += chunk.len;
+            // SAFETY: made by `create`, now unmapped.
+            if unsafe { self.phys.release(chunk.handle) }.is_err() {
+                state.unreleased.push((chunk.handle, chunk.len));
+            }
+        }
+        given
+    }
+
+    /// Waits for every stream's frees, then gives back idle chunks down to
+    /// `keep` bytes; forgets streams with nothing left in the books.
+    pub(crate) fn trim(&self, keep: usize) -> usize {
+        let mut state = self.lock();
+        let state = &mut *state;
+        self.collect(state, u32::MAX, true);
+        let given = self.give_back(state, keep);
+        for s in 0..state.entries.len() as u32 {
+            let retire = match &state.entries[s as usize] {
+                Some(e) => e.pending.is_none() && state.book.slot_empty(s),
+                None => false,
+            };
+            if retire {
+                let e = state.entries[s as usize].take().expect("checked");
+                state.by_raw.remove(&(e.stream.as_raw() as usize));
+                state.retired.push(s);
+            }
+        }
+        given
+    }
+
+    /// Grants `peer` access to every chunk now and every chunk mapped later.
+    pub(crate) fn grant(&self, peer: usize) -> Result<()> {
+        let mut state = self.lock();
+        if state.peers.contains(&peer) {
+            return Ok(());
+        }
+        let chunks: Vec<_> = state.book.chunks().collect();
+        for (a, c) in chunks {
+            // SAFETY: a mapped chunk.
+            unsafe { self.phys.grant(a, c.len, peer)? };
+        }
+        state.peers.push(peer);
+        Ok(())
+    }
+
+    /// The mapped chunks, in address order: (base, bytes).
+    pub(crate) fn segments(&self) -> Vec<(Addr, usize)> {
+        self.lock().book.chunks().map(|(a, c)| (a, c.len)).collect()
+    }
+
+    pub(crate) fn stats(&self) -> ArenaStats {
+        let state = self.lock();
+        self.stats_of(&state)
+    }
+
+    fn stats_of(&self, state: &State<P::Fence>) -> ArenaStats {
+        let b = &state.book;
+        let largest = b.largest_free();
+        let c = state.counters;
+        ArenaStats {
+            live_bytes: b.live_bytes,
+            live_blocks: b.live_count(),
+            mapped_bytes: b.mapped_bytes,
+            reserved_bytes: b.reserved_bytes(),
+            free_bytes: b.free_bytes,
+            largest_free: largest,
+            fragmentation: if b.free_bytes == 0 {
+                0.0
+            } else {
+                1.0 - largest as f64 / b.free_bytes as f64
+            },
+            idle_bytes: b.idle_bytes(),
+            chunks: b.chunks().count(),
+            unreleased_bytes: state.unreleased.iter().map(|&(_, l)| l).sum(),
+            peak_mapped: c.peak_mapped,
+            peak_live: c.peak_live,
+            maps: c.maps,
+            unmaps: c.unmaps,
+            fences: c.fences,
+            waits: c.waits,
+            recoveries: c.recoveries,
+            refusals: c.refusals,
+        }
+    }
+
+    pub(crate) fn reset_peaks(&self) {
+        let mut state = self.lock();
+        state.counters.peak_live = state.book.live_bytes;
+        state.counters.peak_mapped = state.book.mapped_bytes;
+    }
+}
+
+impl<P: Phys> Drop for Arena<P> {
+    /// With nothing live: waits for every free, unmaps and releases every
+    /// chunk and gives the address space back. With blocks still live (a
+    /// resource dropped under its users cannot happen through buffers,
+    /// which hold it), everything stays mapped: unmapping memory in use
+    /// would be worse than the leak.
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        if state.book.live_count() != 0 {
+            record_drop_error(Err(Error::invalid(format!(
+                "an arena dropped with {} live blocks keeps its memory mapped",
+                state.book.live_count()
+            ))));
+            return;
+        }
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let mut state_taken = std::mem::replace(
+            state,
+            State {
+                book: Book::new(ALIGN),
+                entries: Vec::new(),
+                by_raw: HashMap::new(),
+                retired: Vec::new(),
+                unreleased: Vec::new(),
+                counters: Counters::default(),
+                peers: Vec::new(),
+            },
+        );
+        self.collect(&mut state_taken, u32::MAX, true);
+        self.give_back(&mut state_taken, 0);
+        let all_back = state_taken.book.mapped_bytes == 0 && state_taken.unreleased.is_empty();
+        if !all_back {
+            record_drop_error(Err(Error::invalid(
+                "an arena could not give back all of its memory at drop".to_string(),
+            )));
+            return;
+        }
+        for (base, len) in state_taken.book.reservations().collect::<Vec<_>>() {
+            // SAFETY: nothing is mapped any more.
+            record_drop_error(unsafe { self.phys.unreserve(base, len) });
+        }
+    }
+}

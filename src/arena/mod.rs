@@ -1,0 +1,211 @@
+#![allow(dead_code, unused_imports)] // until the arena is wired (next commits)
+//! [`VmmArena`]: device memory that somalloc owns through the vendor's
+//! virtual-memory API, split, merged and given back at the granularity of
+//! the device's pages.
+//!
+//! # What it does
+//!
+//! The vendor pool hands out whole blocks that nothing else can split,
+//! merge or move; a cache in front of it holds them per stream. The arena
+//! instead reserves one range of device address space and maps physical
+//! chunks into it as it grows:
+//!
+//! * **Placement.** Blocks are carved from free ranges by best fit and merge
+//!   with their free neighbours when freed. Blocks of at most 1 MiB live in
+//!   small chunks (one device page, 2 MiB on current GPUs), larger ones in
+//!   large chunks ([`ArenaOptions::chunk_bytes`], 20 MiB by default), so
+//!   long-lived small blocks never split the ranges large blocks need. A
+//!   large block that does not fit extends a free range that ends where
+//!   unmapped address space begins, mapping only what it lacks.
+//! * **Stream order.** A block freed on stream S is reused by S at once.
+//!   Another stream reuses it only once the free is known complete: when a
+//!   stream finds nothing it can use, the arena records an event on each
+//!   stream whose frees are not yet known complete and queries it at the
+//!   next miss. Nothing makes one stream wait for another (no cross-stream
+//!   dependency is added to your work), and nothing synchronizes the device.
+//! * **Giving memory back.** A chunk whose bytes are all free, with every
+//!   free complete, is *idle*. [`VmmArena::trim`] waits for every stream's
+//!   frees (host waits on events, not on the device) and unmaps and
+//!   releases idle chunks; the memory goes back to the device and can back
+//!   any later growth of any stream. With
+//!   [`ArenaOptions::release_threshold`] the arena also gives back idle
+//!   chunks above that many bytes before it grows.
+//! * **Out of memory.** Before refusing, the arena turns completed frees
+//!   into reusable memory, gives back idle chunks, waits for every
+//!   stream's pending frees and gives back again, retrying after each
+//!   step. The refusal is [`Error::OutOfMemory`] with the arena's
+//!   [`ArenaStats`] in `arena`.
+//! * **Capture.** An allocation on a capturing stream is graph memory from
+//!   the device's default pool (the vendor's graph-memory path, as for a
+//!   pool); an arena block freed during a capture is freed once the graph
+//!   and its executables are gone.
+//! * **NCCL and IPC.** Chunks are made shareable as POSIX file descriptors
+//!   (and GPUDirect-RDMA-capable where the device says so), so the vendor
+//!   can name the physical allocation behind any arena address
+//!   (`cuMemRetainAllocationHandle`), which NCCL's buffer registration
+//!   needs. [`VmmArena::segments`] lists the mapped chunks; each is one
+//!   physical allocation starting on the device's recommended granularity.
+//!   A block may span several adjacent chunks: register every segment it
+//!   touches.
+//!
+//! # Address space
+//!
+//! One reservation per arena, twice the device's memory by default
+//! ([`ArenaOptions::reserve_bytes`]); more is reserved only when no hole of
+//! the reservations can hold a block, up to [`ArenaOptions::max_reserved`]
+//! (eight times the device's memory by default). Neither depends on the
+//! number of streams.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use somalloc::{ArenaOptions, Device, DeviceBuffer, MemoryResource, Stream, VmmArena};
+//! # fn main() -> somalloc::Result<()> {
+//! let device = Device::get(0)?;
+//! let arena = Arc::new(VmmArena::new(&device, ArenaOptions::default())?);
+//! let stream = Stream::new(&device)?;
+//! let buf = DeviceBuffer::<f32>::new_with(1 << 20, &arena, &stream)?;
+//! drop(buf);
+//! stream.synchronize()?;
+//! arena.trim(0); // give every idle chunk back to the device
+//! println!("{}", arena.stats());
+//! # Ok(()) }
+//! ```
+
+mod book;
+mod core;
+mod phys;
+
+use std::fmt;
+
+pub(crate) use self::core::Arena;
+pub(crate) use self::phys::Phys;
+
+/// How a [`VmmArena`] grows and gives memory back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArenaOptions {
+    pub(crate) chunk_bytes: usize,
+    pub(crate) release_threshold: Option<usize>,
+    pub(crate) max_mapped: Option<usize>,
+    pub(crate) reserve_bytes: Option<usize>,
+    pub(crate) max_reserved: usize,
+}
+
+impl Default for ArenaOptions {
+    fn default() -> Self {
+        ArenaOptions {
+            chunk_bytes: 20 << 20,
+            release_threshold: None,
+            max_mapped: None,
+            reserve_bytes: None,
+            max_reserved: usize::MAX,
+        }
+    }
+}
+
+impl ArenaOptions {
+    /// The most a large chunk holds (rounded up to the device's
+    /// granularity; 20 MiB by default). Making and mapping a chunk costs
+    /// the same whatever its size (about 51 µs on an H200, 2 MiB or 20
+    /// MiB alike), so larger chunks make growth cheaper; but a chunk is
+    /// given back only when all of it is free, so smaller chunks give
+    /// memory back sooner.
+    pub fn chunk_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_bytes = bytes;
+        self
+    }
+
+    /// Idle bytes the arena keeps mapped when it grows: above them it gives
+    /// idle chunks back first (`None`, the default: it keeps them all until
+    /// [`VmmArena::trim`] or memory runs out).
+    pub fn release_threshold(mut self, bytes: Option<usize>) -> Self {
+        self.release_threshold = bytes;
+        self
+    }
+
+    /// The most memory the arena maps (`None`, the default: no limit but
+    /// the device's). Above it an allocation is refused, after the same
+    /// recovery steps as when the device runs out.
+    pub fn max_mapped(mut self, bytes: Option<usize>) -> Self {
+        self.max_mapped = bytes;
+        self
+    }
+
+    /// Address space reserved up front (`None`, the default: twice the
+    /// device's memory).
+    pub fn reserve_bytes(mut self, bytes: Option<usize>) -> Self {
+        self.reserve_bytes = bytes;
+        self
+    }
+
+    /// The most address space the arena ever reserves (the default, as
+    /// [`VmmArena::new`] sets it: eight times the device's memory).
+    pub fn max_reserved(mut self, bytes: usize) -> Self {
+        self.max_reserved = bytes;
+        self
+    }
+}
+
+/// What a [`VmmArena`] holds and has done.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ArenaStats {
+    /// Bytes of live blocks (rounded up to 512 bytes each).
+    pub live_bytes: usize,
+    /// Live blocks.
+    pub live_blocks: usize,
+    /// Device memory mapped (the arena's footprint on the device).
+    pub mapped_bytes: usize,
+    /// Address space reserved.
+    pub reserved_bytes: usize,
+    /// Mapped bytes not live.
+    pub free_bytes: usize,
+    /// The longest free range.
+    pub largest_free: usize,
+    /// `1 - largest_free / free_bytes` (0 with nothing free): how far the
+    /// free memory is from being one range.
+    pub fragmentation: f64,
+    /// Bytes in idle chunks (all free, every free complete): what
+    /// [`VmmArena::trim`] would give back without waiting.
+    pub idle_bytes: usize,
+    /// Mapped chunks.
+    pub chunks: usize,
+    /// Unmapped chunks whose release the runtime refused: memory still held
+    /// from the device, released again at the next trim.
+    pub unreleased_bytes: usize,
+    /// The most bytes mapped at once (since creation or
+    /// [`VmmArena::reset_peaks`]).
+    pub peak_mapped: usize,
+    /// The most live bytes at once.
+    pub peak_live: usize,
+    /// Chunks mapped so far.
+    pub maps: u64,
+    /// Chunks unmapped so far.
+    pub unmaps: u64,
+    /// Events recorded to learn that frees completed.
+    pub fences: u64,
+    /// Host waits on those events (trim and out-of-memory recovery).
+    pub waits: u64,
+    /// Recovery steps taken when growing failed.
+    pub recoveries: u64,
+    /// Allocations refused.
+    pub refusals: u64,
+}
+
+impl fmt::Display for ArenaStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "live {} in {} blocks, mapped {} (peak {}), reserved {}, free {} (largest range {}, \
+             fragmentation {:.1}%), idle {}",
+            self.live_bytes,
+            self.live_blocks,
+            self.mapped_bytes,
+            self.peak_mapped,
+            self.reserved_bytes,
+            self.free_bytes,
+            self.largest_free,
+            self.fragmentation * 100.0,
+            self.idle_bytes
+        )
+    }
+}
