@@ -17,11 +17,13 @@
 //! * `Owner::Any`: every use has completed on the device: any stream may
 //!   reuse it, and a chunk wholly of such ranges may be unmapped.
 //!
-//! Adjacent free ranges of the same kind and the same owner merge (a
-//! `Stream` range keeps the larger `seq`: its last free). A `Stream` range
-//! never merges with an `Any` range: the merged range would make the `Any`
-//! part wait for the stream. When a fence completes, its slot's covered
-//! ranges turn `Any` and merge with their `Any` neighbours.
+//! Adjacent free ranges of the same kind merge unless they belong to two
+//! different streams. A range merged from a stream's range and an `Any`
+//! range is the stream's (with the stream range's `seq`): the `Any` part
+//! then waits for the stream's fence too, which is only more careful, and
+//! a stream's frees coalesce with fresh memory at once (a program with one
+//! stream never waits for a fence to coalesce). When a fence completes,
+//! its slot's covered ranges turn `Any` and merge with their neighbours.
 //!
 //! # Kinds
 //!
@@ -104,14 +106,11 @@ struct Slot {
 }
 
 /// Where the arena maps a new chunk: `[addr, addr + len)` is unmapped and
-/// inside a reservation; `owner` is what the fresh range is booked as (the
-/// owner of the free range it extends, so that the two merge).
+/// inside a reservation (see [`Book::add_chunk`] for how it is booked).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Grow {
     pub addr: Addr,
     pub len: usize,
-    pub owner: Owner,
-    pub seq: u64,
 }
 
 /// The books of one arena (see the module docs).
@@ -134,7 +133,7 @@ pub(crate) struct Book {
 impl Book {
     /// Books for chunks made in multiples of `granule` bytes.
     pub(crate) fn new(granule: usize) -> Book {
-        assert!(granule >= ALIGN && granule % ALIGN == 0);
+        assert!(granule >= ALIGN && granule.is_multiple_of(ALIGN));
         Book {
             granule,
             reserved: BTreeMap::new(),
@@ -179,8 +178,12 @@ impl Book {
         self.chunks.iter().map(|(&a, &c)| (a, c))
     }
 
-    /// Books a chunk just mapped at `g.addr`, all of it free for `g.owner`.
-    pub(crate) fn add_chunk(&mut self, g: Grow, kind: Kind, handle: u64) {
+    /// Books a chunk just mapped at `g.addr` for `slot`, which grew it. The
+    /// fresh bytes have had no use; they are booked as the slot's (as if
+    /// freed there just now) so that they merge with the slot's ranges and
+    /// `Any` ranges but never join another stream's range, which would keep
+    /// them from the slot.
+    pub(crate) fn add_chunk(&mut self, g: Grow, kind: Kind, handle: u64, slot: u32) {
         debug_assert!(self.unmapped(g.addr, g.len));
         self.chunks.insert(
             g.addr,
@@ -191,19 +194,16 @@ impl Book {
             },
         );
         self.mapped_bytes += g.len;
-        if let Owner::Stream(s) = g.owner {
-            // The fresh bytes had no use: booking them as the stream's is
-            // only more careful than needed (so that they merge).
-            let slot = &mut self.slots[s as usize];
-            debug_assert!(g.seq > slot.done && g.seq <= slot.next);
-        }
+        let s = &mut self.slots[slot as usize];
+        s.next += 1;
+        let seq = s.next;
         self.put_free(
             g.addr,
             Free {
                 len: g.len,
                 kind,
-                owner: g.owner,
-                seq: g.seq,
+                owner: Owner::Stream(slot),
+                seq,
             },
         );
     }
@@ -225,9 +225,8 @@ impl Book {
         before_ok && self.chunks.range(addr..addr + len).next().is_none()
     }
 
-    /// The chunks that could be unmapped now: wholly free and `Any`, in
-    /// address order, with their kind's small ones first... simply all of
-    /// them; the caller picks.
+    /// The chunks that could be unmapped now (idle): wholly free and
+    /// `Any`, in address order.
     pub(crate) fn idle_chunks(&self) -> Vec<(Addr, Chunk)> {
         self.chunks
             .iter()
@@ -306,9 +305,21 @@ impl Book {
         f
     }
 
-    /// Whether two free ranges, `a` before `b` and adjacent, merge.
+    /// Whether two adjacent free ranges merge.
     fn merges(a: &Free, b: &Free) -> bool {
-        a.kind == b.kind && a.owner == b.owner
+        a.kind == b.kind && (a.owner == b.owner || a.owner == Owner::Any || b.owner == Owner::Any)
+    }
+
+    /// `a` and `b` merged (see [`merges`](Book::merges)): the owner that is a
+    /// stream, the later free.
+    fn merged(a: Free, b: Free) -> Free {
+        let owner = if a.owner == Owner::Any { b.owner } else { a.owner };
+        Free {
+            len: a.len + b.len,
+            kind: a.kind,
+            owner,
+            seq: a.seq.max(b.seq),
+        }
     }
 
     /// Books `[addr, addr + f.len)` as free, merged with its neighbours.
@@ -316,8 +327,7 @@ impl Book {
         if let Some((&p, pf)) = self.free.range(..addr).next_back() {
             if p + pf.len == addr && Self::merges(pf, &f) {
                 let pf = self.take_free(p);
-                f.seq = f.seq.max(pf.seq);
-                f.len += pf.len;
+                f = Self::merged(pf, f);
                 addr = p;
             }
         }
@@ -325,8 +335,7 @@ impl Book {
         if let Some(nf) = self.free.get(&end) {
             if Self::merges(&f, nf) {
                 let nf = self.take_free(end);
-                f.seq = f.seq.max(nf.seq);
-                f.len += nf.len;
+                f = Self::merged(f, nf);
             }
         }
         self.insert_free(addr, f);
@@ -446,9 +455,10 @@ impl Book {
                 }
             }
         }
+        // All out first: putting one back may merge it with the next.
+        let taken: Vec<(Addr, Free)> = turned.into_iter().map(|a| (a, self.take_free(a))).collect();
         let mut bytes = 0;
-        for a in turned {
-            let f = self.take_free(a);
+        for (a, f) in taken {
             bytes += f.len;
             self.put_free(
                 a,
@@ -468,13 +478,12 @@ impl Book {
     /// pieces of at most `chunk` bytes (a multiple of the granule): the
     /// chunks to map, in address order. Extends a usable free range that
     /// ends at unmapped space when one does (mapping only what it lacks),
-    /// else places the whole block in unmapped space (small blocks low in
-    /// the reservations, large ones high, so that the two stay apart).
+    /// else places the whole block in unmapped space (see `place`).
     /// `None`: no unmapped space can hold it.
     pub(crate) fn plan_growth(&self, len: usize, kind: Kind, slot: u32, chunk: usize) -> Option<Vec<Grow>> {
         let g = self.granule;
         // Extending a free range that ends where unmapped space begins.
-        let mut best: Option<(usize, Addr, Owner, u64)> = None;
+        let mut best: Option<(usize, Addr)> = None;
         for (&a, f) in &self.free {
             let usable = f.kind == kind && (f.owner == Owner::Any || f.owner == Owner::Stream(slot));
             if !usable || f.len >= len {
@@ -486,14 +495,14 @@ impl Book {
             }
             let need = round_up(len - f.len, g)?;
             if self.unmapped(end, need) && best.is_none_or(|b| need < b.0) {
-                best = Some((need, end, f.owner, f.seq));
+                best = Some((need, end));
             }
         }
-        let (need, start, owner, seq) = match best {
+        let (need, start) = match best {
             Some(b) => b,
             None => {
                 let need = round_up(len, g)?;
-                (need, self.place(need, kind)?, Owner::Any, 0)
+                (need, self.place(need, kind)?)
             }
         };
         let mut out = Vec::new();
@@ -501,19 +510,16 @@ impl Book {
         let end = start + need;
         while at < end {
             let piece = chunk.min(end - at);
-            out.push(Grow {
-                addr: at,
-                len: piece,
-                owner,
-                seq,
-            });
+            out.push(Grow { addr: at, len: piece });
             at += piece;
         }
         Some(out)
     }
 
-    /// Unmapped space for `len` bytes: the lowest hole for small blocks,
-    /// the highest for large ones.
+    /// Unmapped space for `len` bytes: for large blocks the start of the
+    /// lowest hole that holds them (so that they can later grow upwards),
+    /// for small chunks the end of the highest hole (so that the two kinds
+    /// stay apart).
     fn place(&self, len: usize, kind: Kind) -> Option<Addr> {
         let mut holes = Vec::new();
         for (&base, &rlen) in &self.reserved {
@@ -529,8 +535,8 @@ impl Book {
             }
         }
         match kind {
-            Kind::Small => holes.first().map(|&(a, _)| a),
-            Kind::Large => holes.last().map(|&(_, e)| e - len),
+            Kind::Small => holes.last().map(|&(_, e)| e - len),
+            Kind::Large => holes.first().map(|&(a, _)| a),
         }
     }
 

@@ -291,22 +291,24 @@ impl<P: Phys> Arena<P> {
             }
         }
         for g in plan {
-            self.map_chunk(state, g, kind)?;
+            self.map_chunk(state, g, kind, slot)?;
         }
         Ok(())
     }
 
     /// Makes and maps one chunk; on failure nothing is left behind.
-    fn map_chunk(&self, state: &mut State<P::Fence>, g: Grow, kind: Kind) -> Result<()> {
+    fn map_chunk(&self, state: &mut State<P::Fence>, g: Grow, kind: Kind, slot: u32) -> Result<()> {
         let handle = self.phys.create(g.len)?;
         // SAFETY: the book placed `g` in a reservation, over no chunk.
         if let Err(e) = unsafe { self.phys.map(g.addr, g.len, handle, &state.peers) } {
             // SAFETY: made above, never mapped.
-            record_drop_error(unsafe { self.phys.release(handle) });
+            if unsafe { self.phys.release(handle) }.is_err() {
+                state.unreleased.push((handle, g.len));
+            }
             return Err(e);
         }
         state.counters.maps += 1;
-        state.book.add_chunk(g, kind, handle);
+        state.book.add_chunk(g, kind, handle, slot);
         Ok(())
     }
 

@@ -73,7 +73,13 @@
 
 mod book;
 mod core;
+mod front;
 mod phys;
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 

@@ -1,0 +1,367 @@
+//! The device side of the unit tests: made-up address space and physical
+//! chunks with a capacity, fences whose completion the test decides, and a
+//! failure at any call. It also checks what a device could not: that no
+//! chunk is unmapped or handed out to another stream while a free in it is
+//! still pending on the device.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::phys::Phys;
+use crate::error::{Error, Result};
+use crate::stream::Stream;
+
+/// The calls of [`FakePhys`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Op {
+    Reserve,
+    Unreserve,
+    Create,
+    Release,
+    Map,
+    Grant,
+    Unmap,
+    NewFence,
+    Record,
+    Done,
+    Wait,
+}
+
+/// A free the test told the fake about: `[addr, addr + len)` freed on
+/// `stream` when the stream's queue had `mark` pieces of work.
+#[derive(Clone, Copy, Debug)]
+struct PendingFree {
+    addr: usize,
+    len: usize,
+    stream: usize,
+    mark: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct FakeVm {
+    /// Physical bytes that may exist at once.
+    pub capacity: usize,
+    pub created: HashMap<u64, usize>,
+    next_handle: u64,
+    pub mapped: BTreeMap<usize, (usize, u64)>,
+    pub reservations: BTreeMap<usize, usize>,
+    next_va: usize,
+    /// Work enqueued per stream, and how much of it completed.
+    marks: HashMap<usize, u64>,
+    completed: HashMap<usize, u64>,
+    /// Fence id → (stream, mark at the record), or `None` before a record.
+    fences: HashMap<u64, Option<(usize, u64)>>,
+    next_fence: u64,
+    pending: Vec<PendingFree>,
+    /// Calls to fail: (op, how many more calls of it succeed first).
+    fail: Vec<(Op, u32)>,
+    /// Random failures: one call in `n` of every op fails.
+    random: Option<(fastrand::Rng, u32)>,
+    pub calls: HashMap<Op, u32>,
+    pub violations: Vec<String>,
+}
+
+/// A fake device (see the module docs); clones share it.
+#[derive(Clone)]
+pub(crate) struct FakePhys {
+    vm: Arc<Mutex<FakeVm>>,
+}
+
+impl FakePhys {
+    /// A fake device with `capacity` bytes of physical memory.
+    pub(crate) fn new(capacity: usize) -> FakePhys {
+        FakePhys {
+            vm: Arc::new(Mutex::new(FakeVm {
+                capacity,
+                next_handle: 1,
+                next_va: 0x7f00_0000_0000,
+                next_fence: 1,
+                ..FakeVm::default()
+            })),
+        }
+    }
+
+    pub(crate) fn vm(&self) -> MutexGuard<'_, FakeVm> {
+        self.vm.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next call of `op` after `skip` successful ones fails.
+    pub(crate) fn fail(&self, op: Op, skip: u32) {
+        self.vm().fail.push((op, skip));
+    }
+
+    /// From now on one call in `one_in` of every op fails (seeded).
+    pub(crate) fn fail_randomly(&self, seed: u64, one_in: u32) {
+        self.vm().random = Some((fastrand::Rng::with_seed(seed), one_in));
+    }
+
+    pub(crate) fn stop_failing(&self) {
+        let mut vm = self.vm();
+        vm.random = None;
+        vm.fail.clear();
+    }
+
+    /// Work on `stream` (a use of memory): its queue grows by one.
+    pub(crate) fn enqueue(&self, stream: &Stream) -> u64 {
+        let mut vm = self.vm();
+        let m = vm.marks.entry(key(stream)).or_insert(0);
+        *m += 1;
+        *m
+    }
+
+    /// The device completes everything queued on `stream` so far.
+    pub(crate) fn complete(&self, stream: &Stream) {
+        let mut vm = self.vm();
+        let m = vm.marks.get(&key(stream)).copied().unwrap_or(0);
+        vm.completed.insert(key(stream), m);
+    }
+
+    /// The block `[addr, addr + len)` was freed on `stream` (after its last
+    /// use there): no other stream may get it, and it may not be unmapped,
+    /// until the device completes that point.
+    pub(crate) fn freed(&self, addr: usize, len: usize, stream: &Stream) {
+        let mark = self.enqueue(stream);
+        self.vm().pending.push(PendingFree {
+            addr,
+            len,
+            stream: key(stream),
+            mark,
+        });
+    }
+
+    /// `[addr, addr + len)` was handed to `stream`: records a violation if
+    /// another stream's free of it is still pending, or if it is not mapped.
+    pub(crate) fn handed(&self, addr: usize, len: usize, stream: &Stream) {
+        let mut vm = self.vm();
+        vm.settle();
+        let s = key(stream);
+        let bad: Vec<_> = vm
+            .pending
+            .iter()
+            .filter(|p| p.stream != s && overlaps(p.addr, p.len, addr, len))
+            .copied()
+            .collect();
+        for p in bad {
+            vm.violations.push(format!(
+                "[{addr:#x}, +{len}) handed to stream {s:#x} while stream {:#x}'s free of [{:#x}, +{}) is pending",
+                p.stream, p.addr, p.len
+            ));
+        }
+        // Every byte mapped.
+        let mut at = addr;
+        while at < addr + len {
+            match vm.mapped.range(..=at).next_back() {
+                Some((&a, &(l, _))) if a + l > at => at = a + l,
+                _ => {
+                    vm.violations.push(format!(
+                        "[{addr:#x}, +{len}) handed out but {at:#x} is not mapped"
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+
+    fn call(&self, op: Op) -> Result<()> {
+        let mut vm = self.vm();
+        *vm.calls.entry(op).or_insert(0) += 1;
+        let mut fail = false;
+        if let Some(i) = vm.fail.iter().position(|f| f.0 == op) {
+            if vm.fail[i].1 == 0 {
+                vm.fail.remove(i);
+                fail = true;
+            } else {
+                vm.fail[i].1 -= 1;
+            }
+        }
+        if let Some((rng, n)) = vm.random.as_mut() {
+            fail |= rng.u32(0..*n) == 0;
+        }
+        if fail {
+            return Err(if op == Op::Create {
+                oom(0)
+            } else {
+                Error::invalid(format!("injected failure of {op:?}"))
+            });
+        }
+        Ok(())
+    }
+}
+
+fn key(stream: &Stream) -> usize {
+    stream.as_raw() as usize
+}
+
+fn overlaps(a: usize, al: usize, b: usize, bl: usize) -> bool {
+    a < b + bl && b < a + al
+}
+
+fn oom(bytes: usize) -> Error {
+    Error::OutOfMemory {
+        requested: bytes,
+        stats: None,
+        arena: None,
+    }
+}
+
+impl FakeVm {
+    /// Forgets the pending frees the device has completed.
+    fn settle(&mut self) {
+        let completed = &self.completed;
+        self.pending
+            .retain(|p| completed.get(&p.stream).copied().unwrap_or(0) < p.mark);
+    }
+}
+
+// SAFETY: nothing is ever dereferenced: addresses are numbers the tests
+// check, and a fence is done only once the test completed its stream's
+// work up to the record.
+unsafe impl Phys for FakePhys {
+    type Fence = u64;
+
+    fn reserve(&self, bytes: usize, align: usize) -> Result<usize> {
+        self.call(Op::Reserve)?;
+        let mut vm = self.vm();
+        let base = vm.next_va.div_ceil(align) * align;
+        vm.next_va = base + bytes + align;
+        vm.reservations.insert(base, bytes);
+        Ok(base)
+    }
+
+    unsafe fn unreserve(&self, base: usize, bytes: usize) -> Result<()> {
+        self.call(Op::Unreserve)?;
+        let mut vm = self.vm();
+        if vm.mapped.range(base..base + bytes).next().is_some() {
+            vm.violations
+                .push(format!("reservation {base:#x} freed with mappings in it"));
+        }
+        if vm.reservations.remove(&base) != Some(bytes) {
+            vm.violations
+                .push(format!("unknown reservation {base:#x} of {bytes}"));
+        }
+        Ok(())
+    }
+
+    fn create(&self, bytes: usize) -> Result<u64> {
+        self.call(Op::Create)?;
+        let mut vm = self.vm();
+        let used: usize = vm.created.values().sum();
+        if used + bytes > vm.capacity {
+            return Err(oom(bytes));
+        }
+        let h = vm.next_handle;
+        vm.next_handle += 1;
+        vm.created.insert(h, bytes);
+        Ok(h)
+    }
+
+    unsafe fn release(&self, handle: u64) -> Result<()> {
+        self.call(Op::Release)?;
+        let mut vm = self.vm();
+        if vm.mapped.values().any(|&(_, h)| h == handle) {
+            vm.violations
+                .push(format!("handle {handle} released while mapped"));
+        }
+        if vm.created.remove(&handle).is_none() {
+            vm.violations
+                .push(format!("handle {handle} released twice or never made"));
+        }
+        Ok(())
+    }
+
+    unsafe fn map(&self, addr: usize, bytes: usize, handle: u64, _peers: &[usize]) -> Result<()> {
+        self.call(Op::Map)?;
+        let mut vm = self.vm();
+        if vm.created.get(&handle) != Some(&bytes) {
+            vm.violations
+                .push(format!("map of handle {handle} with {bytes} bytes"));
+        }
+        let inside = vm
+            .reservations
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&b, &l)| addr + bytes <= b + l);
+        let clear = vm
+            .mapped
+            .range(..addr + bytes)
+            .next_back()
+            .is_none_or(|(&a, &(l, _))| a + l <= addr);
+        if !inside || !clear {
+            vm.violations.push(format!(
+                "map at [{addr:#x}, +{bytes}) outside a reservation or over a mapping"
+            ));
+        }
+        vm.mapped.insert(addr, (bytes, handle));
+        Ok(())
+    }
+
+    unsafe fn grant(&self, addr: usize, _bytes: usize, _peer: usize) -> Result<()> {
+        self.call(Op::Grant)?;
+        let mut vm = self.vm();
+        if !vm.mapped.contains_key(&addr) {
+            vm.violations.push(format!("grant on unmapped {addr:#x}"));
+        }
+        Ok(())
+    }
+
+    unsafe fn unmap(&self, addr: usize, bytes: usize) -> Result<()> {
+        self.call(Op::Unmap)?;
+        let mut vm = self.vm();
+        vm.settle();
+        let busy: Vec<_> = vm
+            .pending
+            .iter()
+            .filter(|p| overlaps(p.addr, p.len, addr, bytes))
+            .copied()
+            .collect();
+        for p in busy {
+            vm.violations.push(format!(
+                "[{addr:#x}, +{bytes}) unmapped while stream {:#x}'s free of [{:#x}, +{}) is pending",
+                p.stream, p.addr, p.len
+            ));
+        }
+        match vm.mapped.remove(&addr) {
+            Some((l, _)) if l == bytes => {}
+            other => vm
+                .violations
+                .push(format!("unmap of [{addr:#x}, +{bytes}) found {other:?}")),
+        }
+        Ok(())
+    }
+
+    fn new_fence(&self, _stream: &Stream) -> Result<u64> {
+        self.call(Op::NewFence)?;
+        let mut vm = self.vm();
+        let id = vm.next_fence;
+        vm.next_fence += 1;
+        vm.fences.insert(id, None);
+        Ok(id)
+    }
+
+    fn record(&self, fence: &u64, stream: &Stream) -> Result<()> {
+        self.call(Op::Record)?;
+        let mut vm = self.vm();
+        let m = vm.marks.get(&key(stream)).copied().unwrap_or(0);
+        vm.fences.insert(*fence, Some((key(stream), m)));
+        Ok(())
+    }
+
+    fn done(&self, fence: &u64) -> Result<bool> {
+        self.call(Op::Done)?;
+        let vm = self.vm();
+        Ok(match vm.fences.get(fence).copied().flatten() {
+            Some((s, m)) => vm.completed.get(&s).copied().unwrap_or(0) >= m,
+            None => true,
+        })
+    }
+
+    fn wait(&self, fence: &u64) -> Result<()> {
+        self.call(Op::Wait)?;
+        let mut vm = self.vm();
+        if let Some((s, m)) = vm.fences.get(fence).copied().flatten() {
+            let c = vm.completed.entry(s).or_insert(0);
+            *c = (*c).max(m);
+        }
+        Ok(())
+    }
+}

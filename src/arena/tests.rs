@@ -1,0 +1,495 @@
+//! The arena's books on the fake device: placement, stream order, giving
+//! memory back, out-of-memory recovery, captures, failure injection at
+//! every call, and random runs against the fake's checks.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use super::book::{Kind, ALIGN, SMALL_MAX};
+use super::core::Arena;
+use super::fake::{FakePhys, Op};
+use super::front::Front;
+use super::{ArenaOptions, ArenaStats};
+use crate::capture::CaptureStatus;
+use crate::device::Device;
+use crate::error::{Error, InvalidReason};
+use crate::resource::MemoryResource;
+use crate::stream::Stream;
+use crate::testing::FakeResource;
+
+const MIB: usize = 1 << 20;
+const GRANULE: usize = 2 * MIB;
+
+fn arena(capacity: usize, opts: ArenaOptions) -> (Arena<FakePhys>, FakePhys) {
+    let fake = FakePhys::new(capacity);
+    let a = Arena::new(fake.clone(), GRANULE, opts, 1 << 30).unwrap();
+    (a, fake)
+}
+
+fn stream(i: usize) -> Stream {
+    Stream::fake(0xa7_0000 + 16 * i, 0)
+}
+
+/// Allocates on `s` and tells the fake (which checks the hand-out).
+fn alloc(a: &Arena<FakePhys>, f: &FakePhys, bytes: usize, s: &Stream) -> usize {
+    let addr = a.allocate(bytes, s).unwrap();
+    f.handed(addr, bytes, s);
+    f.enqueue(s);
+    addr
+}
+
+fn free(a: &Arena<FakePhys>, f: &FakePhys, addr: usize, bytes: usize, s: &Stream) {
+    f.freed(addr, bytes.div_ceil(ALIGN) * ALIGN, s);
+    a.deallocate(addr, bytes, s).unwrap();
+}
+
+fn clean(a: &Arena<FakePhys>, f: &FakePhys) {
+    a.lock().book.check();
+    let vm = f.vm();
+    assert!(vm.violations.is_empty(), "{:#?}", vm.violations);
+    let st = a.stats();
+    assert_eq!(
+        vm.created.values().sum::<usize>(),
+        st.mapped_bytes + st.unreleased_bytes
+    );
+    assert_eq!(vm.mapped.values().map(|m| m.0).sum::<usize>(), st.mapped_bytes);
+}
+
+/// After dropping the arena: nothing made, mapped or reserved is left.
+fn assert_all_back(f: &FakePhys) {
+    let vm = f.vm();
+    assert!(vm.violations.is_empty(), "{:#?}", vm.violations);
+    assert!(vm.created.is_empty(), "physical chunks left: {:?}", vm.created);
+    assert!(vm.mapped.is_empty());
+    assert!(vm.reservations.is_empty());
+}
+
+#[test]
+fn a_stream_reuses_its_own_free_at_once() {
+    let (a, f) = arena(1 << 30, ArenaOptions::default());
+    let s = stream(1);
+    let x = alloc(&a, &f, 3000, &s);
+    free(&a, &f, x, 3000, &s);
+    let maps = a.stats().maps;
+    let y = alloc(&a, &f, 2900, &s);
+    assert_eq!(x, y, "the same stream reuses the freed block without waiting");
+    assert_eq!(a.stats().maps, maps);
+    free(&a, &f, y, 2900, &s);
+    clean(&a, &f);
+    drop(a);
+    assert_all_back(&f);
+}
+
+#[test]
+fn another_stream_waits_for_the_fence() {
+    let (a, f) = arena(1 << 30, ArenaOptions::default());
+    let (s, t) = (stream(2), stream(3));
+    // Fill one small chunk exactly, so the next block needs the freed one
+    // or a new chunk.
+    let x = alloc(&a, &f, GRANULE, &s);
+    free(&a, &f, x, GRANULE, &s);
+    let y = alloc(&a, &f, GRANULE, &t);
+    assert_ne!(x, y, "the free on s is not known complete: t gets new memory");
+    assert_eq!(a.stats().fences, 1, "t's miss recorded a fence on s");
+    f.complete(&s);
+    free(&a, &f, y, GRANULE, &t);
+    let z = alloc(&a, &f, GRANULE, &t);
+    assert_eq!(z, y, "t's own free first");
+    let w = alloc(&a, &f, GRANULE, &t);
+    assert_eq!(w, x, "s's free once its fence completed");
+    assert_eq!(a.stats().maps, 2);
+    free(&a, &f, z, GRANULE, &t);
+    free(&a, &f, w, GRANULE, &t);
+    clean(&a, &f);
+}
+
+#[test]
+fn neighbours_merge_and_best_fit_splits() {
+    let (a, f) = arena(1 << 30, ArenaOptions::default());
+    let s = stream(4);
+    let blocks: Vec<_> = (0..4).map(|_| alloc(&a, &f, 256 << 10, &s)).collect();
+    assert!(
+        blocks.windows(2).all(|w| w[1] == w[0] + (256 << 10)),
+        "one after another"
+    );
+    for &b in &blocks {
+        free(&a, &f, b, 256 << 10, &s);
+    }
+    let st = a.stats();
+    assert_eq!(
+        st.largest_free, GRANULE,
+        "the four and the rest of the chunk are one range"
+    );
+    assert_eq!(st.fragmentation, 0.0);
+    assert_eq!(st.idle_bytes, 0, "the frees are not known complete");
+    f.complete(&s);
+    a.trim(usize::MAX);
+    assert_eq!(a.stats().idle_bytes, GRANULE, "now they are");
+    // A small hole and a large one: best fit takes the small hole.
+    let p = alloc(&a, &f, 512 << 10, &s);
+    let q = alloc(&a, &f, 64 << 10, &s);
+    let r = alloc(&a, &f, 256 << 10, &s);
+    free(&a, &f, q, 64 << 10, &s);
+    let small = alloc(&a, &f, 32 << 10, &s);
+    assert_eq!(small, q, "the 64 KiB hole fits 32 KiB best");
+    for (b, n) in [(p, 512 << 10), (r, 256 << 10), (small, 32 << 10)] {
+        free(&a, &f, b, n, &s);
+    }
+    clean(&a, &f);
+}
+
+#[test]
+fn small_blocks_never_split_large_ranges() {
+    let (a, f) = arena(1 << 30, ArenaOptions::default());
+    let s = stream(5);
+    let big = alloc(&a, &f, 8 * MIB, &s);
+    free(&a, &f, big, 8 * MIB, &s);
+    let small = alloc(&a, &f, 4096, &s);
+    let lock = a.lock();
+    let kind_at = |addr: usize| {
+        lock.book
+            .chunks()
+            .find(|(c, ch)| *c <= addr && addr < c + ch.len)
+            .map(|(_, ch)| ch.kind)
+    };
+    assert_eq!(kind_at(small), Some(Kind::Small));
+    assert_eq!(kind_at(big), Some(Kind::Large));
+    drop(lock);
+    assert_eq!(a.stats().largest_free, 8 * MIB, "the large range is whole");
+    free(&a, &f, small, 4096, &s);
+    clean(&a, &f);
+}
+
+#[test]
+fn a_large_block_extends_a_free_range_at_the_end() {
+    let (a, f) = arena(1 << 30, ArenaOptions::default().chunk_bytes(4 * MIB));
+    let s = stream(6);
+    let x = alloc(&a, &f, 3 * MIB, &s);
+    // 1 MiB free at the chunk's end; 5 MiB more needs only 4 MiB mapped.
+    let y = alloc(&a, &f, 2 * MIB + 512, &s);
+    let _ = y;
+    free(&a, &f, y, 2 * MIB + 512, &s);
+    free(&a, &f, x, 3 * MIB, &s);
+    let before = a.stats();
+    let z = alloc(&a, &f, 9 * MIB, &s);
+    let after = a.stats();
+    assert_eq!(z, x, "the block starts in the existing range");
+    assert!(
+        after.mapped_bytes - before.mapped_bytes < 9 * MIB,
+        "only the missing part was mapped ({} -> {})",
+        before.mapped_bytes,
+        after.mapped_bytes
+    );
+    free(&a, &f, z, 9 * MIB, &s);
+    clean(&a, &f);
+}
+
+#[test]
+fn trim_gives_every_idle_chunk_back() {
+    let (a, f) = arena(1 << 30, ArenaOptions::default());
+    let (s, t) = (stream(7), stream(8));
+    let mut held = Vec::new();
+    for i in 0..40 {
+        let n = if i % 3 == 0 { 64 << 10 } else { 3 * MIB + i * 4096 };
+        held.push((alloc(&a, &f, n, if i % 2 == 0 { &s } else { &t }), n, i % 2));
+    }
+    let keep = held.pop().unwrap();
+    for (x, n, k) in held {
+        free(&a, &f, x, n, if k == 0 { &s } else { &t });
+    }
+    // Nothing completed on the device yet: trim waits for the fences.
+    a.trim(0);
+    let st = a.stats();
+    assert!(
+        st.mapped_bytes <= keep.1.next_multiple_of(GRANULE) + 20 * MIB,
+        "{st:?}"
+    );
+    assert!(st.waits > 0);
+    free(&a, &f, keep.0, keep.1, if keep.2 == 0 { &s } else { &t });
+    a.trim(0);
+    assert_eq!(a.stats().mapped_bytes, 0);
+    clean(&a, &f);
+    drop(a);
+    assert_all_back(&f);
+}
+
+#[test]
+fn out_of_memory_waits_for_other_streams_frees_then_refuses_with_a_report() {
+    let (a, f) = arena(64 * MIB, ArenaOptions::default());
+    let (s, t) = (stream(9), stream(10));
+    let x = alloc(&a, &f, 40 * MIB, &s);
+    free(&a, &f, x, 40 * MIB, &s);
+    // t cannot reuse s's pending free and the device has 24 MiB left: the
+    // arena must wait for s's free, give the chunks back and map anew.
+    let y = alloc(&a, &f, 50 * MIB, &t);
+    let st = a.stats();
+    assert!(st.recoveries > 0 && st.waits > 0, "{st:?}");
+    clean(&a, &f);
+    match a.allocate(30 * MIB, &t) {
+        Err(Error::OutOfMemory {
+            requested,
+            arena: Some(report),
+            ..
+        }) => {
+            assert_eq!(requested, 30 * MIB);
+            assert_eq!(report.live_bytes, 50 * MIB);
+            assert!(report.mapped_bytes >= 50 * MIB);
+            assert_eq!(report.refusals, 1);
+        }
+        other => panic!("expected a refusal with a report, got {other:?}"),
+    }
+    free(&a, &f, y, 50 * MIB, &t);
+    clean(&a, &f);
+}
+
+#[test]
+fn max_mapped_caps_growth() {
+    let (a, f) = arena(1 << 30, ArenaOptions::default().max_mapped(Some(8 * MIB)));
+    let s = stream(11);
+    let x = alloc(&a, &f, 6 * MIB, &s);
+    assert!(matches!(a.allocate(6 * MIB, &s), Err(Error::OutOfMemory { .. })));
+    free(&a, &f, x, 6 * MIB, &s);
+    let y = alloc(&a, &f, 6 * MIB, &s);
+    free(&a, &f, y, 6 * MIB, &s);
+    clean(&a, &f);
+}
+
+#[test]
+fn bad_frees_are_refused_and_change_nothing() {
+    let (a, f) = arena(1 << 30, ArenaOptions::default());
+    let s = stream(12);
+    let x = alloc(&a, &f, 4096, &s);
+    let e = a.deallocate(x + 512, 4096, &s).unwrap_err();
+    assert_eq!(e.invalid_reason(), Some(InvalidReason::Other));
+    assert!(a.deallocate(x, 100_000, &s).is_err(), "a wrong size");
+    assert_eq!(a.stats().live_blocks, 1);
+    free(&a, &f, x, 4096, &s);
+    assert!(a.deallocate(x, 4096, &s).is_err(), "a double free");
+    clean(&a, &f);
+}
+
+/// A failure at every call of every kind, one at a time, in a run that
+/// grows, frees across streams, recovers from out of memory and trims:
+/// nothing leaks and the books stay right.
+#[test]
+fn a_failed_call_anywhere_leaks_nothing_and_corrupts_nothing() {
+    let ops = [
+        Op::Create,
+        Op::Map,
+        Op::Unmap,
+        Op::Release,
+        Op::NewFence,
+        Op::Record,
+        Op::Done,
+        Op::Wait,
+    ];
+    for op in ops {
+        for skip in 0..12 {
+            let (a, f) = arena(48 * MIB, ArenaOptions::default().chunk_bytes(8 * MIB));
+            f.fail(op, skip);
+            let (s, t) = (stream(13), stream(14));
+            let mut held: Vec<(usize, usize, Stream)> = Vec::new();
+            for i in 0..24usize {
+                let st = if i % 3 == 0 { &t } else { &s };
+                let n = [4096, 700 << 10, 5 * MIB, 12 * MIB][i % 4];
+                // Out of memory, or the injected failure (the resource
+                // then serves from its pool: see `front`).
+                if let Ok(x) = a.allocate(n, st) {
+                    f.handed(x, n, st);
+                    f.enqueue(st);
+                    held.push((x, n, st.clone()));
+                }
+                if i % 2 == 1 && !held.is_empty() {
+                    let (x, n, st) = held.remove(i % held.len());
+                    free(&a, &f, x, n, &st);
+                }
+                if i % 7 == 6 {
+                    f.complete(&s);
+                }
+                clean(&a, &f);
+            }
+            a.trim(0);
+            clean(&a, &f);
+            f.stop_failing();
+            for (x, n, st) in held {
+                free(&a, &f, x, n, &st);
+            }
+            a.trim(0);
+            clean(&a, &f);
+            assert_eq!(a.stats().mapped_bytes, 0, "{op:?} after {skip}");
+            drop(a);
+            assert_all_back(&f);
+        }
+    }
+}
+
+/// Random runs: several streams, random sizes, frees on the allocating
+/// stream or another one, random completions, random failures; the fake
+/// checks every hand-out and every unmap.
+#[test]
+fn random_runs_keep_stream_order_and_lose_nothing() {
+    for seed in 0..60u64 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let cap = [32 * MIB, 96 * MIB, 1 << 30][seed as usize % 3];
+        let opts = ArenaOptions::default()
+            .chunk_bytes([4 * MIB, 20 * MIB][rng.usize(0..2)])
+            .release_threshold([None, Some(0), Some(8 * MIB)][rng.usize(0..3)]);
+        let (a, f) = arena(cap, opts);
+        if seed % 2 == 1 {
+            f.fail_randomly(seed, 25);
+        }
+        let streams: Vec<Stream> = (0..3).map(|i| stream(20 + i + 3 * seed as usize)).collect();
+        let mut held: Vec<(usize, usize, usize)> = Vec::new();
+        let mut refused = 0;
+        for _ in 0..400 {
+            match rng.u32(0..10) {
+                0..=4 => {
+                    let n = match rng.u32(0..4) {
+                        0 => rng.usize(1..4096),
+                        1 => rng.usize(4096..SMALL_MAX),
+                        2 => rng.usize(SMALL_MAX..8 * MIB),
+                        _ => rng.usize(8 * MIB..30 * MIB),
+                    };
+                    let si = rng.usize(0..streams.len());
+                    match a.allocate(n, &streams[si]) {
+                        Ok(x) => {
+                            f.handed(x, n, &streams[si]);
+                            f.enqueue(&streams[si]);
+                            held.push((x, n, si));
+                        }
+                        Err(Error::OutOfMemory { .. }) => refused += 1,
+                        Err(e) if seed % 2 == 1 => {
+                            assert!(e.to_string().contains("injected"), "seed {seed}: {e}");
+                        }
+                        Err(e) => panic!("seed {seed}: {e}"),
+                    }
+                }
+                5..=7 if !held.is_empty() => {
+                    let (x, n, si) = held.swap_remove(rng.usize(0..held.len()));
+                    // Freed on another stream than it was used on: that
+                    // stream must first be ordered after the use (as
+                    // `DeviceBuffer` does); here the device completes it.
+                    let fi = if rng.bool() {
+                        si
+                    } else {
+                        rng.usize(0..streams.len())
+                    };
+                    if fi != si {
+                        f.complete(&streams[si]);
+                    }
+                    free(&a, &f, x, n, &streams[fi]);
+                }
+                8 => f.complete(&streams[rng.usize(0..streams.len())]),
+                _ => {
+                    a.trim(rng.usize(0..64 * MIB));
+                }
+            }
+            a.lock().book.check();
+        }
+        clean(&a, &f);
+        f.stop_failing();
+        let st: ArenaStats = a.stats();
+        assert!(st.peak_live <= cap, "seed {seed}");
+        for (x, n, si) in held {
+            free(&a, &f, x, n, &streams[si]);
+        }
+        a.trim(0);
+        clean(&a, &f);
+        assert_eq!(a.stats().mapped_bytes, 0, "seed {seed} ({refused} refused)");
+        drop(a);
+        assert_all_back(&f);
+    }
+}
+
+/// A device of `cap` bytes holds its capacity in blocks whatever their
+/// order of frees: once everything is free and complete, a block as large
+/// as the device fits (idle chunks are given back and mapped anew).
+#[test]
+fn never_refused_while_idle_memory_would_do() {
+    let (a, f) = arena(64 * MIB, ArenaOptions::default().chunk_bytes(4 * MIB));
+    let streams: Vec<Stream> = (0..4).map(|i| stream(300 + i)).collect();
+    let mut held = Vec::new();
+    for i in 0..30 {
+        let s = &streams[i % 4];
+        held.push((
+            alloc(&a, &f, [4096, 600 << 10, 2 * MIB][i % 3], s),
+            [4096, 600 << 10, 2 * MIB][i % 3],
+            i % 4,
+        ));
+    }
+    for (x, n, si) in held {
+        free(&a, &f, x, n, &streams[(si + 1) % 4]);
+    }
+    // Nothing completed: the allocation must wait for the frees, give
+    // every chunk back, and map 60 MiB in one range.
+    let big = alloc(&a, &f, 60 * MIB, &streams[0]);
+    free(&a, &f, big, 60 * MIB, &streams[0]);
+    clean(&a, &f);
+}
+
+// ---- the resource contract ----
+
+fn front(capacity: usize) -> (Arc<Front<FakePhys>>, FakePhys, Arc<FakeResource>) {
+    let (a, f) = arena(capacity, ArenaOptions::default());
+    let graph = FakeResource::new(None);
+    let fr = Front::new(a, Device::fake(0), graph.clone() as Arc<dyn MemoryResource>);
+    (fr, f, graph)
+}
+
+#[test]
+fn captured_allocations_are_graph_memory_and_arena_frees_wait_for_the_graph() {
+    let (fr, f, graph) = front(1 << 30);
+    let s = stream(400);
+    let before = fr.allocate(8192, &s).unwrap() as usize;
+    assert!(fr.arena.owns(before));
+    s.set_fake_capture(CaptureStatus::Active, 0xa7e1);
+    crate::testing::fake_graph_begin(0xa7e1, 0);
+    let inside = fr.allocate(8192, &s).unwrap();
+    assert!(!fr.arena.owns(inside as usize), "graph memory, not the arena's");
+    assert_eq!(graph.state().live.len(), 1);
+    // SAFETY: allocated above, freed once.
+    unsafe {
+        fr.deallocate(inside, 8192, &s).unwrap();
+        fr.deallocate(before as *mut c_void, 8192, &s).unwrap();
+    }
+    assert!(
+        graph.state().live.is_empty(),
+        "the graph's own block went back to the graph resource"
+    );
+    assert_eq!(
+        fr.arena.stats().live_blocks,
+        1,
+        "the arena block waits for the graph"
+    );
+    s.set_fake_capture(CaptureStatus::None, 0);
+    assert_eq!(crate::testing::fake_graph_destroy(0xa7e1), 1);
+    crate::graph::reclaim_graph_frees().unwrap();
+    assert_eq!(fr.arena.stats().live_blocks, 0, "freed once the graph is gone");
+    let _ = f;
+}
+
+#[test]
+fn the_resource_refuses_zero_bytes_and_other_devices() {
+    let (fr, _f, _g) = front(1 << 30);
+    let s = stream(401);
+    assert_eq!(
+        fr.allocate(0, &s).unwrap_err().invalid_reason(),
+        Some(InvalidReason::ZeroBytes)
+    );
+    let other = Stream::fake(0xa7_9000, 1);
+    assert_eq!(
+        fr.allocate(64, &other).unwrap_err().invalid_reason(),
+        Some(InvalidReason::WrongDevice)
+    );
+    let mut seen = HashMap::new();
+    for i in 0..100 {
+        let p = fr.allocate(1000 + i, &s).unwrap() as usize;
+        assert_eq!(p % 256, 0, "aligned");
+        assert!(seen.insert(p, 1000 + i).is_none());
+    }
+    for (p, n) in seen {
+        // SAFETY: allocated above, freed once.
+        unsafe { fr.deallocate(p as *mut c_void, n, &s).unwrap() };
+    }
+}
