@@ -1,7 +1,9 @@
-//! The arena as a [`MemoryResource`]: argument checks, and captures routed
-//! to the graph-memory resource (see [the module docs](super)).
+//! The arena as a [`MemoryResource`]: argument checks, captures routed to
+//! the device's pool (graph memory), and the pool again for an allocation
+//! the arena cannot serve (see [the module docs](super)).
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use super::core::Arena;
@@ -15,19 +17,46 @@ use crate::stream::{Asked, Stream};
 pub(crate) struct Front<P: Phys> {
     pub(crate) arena: Arena<P>,
     device: Device,
-    /// Graph memory: allocations on capturing streams.
-    graph: Arc<dyn MemoryResource>,
+    /// The device's pool: allocations on capturing streams (graph memory),
+    /// and those the arena could not serve.
+    pool: Arc<dyn MemoryResource>,
+    /// Allocations the pool served because the arena could not.
+    pub(crate) stepped_aside: AtomicU64,
+    said: AtomicBool,
     this: Weak<Front<P>>,
 }
 
 impl<P: Phys> Front<P> {
-    pub(crate) fn new(arena: Arena<P>, device: Device, graph: Arc<dyn MemoryResource>) -> Arc<Front<P>> {
+    pub(crate) fn new(arena: Arena<P>, device: Device, pool: Arc<dyn MemoryResource>) -> Arc<Front<P>> {
         Arc::new_cyclic(|this| Front {
             arena,
             device,
-            graph,
+            pool,
+            stepped_aside: AtomicU64::new(0),
+            said: AtomicBool::new(false),
             this: this.clone(),
         })
+    }
+
+    /// An allocation the arena refused: the pool's, if it has one. A
+    /// failure other than out of memory (a virtual-memory call the runtime
+    /// refused) is said once on stderr.
+    #[cold]
+    fn step_aside(&self, bytes: usize, stream: &Stream, e: crate::Error) -> Result<*mut c_void> {
+        match self.pool.allocate_asked(bytes, stream, Asked::answer(None)) {
+            Ok(p) => {
+                self.stepped_aside.fetch_add(1, Ordering::Relaxed);
+                if !matches!(e, crate::Error::OutOfMemory { .. }) && !self.said.swap(true, Ordering::Relaxed) {
+                    eprintln!(
+                        "somalloc: the arena of device {} could not map memory ({e}); \
+                         allocations it cannot serve come from the device's pool",
+                        self.device.ordinal()
+                    );
+                }
+                Ok(p)
+            }
+            Err(_) => Err(e),
+        }
     }
 
     fn check(&self, bytes: usize, stream: &Stream, what: &str) -> Result<()> {
@@ -50,8 +79,8 @@ impl<P: Phys> Front<P> {
 // before the stream's later work, another stream's only once a fence shows
 // them complete (`Phys`'s contract); nothing is unmapped before every free
 // in it completed. (2) `deallocate` books the block as freed on `stream`.
-// (3) On a capturing stream allocations are the graph resource's (a pool:
-// graph memory); an arena block freed in a capture is freed only once the
+// Allocations the arena refuses are the pool's (its contract). (3) On a
+// capturing stream allocations are the pool's (graph memory); an arena block freed in a capture is freed only once the
 // graph and its executables are gone (`crate::graph::defer`).
 unsafe impl<P: Phys> MemoryResource for Front<P> {
     fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
@@ -66,9 +95,12 @@ unsafe impl<P: Phys> MemoryResource for Front<P> {
     fn allocate_asked(&self, bytes: usize, stream: &Stream, asked: Asked) -> Result<*mut c_void> {
         self.check(bytes, stream, "allocation")?;
         if let Some(c) = asked.capturing(stream)? {
-            return self.graph.allocate_asked(bytes, stream, Asked::answer(Some(c)));
+            return self.pool.allocate_asked(bytes, stream, Asked::answer(Some(c)));
         }
-        self.arena.allocate(bytes, stream).map(|a| a as *mut c_void)
+        match self.arena.allocate(bytes, stream) {
+            Ok(a) => Ok(a as *mut c_void),
+            Err(e) => self.step_aside(bytes, stream, e),
+        }
     }
 
     unsafe fn deallocate_asked(
@@ -82,8 +114,8 @@ unsafe impl<P: Phys> MemoryResource for Front<P> {
         let addr = ptr as usize;
         if !self.arena.owns(addr) {
             // SAFETY: not the arena's: the caller's guarantees are for the
-            // graph resource, where it came from.
-            return unsafe { self.graph.deallocate_asked(ptr, bytes, stream, asked) };
+            // pool, where it came from.
+            return unsafe { self.pool.deallocate_asked(ptr, bytes, stream, asked) };
         }
         match asked.capturing(stream)? {
             None => self.arena.deallocate(addr, bytes, stream),

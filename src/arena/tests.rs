@@ -493,3 +493,33 @@ fn the_resource_refuses_zero_bytes_and_other_devices() {
         unsafe { fr.deallocate(p as *mut c_void, n, &s).unwrap() };
     }
 }
+
+#[test]
+fn a_failed_map_steps_aside_to_the_pool() {
+    let (fr, f, pool) = front(1 << 30);
+    let s = stream(402);
+    f.fail(Op::Map, 0);
+    let p = fr.allocate(4096, &s).unwrap();
+    assert!(!fr.arena.owns(p as usize), "served by the pool");
+    assert_eq!(pool.state().live.len(), 1);
+    assert_eq!(fr.stepped_aside.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let q = fr.allocate(4096, &s).unwrap();
+    assert!(fr.arena.owns(q as usize), "the arena serves again once mapping works");
+    // SAFETY: allocated above, freed once.
+    unsafe {
+        fr.deallocate(p, 4096, &s).unwrap();
+        fr.deallocate(q, 4096, &s).unwrap();
+    }
+    assert!(pool.state().live.is_empty());
+    assert_eq!(fr.arena.stats().live_blocks, 0);
+    // Out of memory in the arena and in the pool: the arena's refusal.
+    let (fr, _f, _pool) = {
+        let (a, f) = arena(4 * MIB, ArenaOptions::default());
+        let pool = FakeResource::new(Some(0));
+        (Front::new(a, Device::fake(0), pool.clone() as Arc<dyn MemoryResource>), f, pool)
+    };
+    match fr.allocate(8 * MIB, &s) {
+        Err(Error::OutOfMemory { arena: Some(_), .. }) => {}
+        other => panic!("{other:?}"),
+    }
+}
