@@ -9,7 +9,7 @@
 #    $CUDA_PATH, /usr/local/cuda, the nvcc of $SOMALLOC_NVCC or PATH, and the
 #    pip wheels of `ci/setup.sh cuda` (~/.cache/somalloc/venv-cuda13) that
 #    has include/cuda_runtime_api.h and a libcudart.so*;
-# 2. compiles hip_on_cuda.cpp with ${CXX:-g++} (-Werror if
+# 2. compiles hip_on_cuda.cpp and vmm.cpp with ${CXX:-g++} (-Werror if
 #    HIP_ON_CUDA_WERROR=1), soname libamdhip64.so.5, symbol versions from
 #    libamdhip64.map, linked against libcudart only (RUNPATH: its folder);
 # 3. symbol check: every hip* function the rocm backend loads (the list in
@@ -17,14 +17,19 @@
 #    what required-symbols.sh reads from the backend sources) must be exported,
 #    with a hip_* version; where ROCm's own libamdhip64.so.5 is installed
 #    ($HIP_ON_CUDA_REAL_AMDHIP or /usr/lib/x86_64-linux-gnu, /opt/rocm/lib),
-#    each must carry the same version as there;
+#    each must carry the same version as there, and so must every other
+#    function the shim exports that the real library has;
 # 4. ABI check, where ROCm's hip_runtime_api.h is installed ($HIP_INCLUDE or
 #    /usr/include, /opt/rocm/include): the shim's error numbers, enum and
-#    flag values and struct layouts are compiled against ROCm's header;
+#    flag values and struct layouts (hip_on_cuda.h, and the ABI part of
+#    vmm.cpp: hipMemAllocationProp in that ROCm's layout) are compiled
+#    against ROCm's header;
 # 5. smoke test: dlopen the result, check error names, version symbols and
 #    the last-error rules, and print what hipGetDeviceCount says (and each
 #    device's name); HIP_ON_CUDA_EXPECT_GPU=1 makes "no GPU" a failure,
-#    HIP_ON_CUDA_EXPECT_GPU=0 makes "a GPU" one.
+#    HIP_ON_CUDA_EXPECT_GPU=0 makes "a GPU" one;
+# 6. builds OUTDIR/vmm_check from vmm_check.cpp, the self-check of the
+#    virtual memory calls that run-on-nvidia.sh (see run.sh) runs on the GPU.
 # Exits non-zero if any step fails.
 set -euo pipefail
 export LC_ALL=C # sort and comm must agree on one order
@@ -79,7 +84,7 @@ lib=$out/libamdhip64.so.5
 werror=()
 [ "${HIP_ON_CUDA_WERROR:-0}" = 1 ] && werror=(-Werror)  # run.sh sets it; other compilers may warn more
 "$cxx" -std=c++17 -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra "${werror[@]}" \
-  -I"$cuda_inc" -o "$lib" "$here/hip_on_cuda.cpp" \
+  -I"$cuda_inc" -o "$lib" "$here/hip_on_cuda.cpp" "$here/vmm.cpp" \
   -Wl,-soname,libamdhip64.so.5 -Wl,--version-script="$here/libamdhip64.map" -Wl,--no-undefined \
   -L"$cuda_lib" "$link" -Wl,-rpath,"$cuda_lib"
 ln -sf libamdhip64.so.5 "$out/libamdhip64.so"
@@ -94,7 +99,7 @@ elif [ -f "$here/required-symbols.txt" ]; then
   from=$here/required-symbols.txt
 elif [ -f "$here/../../backends/rocm/mod.rs" ]; then
   required=$(bash "$here/required-symbols.sh" "$here/../..")
-  from="backends/rocm/mod.rs and backends/shared.rs"
+  from="backends/rocm/*.rs and backends/shared.rs"
 else
   die "no list of required symbols (set HIP_ON_CUDA_SYMBOLS)"
 fi
@@ -127,6 +132,16 @@ for name in $required; do
 done
 extra=$(comm -13 <(echo "$required") <(echo "$exported" | awk '{print $1}'))
 [ -z "$extra" ] || say "note: exported but not loaded by the backend: $(echo $extra)"
+# Those too carry the real library's version where it has them.
+if [ -n "$real_versions" ]; then
+  for name in $extra; do
+    ver=$(echo "$exported" | awk -v n="$name" '$1 == n {print $2}')
+    want=$(echo "$real_versions" | awk -v n="$name" '$1 == n {print $2}')
+    if [ -n "$want" ] && [ "$want" != "$ver" ]; then
+      say "VERSION: $name is $ver in the shim, $want in $real"; bad=1
+    fi
+  done
+fi
 [ "$bad" -eq 0 ] || die "symbol check failed (list from $from)"
 say "symbol check: all $n hip* functions of $from exported with their version${real:+ (same as $real)}"
 
@@ -167,6 +182,7 @@ constexpr unsigned rocm_host_malloc_flags[] = {hipHostMallocDefault, hipHostMall
 #undef hipHostMallocNonCoherent
 #define HIP_ON_CUDA_ABI_ONLY
 #include "hip_on_cuda.cpp"
+#include "vmm.cpp"
 namespace s = hip_abi;
 #define X(name, value) static_assert(::name == value, #name " differs from ROCm's hip_runtime_api.h");
 HIP_ON_CUDA_HIP_ERRORS(X)
@@ -279,6 +295,39 @@ static_assert(offsetof(::hipMemPoolProps, maxSize) == offsetof(s::hipMemPoolProp
 static_assert(offsetof(::hipMemPoolProps, reserved) == offsetof(s::hipMemPoolProps, maxSize),
               "before ROCm 6.2, reserved[] starts where maxSize is");
 #endif
+// Virtual memory (vmm.cpp): hipMemAllocationProp in the layout of this
+// header's ROCm (the shim picks it by the version it reports).
+static_assert(sizeof(::hipMemGenericAllocationHandle_t) == sizeof(s::hipMemGenericAllocationHandle_t), "handle");
+static_assert(::hipMemAllocationGranularityMinimum == s::hipMemAllocationGranularityMinimum, "granularity flag");
+static_assert(::hipMemAllocationGranularityRecommended == s::hipMemAllocationGranularityRecommended, "granularity");
+#if HIP_VERSION < 50300000
+using OldProp = s::hipMemAllocationPropR0502;
+static_assert(sizeof(::hipMemAllocationProp) == sizeof(OldProp), "hipMemAllocationProp size (ROCm 5.2)");
+static_assert(offsetof(::hipMemAllocationProp, compressionType) == offsetof(OldProp, compressionType), "5.2 prop");
+static_assert(offsetof(::hipMemAllocationProp, location) == offsetof(OldProp, location), "5.2 prop");
+static_assert(offsetof(::hipMemAllocationProp, requestedHandleType) == offsetof(OldProp, requestedHandleType), "5.2");
+static_assert(offsetof(::hipMemAllocationProp, type) == offsetof(OldProp, type), "5.2 prop");
+static_assert(offsetof(::hipMemAllocationProp, usage) == offsetof(OldProp, usage), "5.2 prop");
+static_assert(offsetof(::hipMemAllocationProp, win32HandleMetaData) == offsetof(OldProp, win32HandleMetaData), "5.2");
+#else
+using NewProp = s::hipMemAllocationPropR0503;
+static_assert(sizeof(::hipMemAllocationProp) == sizeof(NewProp), "hipMemAllocationProp size (ROCm >= 5.3)");
+static_assert(offsetof(::hipMemAllocationProp, type) == offsetof(NewProp, type), "5.3 prop");
+static_assert(offsetof(::hipMemAllocationProp, requestedHandleType) == offsetof(NewProp, requestedHandleType), "5.3");
+static_assert(offsetof(::hipMemAllocationProp, location) == offsetof(NewProp, location), "5.3 prop");
+static_assert(offsetof(::hipMemAllocationProp, win32HandleMetaData) == offsetof(NewProp, win32HandleMetaData), "5.3");
+static_assert(offsetof(::hipMemAllocationProp, allocFlags.compressionType) ==
+                  offsetof(NewProp, allocFlags.compressionType), "5.3 prop");
+static_assert(offsetof(::hipMemAllocationProp, allocFlags.gpuDirectRDMACapable) ==
+                  offsetof(NewProp, allocFlags.gpuDirectRDMACapable), "5.3 prop");
+static_assert(offsetof(::hipMemAllocationProp, allocFlags.usage) == offsetof(NewProp, allocFlags.usage), "5.3 prop");
+static_assert(::hipDeviceAttributeVirtualMemoryManagementSupported ==
+                  s::hipDeviceAttributeVirtualMemoryManagementSupported, "attr (ROCm >= 5.3)");
+#endif
+#if HIP_VERSION >= 60100000
+static_assert(::hipDeviceAttributeMemoryPoolSupportedHandleTypes == s::hipDeviceAttributeMemoryPoolSupportedHandleTypes,
+              "attr (ROCm >= 6.1)");
+#endif
 int hip_version_checked = HIP_VERSION;
 CPP
   if "$cxx" -std=c++17 -fsyntax-only -D__HIP_PLATFORM_AMD__ -I"$hip_inc" -I"$here" "$check/abi.cpp"; then
@@ -344,6 +393,22 @@ int main(int argc, char** argv) {
     EXPECT(user_object && user_object(&out, nullptr, nullptr, 1, 1) == 1, "hipUserObjectCreate(no destructor)");
     EXPECT(last() == 1 && last() == 0, "last error after the rejected graph calls");
   }
+  {
+    // Virtual memory (vmm.cpp): the real library's version node, and
+    // rejections made by the shim itself.
+    const char* vmm[] = {"hipMemAddressReserve", "hipMemAddressFree", "hipMemCreate", "hipMemRelease", "hipMemMap",
+                         "hipMemUnmap", "hipMemSetAccess", "hipMemGetAccess", "hipMemGetAllocationGranularity",
+                         "hipMemRetainAllocationHandle", "hipMemExportToShareableHandle",
+                         "hipMemImportFromShareableHandle"};
+    for (const char* f : vmm) EXPECT(dlvsym(h, f, "hip_5.1") != nullptr, "%s@hip_5.1 not found", f);
+    auto reserve = reinterpret_cast<int (*)(void**, size_t, size_t, void*, unsigned long long)>(dlsym(h, "hipMemAddressReserve"));
+    auto create = reinterpret_cast<int (*)(void**, size_t, const void*, unsigned long long)>(dlsym(h, "hipMemCreate"));
+    void* p = nullptr;
+    unsigned char prop[32] = {0};  // allocation type 0 in both layouts
+    EXPECT(reserve && reserve(&p, 1 << 21, 0, nullptr, 1) == 1, "hipMemAddressReserve(flags 1) should be hipErrorInvalidValue");
+    EXPECT(create && create(&p, 1 << 21, prop, 0) == 1, "hipMemCreate(type 0) should be hipErrorInvalidValue");
+    EXPECT(last() == 1 && last() == 0, "last error after the rejected virtual memory calls");
+  }
   EXPECT(!std::strcmp(name(0), "hipSuccess"), "name(0) = %s", name(0));
   EXPECT(!std::strcmp(name(2), "hipErrorOutOfMemory"), "name(2) = %s", name(2));
   EXPECT(!std::strcmp(name(35), "hipErrorInsufficientDriver"), "name(35) = %s", name(35));
@@ -364,21 +429,32 @@ int main(int argc, char** argv) {
   e = count(&n);
   std::printf("hipRuntimeGetVersion: %d; hipGetDeviceCount: %d (%s: %s), count %d\n", v, e, name(e), text(e), e == 0 ? n : 0);
   const char* expect = std::getenv("HIP_ON_CUDA_EXPECT_GPU");
+  auto reserve = reinterpret_cast<int (*)(void**, size_t, size_t, void*, unsigned long long)>(dlsym(h, "hipMemAddressReserve"));
   if (e != 0) {
     EXPECT(e == 35 || e == 100, "no GPU should be hipErrorInsufficientDriver or hipErrorNoDevice, got %d", e);
     EXPECT(last() == e, "last error after hipGetDeviceCount");
+    void* p = nullptr;
+    int r = reserve(&p, 1 << 21, 0, nullptr, 0);  // through the driver entry points
+    EXPECT(r == e, "hipMemAddressReserve without a GPU = %d, want %d as hipGetDeviceCount", r, e);
+    EXPECT(last() == r, "last error after hipMemAddressReserve");
     EXPECT(!(expect && !std::strcmp(expect, "1")), "HIP_ON_CUDA_EXPECT_GPU=1 but the shim sees no GPU");
   } else {
     auto get = reinterpret_cast<int (*)(int*, int)>(dlsym(h, "hipDeviceGet"));
     auto dev_name = reinterpret_cast<int (*)(char*, int, int)>(dlsym(h, "hipDeviceGetName"));
     auto attr = reinterpret_cast<int (*)(int*, int, int)>(dlsym(h, "hipDeviceGetAttribute"));
     for (int i = 0; i < n; ++i) {
-      int d = -1, pools = -1;
+      int d = -1, pools = -1, vmm = -1;
       char buf[256] = {0};
       EXPECT(get(&d, i) == 0 && d == i, "hipDeviceGet(%d)", i);
       EXPECT(dev_name(buf, sizeof buf, d) == 0 && buf[0] != 0, "hipDeviceGetName(%d)", i);
       EXPECT(attr(&pools, 88, d) == 0, "hipDeviceGetAttribute(MemoryPoolsSupported, %d)", i);
-      std::printf("device %d: %s, memory pools %s\n", i, buf, pools == 1 ? "supported" : "NOT supported");
+      // VirtualMemoryManagementSupported (89) exists from ROCm 5.3 on.
+      int want = v >= 10000000 && v < 50300000 ? 1 : 0;
+      EXPECT(attr(&vmm, 89, d) == want, "hipDeviceGetAttribute(VirtualMemoryManagementSupported, %d)", i);
+      (void)last();
+      std::printf("device %d: %s, memory pools %s, virtual memory %s\n", i, buf,
+                  pools == 1 ? "supported" : "NOT supported",
+                  want != 0 ? "(no attribute before ROCm 5.3)" : vmm == 1 ? "supported" : "NOT supported");
     }
     int d = 0;
     EXPECT(get(&d, n) == 101, "hipDeviceGet(count) should be hipErrorInvalidDevice");
@@ -394,4 +470,9 @@ if ! "$smoke/smoke" "$lib" >&2; then
   die "smoke test failed"
 fi
 rm -rf "$smoke"
-say "smoke test passed; use: LD_LIBRARY_PATH=$out (or SOMALLOC_AMDHIP=$lib)"
+say "smoke test passed"
+
+# --- 6. the virtual memory self-check (run-on-nvidia.sh runs it) -------------
+"$cxx" -std=c++17 -O1 -pthread -Wall -Wextra "${werror[@]}" -o "$out/vmm_check" "$here/vmm_check.cpp" -ldl
+say "built $out/vmm_check (run: $out/vmm_check $lib)"
+say "use: LD_LIBRARY_PATH=$out (or SOMALLOC_AMDHIP=$lib)"

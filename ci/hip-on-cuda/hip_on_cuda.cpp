@@ -3,7 +3,8 @@
 // It exports, with the ABI of Debian's ROCm 5.2.3 libamdhip64.so.5 (soname,
 // symbol versions hip_4.2 ... hip_5.1, hipError_t numbers, struct layouts,
 // enum and flag values), every hip* function that somalloc's rocm backend
-// (backends/rocm/mod.rs) loads, implemented over the CUDA runtime API;
+// (backends/rocm/) loads, implemented over the CUDA runtime API (and,
+// for the virtual memory calls of vmm.cpp, the CUDA driver API);
 // the graph functions that ROCm added after 5.2 (5.3: user objects and the
 // graph-memory attributes, 5.5: hipGraphUpload) have the ABI and version
 // nodes of those later libamdhip64.so releases (see 15. and
@@ -13,12 +14,18 @@
 //
 // It is written against CUDA's own headers (cuda_runtime_api.h) and defines
 // the HIP side itself: HIP 5.2's nvidia_detail headers call APIs that CUDA 13
-// removed (cudaBindTexture, ...) and do not compile against it. Only the
-// CUDA *runtime* is used (libcudart; no libcuda at link time): modules go
-// through cudaLibraryLoadData / cudaLibraryGetKernel / cudaLaunchKernel,
-// which need no context handling (the runtime makes the primary context of
-// the current device current itself) and no driver stub to link against
-// (the pip CUDA wheels have none).
+// removed (cudaBindTexture, ...) and do not compile against it. Only
+// libcudart is linked (no libcuda at link time; the pip CUDA wheels have no
+// driver stub to link against): modules go through cudaLibraryLoadData /
+// cudaLibraryGetKernel / cudaLaunchKernel, which need no context handling
+// (the runtime makes the primary context of the current device current
+// itself). The virtual memory calls exist only in the driver API; vmm.cpp
+// reaches the driver libcudart has loaded through the runtime's entry-point
+// query and makes a context current itself (22.).
+//
+// The files: hip_on_cuda.h (the HIP ABI: numbers, flags, layouts; and the
+// helpers the .cpp files share), this file (everything but virtual memory),
+// vmm.cpp (virtual memory, 20. to 26.). build.sh builds and checks them.
 //
 // EVERY PLACE WHERE THE SHIM TRANSLATES SOMETHING
 //  1. Error codes (translate(), table HIP_ON_CUDA_CUDA_TO_HIP below): each
@@ -70,7 +77,8 @@
 //     ROCm 5.6). HIP_ON_CUDA_VERSION=cuda reports the CUDA runtime's own
 //     number (e.g. 13000), as HIP on NVIDIA does: the backend then takes its
 //     HIP-on-NVIDIA branch, where pools of host and managed memory exist
-//     (17.). The version also picks the pointer-type numbering (18.).
+//     (17.). The version also picks the pointer-type numbering (18.), the
+//     hipMemAllocationProp layout (21.) and whether attribute 89 exists (25.).
 //  5. hipMemPoolProps (88 bytes, HIP >= 6.2 shape) -> cudaMemPoolProps
 //     (88 bytes, but `usage` and reserved[54] after maxSize): copied field by
 //     field; allocType 0/1, handleTypes bits 1/2/4, location type 0/1 keep
@@ -80,9 +88,10 @@
 //     types: int for the three reuse flags, uint64_t for the rest); others
 //     are hipErrorInvalidValue.
 //  7. hipDeviceAttribute_t: the HIP enum is numbered differently from CUDA's.
-//     Only hipDeviceAttributeMemoryPoolsSupported (88) ->
-//     cudaDevAttrMemoryPoolsSupported (115) is translated; any other id is
-//     hipErrorInvalidValue (the backend asks for no other).
+//     hipDeviceAttributeMemoryPoolsSupported (88) ->
+//     cudaDevAttrMemoryPoolsSupported (115) here, the virtual memory,
+//     handle-type and RDMA attributes in vmm.cpp (25.); any other id is
+//     hipErrorInvalidValue.
 //  8. hipMemcpyKind 0..4 -> cudaMemcpyKind 0..4 (same numbers); others are
 //     hipErrorInvalidMemcpyDirection.
 //  9. Flags: hipStreamDefault/NonBlocking 0/1 = CUDA's; hipEventDefault,
@@ -167,280 +176,103 @@
 //     NonCoherent (0x20000000, 0x40000000, 0x80000000: NUMA policy and
 //     cache-coherence hints) are dropped; other bits are
 //     hipErrorInvalidValue. hipHostFree -> cudaFreeHost.
+//
+// In vmm.cpp (virtual memory, over the CUDA driver API):
+// 20. The calls, one to one: hipMemAddressReserve / hipMemAddressFree ->
+//     cuMemAddressReserve / cuMemAddressFree, hipMemCreate / hipMemRelease
+//     -> cuMemCreate / cuMemRelease, hipMemMap / hipMemUnmap -> cuMemMap /
+//     cuMemUnmap, hipMemSetAccess / hipMemGetAccess -> cuMemSetAccess /
+//     cuMemGetAccess, hipMemGetAllocationGranularity ->
+//     cuMemGetAllocationGranularity, hipMemRetainAllocationHandle ->
+//     cuMemRetainAllocationHandle, hipMemExportToShareableHandle /
+//     hipMemImportFromShareableHandle -> cuMemExportToShareableHandle /
+//     cuMemImportFromShareableHandle. A void* address is the CUdeviceptr of
+//     the same value; hipMemGenericAllocationHandle_t (a pointer in HIP)
+//     carries CUDA's 64-bit CUmemGenericAllocationHandle as its value and is
+//     never dereferenced. Before the driver is asked, the shim refuses with
+//     hipErrorInvalidValue what ROCm's own hip_vm.cpp refuses: null
+//     out-pointers, handles and addresses, size 0 (create, map, set access,
+//     address free), count 0 (set access), flags other than 0, a hipMemMap
+//     offset other than 0. Version node hip_5.1, as in the real library;
+//     exported whatever HIP_ON_CUDA_VERSION says (ROCm 5.2.3's own versions
+//     of these calls are stubs: see README.md).
+// 21. hipMemAllocationProp (32 bytes; hipMemCreate,
+//     hipMemGetAllocationGranularity) -> CUmemAllocationProp, read in the
+//     layout of the ROCm the shim acts as (4.), the way 5. treats maxSize:
+//     from ROCm 5.3 on (the default 6.2), and as HIP on NVIDIA, CUDA's order
+//     {type; requestedHandleType; location at 8; win32HandleMetaData at 16;
+//     allocFlags {compressionType, gpuDirectRDMACapable, usage} at 24};
+//     below 5.3 (HIP_ON_CUDA_VERSION=50221153) ROCm 5.2's {compressionType;
+//     location at 4; requestedHandleType at 12; type at 16; usage at 20;
+//     win32HandleMetaData at 24}. Fields: type hipMemAllocationTypePinned 1
+//     -> CU_MEM_ALLOCATION_TYPE_PINNED (the only type any ROCm's hipMemCreate
+//     takes); requestedHandleType bits hipMemHandleTypePosixFileDescriptor
+//     1 / Win32 2 / Win32Kmt 4 -> CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR /
+//     WIN32 / WIN32_KMT; location as in 23.; win32HandleMetaData as it is;
+//     gpuDirectRDMACapable (5.3 layout only) as it is; compressionType and
+//     usage, which mean nothing to an AMD GPU, are dropped (CUDA gets
+//     CU_MEM_ALLOCATION_COMP_NONE and 0). Other values: hipErrorInvalidValue
+//     (so the other layout's struct is refused: its type reads as 0).
+//     hipMemAllocationGranularity_flags Minimum 0 / Recommended 1 ->
+//     CU_MEM_ALLOC_GRANULARITY_MINIMUM / RECOMMENDED; others
+//     hipErrorInvalidValue.
+// 22. The driver: its functions come from cudaGetDriverEntryPointByVersion
+//     (cudaGetDriverEntryPoint with CUDA < 12.5 headers), each at the ABI
+//     version of its PFN type in cudaTypedefs.h, once per process. Without
+//     a driver every call answers the runtime's error, translated as in 1.
+//     (no GPU: hipErrorInsufficientDriver or hipErrorNoDevice, like
+//     hipGetDeviceCount); a driver that lacks one makes them all
+//     hipErrorNotSupported (said once on stderr). Context: a call that needs
+//     one asks cuCtxGetCurrent and, on a thread with none, calls
+//     cudaFree(NULL), which makes the primary context of the thread's
+//     current device (hipSetDevice's) current.
+// 23. Locations and access (hipMemCreate, hipMemSetAccess, hipMemGetAccess):
+//     hipMemLocationTypeDevice 1 -> CU_MEM_LOCATION_TYPE_DEVICE with the
+//     ordinal as id; Host 2 / HostNuma 3 -> CU_MEM_LOCATION_TYPE_HOST /
+//     HOST_NUMA only as HIP on NVIDIA (as in 17.), else, like any other type,
+//     hipErrorInvalidValue. hipMemAccessFlags ProtNone 0 / ProtRead 1 /
+//     ProtReadWrite 3 -> CU_MEM_ACCESS_FLAGS_PROT_NONE / READ / READWRITE
+//     (others hipErrorInvalidValue), and back for hipMemGetAccess.
+//     hipMemAccessDesc[] is rebuilt element by element as CUmemAccessDesc[].
+// 24. CUresult -> hipError_t (table HIP_ON_CUDA_CU_TO_HIP in vmm.cpp),
+//     following HIP's own hipCUResultTohipError (nvidia_detail); every pair
+//     keeps its number (static_assert), e.g. CUDA_ERROR_INVALID_VALUE 1 ->
+//     hipErrorInvalidValue, CUDA_ERROR_OUT_OF_MEMORY 2 -> hipErrorOutOfMemory,
+//     CUDA_ERROR_INVALID_CONTEXT 201 -> hipErrorInvalidContext,
+//     CUDA_ERROR_ALREADY_MAPPED 208, CUDA_ERROR_NOT_MAPPED 211,
+//     CUDA_ERROR_INVALID_HANDLE 400 -> hipErrorInvalidHandle,
+//     CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE 708 -> hipErrorSetOnActiveProcess,
+//     CUDA_ERROR_NOT_SUPPORTED 801 -> hipErrorNotSupported. Every other
+//     CUresult (CUDA_ERROR_NOT_PERMITTED 800, CUDA_ERROR_INVALID_ADDRESS_SPACE
+//     717, ...) is hipErrorUnknown 999, as in HIP's table; the CUresult is
+//     remembered per thread (3.) and hipGetErrorString(999) gives the
+//     driver's own name and message for it.
+// 25. hipDeviceGetAttribute (7.): VirtualMemoryManagementSupported 89 ->
+//     CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED (102, through
+//     the driver), from ROCm 5.3 on only: acting as ROCm 5.2, whose enum
+//     lacks it, hipErrorInvalidValue; MemoryPoolSupportedHandleTypes 91
+//     (ROCm >= 6.1) -> cudaDevAttrMemoryPoolSupportedHandleTypes (119),
+//     keeping HIP's bits 1/2/4 (CUDA's fabric bit 8 has no stable HIP
+//     number); GPUDirectRDMAWithHipVMMSupported 94 ->
+//     CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED (110);
+//     HandleTypeFabricSupported 95 -> 0 (the shim translates no fabric
+//     handle type). 94 and 95 are answered whatever the version says.
+// 26. Sharing (hipMemExportToShareableHandle /
+//     hipMemImportFromShareableHandle): handle type one of Posix fd 1, Win32
+//     2, Win32Kmt 4, as in 21. (hipMemHandleTypeNone and masks are
+//     hipErrorInvalidValue). For a POSIX fd both APIs write an int through
+//     shareableHandle on export and take the descriptor itself, cast to
+//     void*, on import; a null osHandle (which is also descriptor 0) is
+//     hipErrorInvalidValue, as in ROCm.
 
-#include <climits>
-#include <cstddef>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-
-// ---------------------------------------------------------------------------
-// Part 1: the HIP ABI, defined here (no HIP header). build.sh compiles this
-// part (HIP_ON_CUDA_ABI_ONLY) next to ROCm's own hip_runtime_api.h when that
-// is installed, and checks every number and offset against it.
-
-namespace hip_abi {
-
-using hipError_t = int;  // C enum, int-sized, in every ROCm
-using hipDevice_t = int;
-using hipDeviceAttribute_t = int;
-using hipMemPoolAttr = int;
-using hipMemcpyKind = int;
-
-struct ihipStream_t;
-struct ihipEvent_t;
-struct ihipMemPoolHandle_t;
-struct ihipModule_t;
-struct ihipModuleSymbol_t;
-using hipStream_t = ihipStream_t*;
-using hipEvent_t = ihipEvent_t*;
-using hipMemPool_t = ihipMemPoolHandle_t*;
-using hipModule_t = ihipModule_t*;
-using hipFunction_t = ihipModuleSymbol_t*;
-struct ihipGraph;
-struct hipGraphExec;
-struct hipGraphNode;
-struct hipUserObject;
-using hipGraph_t = ihipGraph*;
-using hipGraphExec_t = hipGraphExec*;
-using hipGraphNode_t = hipGraphNode*;
-using hipUserObject_t = hipUserObject*;  // ROCm >= 5.3
-using hipHostFn_t = void (*)(void* userData);
-using hipStreamCaptureStatus = int;
-using hipStreamCaptureMode = int;
-using hipGraphMemAttributeType = int;  // ROCm >= 5.3
-
-// hipError_t of ROCm 5.2.3 (hip_runtime_api.h), primary names only (the
-// aliases hipErrorMemoryAllocation 2, hipErrorInitializationError 3,
-// hipErrorMapBufferObjectFailed 205, hipErrorInvalidResourceHandle 400 are
-// the same numbers; HIP's hipGetErrorName reports the names below).
-#define HIP_ON_CUDA_HIP_ERRORS(X)                 \
-    X(hipSuccess, 0)                              \
-    X(hipErrorInvalidValue, 1)                    \
-    X(hipErrorOutOfMemory, 2)                     \
-    X(hipErrorNotInitialized, 3)                  \
-    X(hipErrorDeinitialized, 4)                   \
-    X(hipErrorProfilerDisabled, 5)                \
-    X(hipErrorProfilerNotInitialized, 6)          \
-    X(hipErrorProfilerAlreadyStarted, 7)          \
-    X(hipErrorProfilerAlreadyStopped, 8)          \
-    X(hipErrorInvalidConfiguration, 9)            \
-    X(hipErrorInvalidPitchValue, 12)              \
-    X(hipErrorInvalidSymbol, 13)                  \
-    X(hipErrorInvalidDevicePointer, 17)           \
-    X(hipErrorInvalidMemcpyDirection, 21)         \
-    X(hipErrorInsufficientDriver, 35)             \
-    X(hipErrorMissingConfiguration, 52)           \
-    X(hipErrorPriorLaunchFailure, 53)             \
-    X(hipErrorInvalidDeviceFunction, 98)          \
-    X(hipErrorNoDevice, 100)                      \
-    X(hipErrorInvalidDevice, 101)                 \
-    X(hipErrorInvalidImage, 200)                  \
-    X(hipErrorInvalidContext, 201)                \
-    X(hipErrorContextAlreadyCurrent, 202)         \
-    X(hipErrorMapFailed, 205)                     \
-    X(hipErrorUnmapFailed, 206)                   \
-    X(hipErrorArrayIsMapped, 207)                 \
-    X(hipErrorAlreadyMapped, 208)                 \
-    X(hipErrorNoBinaryForGpu, 209)                \
-    X(hipErrorAlreadyAcquired, 210)               \
-    X(hipErrorNotMapped, 211)                     \
-    X(hipErrorNotMappedAsArray, 212)              \
-    X(hipErrorNotMappedAsPointer, 213)            \
-    X(hipErrorECCNotCorrectable, 214)             \
-    X(hipErrorUnsupportedLimit, 215)              \
-    X(hipErrorContextAlreadyInUse, 216)           \
-    X(hipErrorPeerAccessUnsupported, 217)         \
-    X(hipErrorInvalidKernelFile, 218)             \
-    X(hipErrorInvalidGraphicsContext, 219)        \
-    X(hipErrorInvalidSource, 300)                 \
-    X(hipErrorFileNotFound, 301)                  \
-    X(hipErrorSharedObjectSymbolNotFound, 302)    \
-    X(hipErrorSharedObjectInitFailed, 303)        \
-    X(hipErrorOperatingSystem, 304)               \
-    X(hipErrorInvalidHandle, 400)                 \
-    X(hipErrorIllegalState, 401)                  \
-    X(hipErrorNotFound, 500)                      \
-    X(hipErrorNotReady, 600)                      \
-    X(hipErrorIllegalAddress, 700)                \
-    X(hipErrorLaunchOutOfResources, 701)          \
-    X(hipErrorLaunchTimeOut, 702)                 \
-    X(hipErrorPeerAccessAlreadyEnabled, 704)      \
-    X(hipErrorPeerAccessNotEnabled, 705)          \
-    X(hipErrorSetOnActiveProcess, 708)            \
-    X(hipErrorContextIsDestroyed, 709)            \
-    X(hipErrorAssert, 710)                        \
-    X(hipErrorHostMemoryAlreadyRegistered, 712)   \
-    X(hipErrorHostMemoryNotRegistered, 713)       \
-    X(hipErrorLaunchFailure, 719)                 \
-    X(hipErrorCooperativeLaunchTooLarge, 720)     \
-    X(hipErrorNotSupported, 801)                  \
-    X(hipErrorStreamCaptureUnsupported, 900)      \
-    X(hipErrorStreamCaptureInvalidated, 901)      \
-    X(hipErrorStreamCaptureMerge, 902)            \
-    X(hipErrorStreamCaptureUnmatched, 903)        \
-    X(hipErrorStreamCaptureUnjoined, 904)         \
-    X(hipErrorStreamCaptureIsolation, 905)        \
-    X(hipErrorStreamCaptureImplicit, 906)         \
-    X(hipErrorCapturedEvent, 907)                 \
-    X(hipErrorStreamCaptureWrongThread, 908)      \
-    X(hipErrorGraphExecUpdateFailure, 910)        \
-    X(hipErrorUnknown, 999)                       \
-    X(hipErrorRuntimeMemory, 1052)                \
-    X(hipErrorRuntimeOther, 1053)
-
-#define X(name, value) constexpr hipError_t name = value;
-HIP_ON_CUDA_HIP_ERRORS(X)
-#undef X
-
-// Flags (#defines in HIP).
-constexpr unsigned hipStreamDefault = 0x0;
-constexpr unsigned hipStreamNonBlocking = 0x1;
-constexpr unsigned hipEventDefault = 0x0;
-constexpr unsigned hipEventBlockingSync = 0x1;
-constexpr unsigned hipEventDisableTiming = 0x2;
-constexpr unsigned hipEventInterprocess = 0x4;
-constexpr unsigned hipEventReleaseToDevice = 0x40000000u;
-constexpr unsigned hipEventReleaseToSystem = 0x80000000u;
-
-// Enum values.
-constexpr hipDeviceAttribute_t hipDeviceAttributeMemoryPoolsSupported = 88;
-
-constexpr hipMemcpyKind hipMemcpyHostToHost = 0;
-constexpr hipMemcpyKind hipMemcpyHostToDevice = 1;
-constexpr hipMemcpyKind hipMemcpyDeviceToHost = 2;
-constexpr hipMemcpyKind hipMemcpyDeviceToDevice = 3;
-constexpr hipMemcpyKind hipMemcpyDefault = 4;
-
-constexpr hipMemPoolAttr hipMemPoolReuseFollowEventDependencies = 0x1;
-constexpr hipMemPoolAttr hipMemPoolReuseAllowOpportunistic = 0x2;
-constexpr hipMemPoolAttr hipMemPoolReuseAllowInternalDependencies = 0x3;
-constexpr hipMemPoolAttr hipMemPoolAttrReleaseThreshold = 0x4;
-constexpr hipMemPoolAttr hipMemPoolAttrReservedMemCurrent = 0x5;
-constexpr hipMemPoolAttr hipMemPoolAttrReservedMemHigh = 0x6;
-constexpr hipMemPoolAttr hipMemPoolAttrUsedMemCurrent = 0x7;
-constexpr hipMemPoolAttr hipMemPoolAttrUsedMemHigh = 0x8;
-
-constexpr unsigned hipMemAllocationTypeInvalid = 0x0;
-constexpr unsigned hipMemAllocationTypePinned = 0x1;
-constexpr unsigned hipMemHandleTypeNone = 0x0;
-constexpr unsigned hipMemHandleTypePosixFileDescriptor = 0x1;
-constexpr unsigned hipMemHandleTypeWin32 = 0x2;
-constexpr unsigned hipMemHandleTypeWin32Kmt = 0x4;
-constexpr unsigned hipMemLocationTypeInvalid = 0;
-constexpr unsigned hipMemLocationTypeDevice = 1;
-// ROCm 6.x/7.x headers (not in 5.2.3's): CUDA's numbers.
-constexpr unsigned hipMemLocationTypeHost = 2;
-constexpr unsigned hipMemLocationTypeHostNuma = 3;
-constexpr unsigned hipMemAllocationTypeManaged = 0x2;  // ROCm development headers after 7.2
-
-// hipMemoryType up to ROCm 5.x, and from ROCm 6.0 (CUDA's numbers).
-constexpr int hipMemoryTypeHost = 0;
-constexpr int hipMemoryTypeDevice = 1;
-constexpr int hipMemoryTypeArray = 2;
-constexpr int hipMemoryTypeUnified = 3;
-constexpr int HIP6_MEMORY_TYPE_UNREGISTERED = 0;
-constexpr int HIP6_MEMORY_TYPE_HOST = 1;
-constexpr int HIP6_MEMORY_TYPE_DEVICE = 2;
-constexpr int HIP6_MEMORY_TYPE_MANAGED = 3;
-constexpr int HIP_VERSION_POINTER_TYPES_6 = 60000000;
-
-// hipHostMalloc flags (#defines in HIP).
-constexpr unsigned hipHostMallocDefault = 0x0;
-constexpr unsigned hipHostMallocPortable = 0x1;
-constexpr unsigned hipHostMallocMapped = 0x2;
-constexpr unsigned hipHostMallocWriteCombined = 0x4;
-constexpr unsigned hipHostMallocNumaUser = 0x20000000u;
-constexpr unsigned hipHostMallocCoherent = 0x40000000u;
-constexpr unsigned hipHostMallocNonCoherent = 0x80000000u;
-constexpr unsigned hipMemAccessFlagsProtNone = 0;
-constexpr unsigned hipMemAccessFlagsProtRead = 1;
-constexpr unsigned hipMemAccessFlagsProtReadWrite = 3;
-
-// Stream capture and graphs (ROCm 5.2.3's header; the last four from ROCm 5.3).
-constexpr hipStreamCaptureStatus hipStreamCaptureStatusNone = 0;
-constexpr hipStreamCaptureStatus hipStreamCaptureStatusActive = 1;
-constexpr hipStreamCaptureStatus hipStreamCaptureStatusInvalidated = 2;
-constexpr hipStreamCaptureMode hipStreamCaptureModeGlobal = 0;
-constexpr hipStreamCaptureMode hipStreamCaptureModeThreadLocal = 1;
-constexpr hipStreamCaptureMode hipStreamCaptureModeRelaxed = 2;
-constexpr unsigned long long hipGraphInstantiateFlagAutoFreeOnLaunch = 1;
-constexpr hipGraphMemAttributeType hipGraphMemAttrUsedMemCurrent = 0;
-constexpr hipGraphMemAttributeType hipGraphMemAttrUsedMemHigh = 1;
-constexpr hipGraphMemAttributeType hipGraphMemAttrReservedMemCurrent = 2;
-constexpr hipGraphMemAttributeType hipGraphMemAttrReservedMemHigh = 3;
-constexpr unsigned hipUserObjectNoDestructorSync = 0x1;
-constexpr unsigned hipGraphUserObjectMove = 0x1;
-
-/// Versions (HIP_VERSION = major * 10^7 + minor * 10^5 + patch).
-constexpr int HIP_VERSION_MAJOR_SCALE = 10000000;
-constexpr int HIP_VERSION_POOL_MAX_SIZE = 60200000;  // ROCm 6.2 reads maxSize
-constexpr int CUDA_VERSION_POOL_MAX_SIZE = 12020;    // HIP-on-NVIDIA style numbers
-
-struct hipMemLocation {
-    unsigned type;  // hipMemLocationType
-    int id;
-};
-
-struct hipMemAccessDesc {
-    hipMemLocation location;
-    unsigned flags;  // hipMemAccessFlags
-};
-
-/// hipPointerAttribute_t: the same 32 bytes in every ROCm (the first
-/// field is `memoryType` up to 5.x, `type` from 6.0).
-struct hipPointerAttribute_t {
-    int memoryType;  // hipMemoryType
-    int device;
-    void* devicePointer;
-    void* hostPointer;
-    int isManaged;
-    unsigned allocationFlags;
-};
-
-/// Opaque 64 bytes, copied between processes as they are.
-struct hipMemPoolPtrExportData {
-    unsigned char reserved[64];
-};
-
-/// hipMemPoolProps in its ROCm >= 6.2 shape; before 6.2 `maxSize` is
-/// reserved[0..8] of `unsigned char reserved[64]` (same offsets, same size).
-struct hipMemPoolProps {
-    unsigned allocType;    // hipMemAllocationType
-    unsigned handleTypes;  // hipMemAllocationHandleType (bit mask)
-    hipMemLocation location;
-    void* win32SecurityAttributes;
-    size_t maxSize;
-    unsigned char reserved[56];
-};
-
-static_assert(sizeof(hipMemLocation) == 8, "hipMemLocation is 8 bytes");
-static_assert(sizeof(hipMemAccessDesc) == 12, "hipMemAccessDesc is 12 bytes");
-static_assert(offsetof(hipMemAccessDesc, flags) == 8, "hipMemAccessDesc.flags at 8");
-static_assert(sizeof(hipMemPoolPtrExportData) == 64, "hipMemPoolPtrExportData is 64 bytes");
-static_assert(sizeof(hipMemPoolProps) == 88, "hipMemPoolProps is 88 bytes");
-static_assert(alignof(hipMemPoolProps) == 8, "hipMemPoolProps is 8-aligned");
-static_assert(offsetof(hipMemPoolProps, allocType) == 0, "allocType at 0");
-static_assert(offsetof(hipMemPoolProps, handleTypes) == 4, "handleTypes at 4");
-static_assert(offsetof(hipMemPoolProps, location) == 8, "location at 8");
-static_assert(offsetof(hipMemLocation, id) == 4, "location.id at 4");
-static_assert(offsetof(hipMemPoolProps, win32SecurityAttributes) == 16, "win32SecurityAttributes at 16");
-static_assert(offsetof(hipMemPoolProps, maxSize) == 24, "maxSize at 24 (reserved[0] before ROCm 6.2)");
-static_assert(offsetof(hipMemPoolProps, reserved) == 32, "reserved at 32");
-static_assert(sizeof(hipPointerAttribute_t) == 32, "hipPointerAttribute_t is 32 bytes");
-static_assert(offsetof(hipPointerAttribute_t, devicePointer) == 8, "devicePointer at 8");
-static_assert(offsetof(hipPointerAttribute_t, hostPointer) == 16, "hostPointer at 16");
-static_assert(offsetof(hipPointerAttribute_t, isManaged) == 24, "isManaged at 24");
-
-}  // namespace hip_abi
+// The HIP ABI (numbers, flags, layouts) is in hip_on_cuda.h; the virtual
+// memory calls (20. to 26.) are in vmm.cpp.
+#include "hip_on_cuda.h"
 
 #ifndef HIP_ON_CUDA_ABI_ONLY
 
 // ---------------------------------------------------------------------------
-// Part 2: the implementation, over the CUDA runtime.
-
-#include <cuda_runtime_api.h>
+// The implementation, over the CUDA runtime.
 
 static_assert(sizeof(cudaMemPoolProps) == sizeof(hip_abi::hipMemPoolProps),
               "cudaMemPoolProps and hipMemPoolProps are both 88 bytes");
@@ -563,17 +395,18 @@ static_assert(cudaHostAllocWriteCombined == hip_abi::hipHostMallocWriteCombined,
 static_assert(cudaMemAllocationTypeManaged == static_cast<int>(hip_abi::hipMemAllocationTypeManaged), "alloc type");
 #endif
 
-#define HIP_ON_CUDA_EXPORT extern "C" __attribute__((visibility("default")))
-
 using namespace hip_abi;
 
-namespace {
+// The helpers: those hip_on_cuda.h declares are vmm.cpp's too.
+namespace shim {
 
 // The last error of any hip* call on this thread (HIP's hipGetLastError).
 thread_local hipError_t tl_last_error = hipSuccess;
-// The last cudaError_t that had no HIP 5.2 code (0: none), for the message of
-// hipErrorUnknown, and the buffer that message is built in.
+// The last cudaError_t (or, with tl_untranslated_driver, CUresult) that had
+// no HIP 5.2 code (0: none), for the message of hipErrorUnknown, and the
+// buffer that message is built in.
 thread_local int tl_untranslated = 0;
+thread_local bool tl_untranslated_driver = false;
 thread_local char tl_message[320];
 
 hipError_t translate(cudaError_t e) {
@@ -584,9 +417,14 @@ hipError_t translate(cudaError_t e) {
         HIP_ON_CUDA_CUDA_TO_HIP(X)
 #undef X
         default:
-            tl_untranslated = static_cast<int>(e);
+            remember_untranslated(static_cast<int>(e), false);
             return hipErrorUnknown;
     }
+}
+
+void remember_untranslated(int code, bool driver) {
+    tl_untranslated = code;
+    tl_untranslated_driver = driver;
 }
 
 /// Records a non-success result as the thread's last error and returns it.
@@ -873,7 +711,9 @@ bool memcpy_kind(hipMemcpyKind k, cudaMemcpyKind* out) {
     }
 }
 
-}  // namespace
+}  // namespace shim
+
+using namespace shim;
 
 // ---------------------------------------------------------------------------
 // Errors and versions.
@@ -891,6 +731,14 @@ HIP_ON_CUDA_EXPORT const char* hipGetErrorName(hipError_t code) {
 }
 
 HIP_ON_CUDA_EXPORT const char* hipGetErrorString(hipError_t code) {
+    if (code == hipErrorUnknown && tl_untranslated != 0 && tl_untranslated_driver) {
+        const char* cu_name = "an unnamed CUresult";
+        const char* cu_text = "unknown CUDA driver error";
+        driver_error_strings(tl_untranslated, &cu_name, &cu_text);
+        std::snprintf(tl_message, sizeof tl_message, "%s (CUDA driver %s = %d, which has no HIP 5.2 code)", cu_text,
+                      cu_name, tl_untranslated);
+        return tl_message;
+    }
     if (code == hipErrorUnknown && tl_untranslated != 0) {
         cudaError_t e = static_cast<cudaError_t>(tl_untranslated);
         std::snprintf(tl_message, sizeof tl_message, "%s (CUDA %s = %d, which has no HIP 5.2 code)",
@@ -994,8 +842,13 @@ HIP_ON_CUDA_EXPORT hipError_t hipDeviceGetAttribute(int* pi, hipDeviceAttribute_
         case hipDeviceAttributeMemoryPoolsSupported:
             a = cudaDevAttrMemoryPoolsSupported;
             break;
-        default:
+        default: {
+            hipError_t e = hipErrorInvalidValue;
+            if (vmm_device_attribute(pi, attr, deviceId, &e)) {
+                return e;  // virtual memory, handle types, RDMA (25.)
+            }
             return done(hipErrorInvalidValue);  // not translated by this shim
+        }
     }
     return cuda(cudaDeviceGetAttribute(pi, a, deviceId));
 }

@@ -9,8 +9,9 @@
 #   1. builds dist/gpu-rocm/ with `SOMALLOC_HIP_KERNELS=nvcc ci/gpu-bundle.sh
 #      rocm` (rocm test binaries whose embedded kernels are an NVIDIA fatbin);
 #      --reuse-bundle keeps an existing dist/gpu-rocm/bin instead;
-#   2. adds dist/gpu-rocm/hip-on-cuda/ (the shim's sources, build.sh, and the
-#      list of hip* functions the backend loads, from required-symbols.sh) and
+#   2. adds dist/gpu-rocm/hip-on-cuda/ (the shim's sources, build.sh, the
+#      virtual memory self-check vmm_check.cpp, and the list of hip* functions
+#      the backend loads, from required-symbols.sh) and
 #      dist/gpu-rocm/run-on-nvidia.sh;
 #   3. unless --no-local-run: builds the shim *from the bundle's copy*
 #      against the CUDA found here (the pip wheels of `ci/setup.sh cuda`) and
@@ -21,8 +22,10 @@
 #
 #   bash gpu-rocm/run-on-nvidia.sh
 #
-# which builds the shim there, checks that it sees the GPU, and runs
-# gpu-rocm/run.sh with LD_LIBRARY_PATH and SOMALLOC_AMDHIP pointing at it.
+# which builds the shim there, checks that it sees the GPU, runs the shim's
+# virtual memory self-check (vmm_check, in both hipMemAllocationProp
+# layouts), and runs gpu-rocm/run.sh with LD_LIBRARY_PATH and
+# SOMALLOC_AMDHIP pointing at it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 reuse=0 local_run=1
@@ -49,7 +52,8 @@ fi
 
 # --- 2. make the bundle self-contained --------------------------------------
 mkdir -p "$out/hip-on-cuda"
-cp ci/hip-on-cuda/hip_on_cuda.cpp ci/hip-on-cuda/libamdhip64.map ci/hip-on-cuda/build.sh \
+cp ci/hip-on-cuda/hip_on_cuda.cpp ci/hip-on-cuda/hip_on_cuda.h ci/hip-on-cuda/vmm.cpp \
+  ci/hip-on-cuda/vmm_check.cpp ci/hip-on-cuda/libamdhip64.map ci/hip-on-cuda/build.sh \
   ci/hip-on-cuda/README.md "$out/hip-on-cuda/"
 bash ci/hip-on-cuda/required-symbols.sh >"$out/hip-on-cuda/required-symbols.txt"
 rm -rf "$out/hip-on-cuda/lib"
@@ -58,9 +62,13 @@ cat >"$out/run-on-nvidia.sh" <<'RUN'
 # Runs this rocm test bundle on an NVIDIA GPU through the HIP-on-CUDA shim:
 # builds hip-on-cuda/libamdhip64.so.5 with the local CUDA (CUDA_HOME,
 # /usr/local/cuda, or nvcc on PATH; see hip-on-cuda/build.sh), checks that it
-# exports every function the rocm backend loads and that it sees a GPU, then
-# runs run.sh with the shim as the HIP runtime. Arguments go to nothing;
-# TEST_THREADS is honoured by run.sh.
+# exports every function the rocm backend loads and that it sees a GPU, runs
+# the self-check of its virtual memory calls (hip-on-cuda/vmm_check.cpp:
+# reserve, create, map, access, fill, read back, retain, share, free) twice,
+# as the ROCm the shim reports and as ROCm 5.2.3, whose hipMemAllocationProp
+# has the older layout, then runs run.sh with the shim as the HIP runtime
+# (a failed self-check fails the run, after the suite). Arguments go to
+# nothing; TEST_THREADS is honoured by run.sh.
 #   HIP_ON_CUDA_LIB_DIR      where to build the shim (default hip-on-cuda/lib)
 #   HIP_ON_CUDA_EXPECT_GPU   1 (default): fail if the shim sees no GPU
 #   HIP_ON_CUDA_VERSION      what hipRuntimeGetVersion reports (default HIP 6.2)
@@ -72,6 +80,11 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 lib=${HIP_ON_CUDA_LIB_DIR:-$here/hip-on-cuda/lib}
 HIP_ON_CUDA_EXPECT_GPU=${HIP_ON_CUDA_EXPECT_GPU:-1} bash "$here/hip-on-cuda/build.sh" "$lib" || exit 1
+vmm_rc=0
+echo "run-on-nvidia: the shim's virtual memory self-check" >&2
+HIP_ON_CUDA_EXPECT_GPU=${HIP_ON_CUDA_EXPECT_GPU:-1} "$lib/vmm_check" "$lib/libamdhip64.so.5" || vmm_rc=1
+HIP_ON_CUDA_EXPECT_GPU=${HIP_ON_CUDA_EXPECT_GPU:-1} HIP_ON_CUDA_VERSION=50221153 \
+  "$lib/vmm_check" "$lib/libamdhip64.so.5" || vmm_rc=1
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export SOMALLOC_AMDHIP="$lib/libamdhip64.so.5"
 echo "run-on-nvidia: rocm suite with SOMALLOC_AMDHIP=$SOMALLOC_AMDHIP" >&2
@@ -88,6 +101,10 @@ if [ -x "$here/bin/host" ]; then
     rc=1
   fi
   rm -f "$log"
+fi
+if [ "$vmm_rc" -ne 0 ]; then
+  echo "run-on-nvidia: FAILED: the virtual memory self-check (its FAIL lines are above the suite's output)" >&2
+  rc=1
 fi
 exit "$rc"
 RUN
