@@ -142,7 +142,44 @@ typedef struct {
   // `SOMALLOC_PLAN_RECORDING` (3, `plan:auto` records the run and has
   // not switched to its plan yet).
   uint64_t plan_status;
+  // 1 when a virtual-memory arena serves the device (`pool:vmm` on a
+  // device and runtime with virtual-memory management); the `arena_`
+  // fields below are 0 otherwise. The `pool_` fields above are then
+  // those of the own pool behind the arena.
+  uint64_t arena_enabled;
+  // Device memory the arena has mapped now (its footprint on the
+  // device), and the most it had mapped at once.
+  uint64_t arena_mapped_bytes;
+  uint64_t arena_mapped_peak_bytes;
+  // Address space the arena has reserved.
+  uint64_t arena_reserved_bytes;
+  // The longest free range of mapped memory.
+  uint64_t arena_largest_free_bytes;
+  // How far the arena's free memory is from being one range, in parts
+  // per million: 1,000,000 × (1 − largest free range / free bytes); 0
+  // with nothing free.
+  uint64_t arena_fragmentation_ppm;
+  // Bytes of chunks that are wholly free with every free complete: what
+  // a trim gives back without waiting.
+  uint64_t arena_idle_bytes;
+  // Chunks mapped and unmapped so far.
+  uint64_t arena_maps;
+  uint64_t arena_unmaps;
+  // Allocations the pool behind the arena served because the arena
+  // could not (a virtual-memory call failed, or the arena was out of
+  // memory where the pool was not); those of capturing streams are not
+  // counted.
+  uint64_t arena_pool_allocations;
 } SomallocStats;
+
+// One mapped chunk of a device's virtual-memory arena (`pool:vmm`): see
+// `somalloc_segments`.
+typedef struct {
+  // The device address of its first byte.
+  uint64_t address;
+  // Its length in bytes.
+  uint64_t bytes;
+} SomallocSegment;
 
 #ifdef __cplusplus
 extern "C" {
@@ -246,19 +283,45 @@ SomallocStatus somalloc_stats(int device, SomallocStats *out, size_t out_size);
 // points to `why_size` writable bytes.
 SomallocStatus somalloc_plan_status(int device, uint64_t *status, char *why, size_t why_size);
 
+// Lists the mapped chunks of `device`'s virtual-memory arena (`pool:vmm`)
+// in address order: stores how many there are in `*count` and writes the
+// first `capacity` of them (at most) to `out`, which may be NULL when
+// `capacity` is 0 (a call that only counts). Each segment is one physical
+// allocation: what to register with NCCL (`ncclCommRegister`); a block may
+// span adjacent segments. Without an arena (another `pool:`, or a device
+// without virtual-memory management) there are none. The list changes
+// with allocations, frees and trims on the device. Like `somalloc_stats`,
+// the first call for a device makes its state. On failure nothing is
+// written.
+//
+// ```c
+// size_t n = 0;
+// somalloc_segments(0, NULL, 0, &n);
+// SomallocSegment *seg = malloc(n * sizeof *seg);
+// if (somalloc_segments(0, seg, n, &n) == SOMALLOC_STATUS_OK) { ... }
+// ```
+//
+// # Safety
+// `count` is NULL (refused) or points to a `size_t`; `out` is NULL (only
+// with `capacity` 0) or points to `capacity` writable `SomallocSegment`s.
+SomallocStatus somalloc_segments(int device, SomallocSegment *out, size_t capacity, size_t *count);
+
 // Returns every cached block of `device` (-1: every device in use) to the
 // pool, each in the order of its stream.
 SomallocStatus somalloc_flush(int device);
 
 // Releases unused pool memory of `device` (-1: every device in use) to the
-// device until at most `keep_bytes` stay reserved unused. Cached blocks
-// count as used: `somalloc_flush` first to release them too.
+// device until at most `keep_bytes` stay reserved unused. With `pool:vmm`
+// it also waits on the host for the frees of every stream (events, not
+// the whole device) and gives back the arena's idle chunks until at most
+// `keep_bytes` stay mapped idle. Cached blocks count as used:
+// `somalloc_flush` first to release them too.
 SomallocStatus somalloc_trim(int device, size_t keep_bytes);
 
 // Flushes the caches of `device` (-1: every device in use), waits for the
 // streams somalloc has seen there (except capturing ones) and releases all
-// unused pool memory: what `torch.cuda.empty_cache()` does for PyTorch's
-// own allocator.
+// unused pool memory (with `pool:vmm`, every idle chunk of the arena too):
+// what `torch.cuda.empty_cache()` does for PyTorch's own allocator.
 SomallocStatus somalloc_empty_cache(int device);
 
 // Forgets `stream` on `device`: its cached blocks go back to the pool (in

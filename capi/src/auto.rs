@@ -64,7 +64,7 @@ fn give_back(dev: &DeviceState) {
         // A capturing stream refuses: its blocks stay with the pool.
         let _ = entry.stream.synchronize();
     }
-    let _ = dev.pool.trim_to(0);
+    let _ = dev.base_trim_to(0);
 }
 
 /// After an allocation that succeeded: recorded while the planner records

@@ -18,6 +18,13 @@ pub enum PoolChoice {
     /// The device's default pool (shared with every other user of the
     /// runtime's stream-ordered allocator in the process).
     Default,
+    /// A virtual-memory arena per device (`somalloc::VmmArena`): memory
+    /// mapped in chunks that somalloc splits, merges and gives back, with
+    /// an own pool behind it for the allocations of capturing streams
+    /// (graph memory) and for what the arena cannot serve. Where the device
+    /// or the runtime has no virtual-memory management, the own pool alone
+    /// serves the device (one line on stderr says why).
+    Vmm,
 }
 
 /// A parsed configuration.
@@ -25,10 +32,14 @@ pub enum PoolChoice {
 pub struct Conf {
     pub pool: PoolChoice,
     /// Bytes the pool keeps at a synchronisation; `u64::MAX` keeps all.
+    /// With `pool:vmm`, also the idle bytes the arena keeps mapped when it
+    /// grows (`u64::MAX`: it keeps them until a trim).
     pub release_threshold: u64,
-    /// The pool's reuse policy; `None` leaves the runtime's.
+    /// The pool's reuse policy; `None` leaves the runtime's. With
+    /// `pool:vmm`, that of the own pool behind the arena.
     pub reuse: Option<ReusePolicy>,
-    /// Largest size of an own pool (`None`: no limit).
+    /// Largest size of an own pool (`None`: no limit). With `pool:vmm`,
+    /// also the most memory the arena maps.
     pub max_size: Option<usize>,
     /// The cache tier in front of the pool, or `None` for the pool alone.
     pub cache: Option<CacheConfig>,
@@ -83,6 +94,15 @@ impl Default for Conf {
 }
 
 /// The keys, for messages and the documentation.
+///
+/// `pool` is `own` (the default), `default` or `vmm`. With `pool:vmm` the
+/// keys of the pool mean: `release_threshold`, the idle bytes the arena
+/// keeps mapped when it grows (above them it gives idle chunks back first;
+/// `max` keeps them until a trim), and the threshold of the own pool behind
+/// it too; `max_size`, the most memory the arena maps (an allocation past
+/// it comes from the own pool behind the arena) and that pool's largest
+/// size; `reuse`, the reuse policy of that own pool (which serves the
+/// allocations of capturing streams and what the arena cannot serve).
 pub const KEYS: &str = "pool, release_threshold, reuse, max_size, cache, cache_total_cap, \
                         cache_per_stream_cap, cache_max_block, cache_reuse_larger, cache_headroom, trace, \
                         trace_backtraces, trace_device, plan, plan_share, plan_divert, plan_time_waits, \
@@ -112,7 +132,8 @@ impl Conf {
                     conf.pool = match value {
                         "own" => PoolChoice::Own,
                         "default" => PoolChoice::Default,
-                        _ => return Err(bad("expected own or default")),
+                        "vmm" => PoolChoice::Vmm,
+                        _ => return Err(bad("expected own, default or vmm")),
                     }
                 }
                 "release_threshold" => conf.release_threshold = parse_bytes(value).map_err(|e| bad(&e))?,
@@ -202,7 +223,11 @@ impl Conf {
             }
         }
         conf.cache = cache_on.then_some(cache);
-        if conf.trace.is_some() && conf.trace_device && conf.reuse.is_none() && conf.pool == PoolChoice::Own {
+        if conf.trace.is_some()
+            && conf.trace_device
+            && conf.reuse.is_none()
+            && matches!(conf.pool, PoolChoice::Own | PoolChoice::Vmm)
+        {
             // Device times show each stream's own progress: a pool that
             // hands a block freed on one stream to another makes the
             // second wait for the first (the runtime's internal
@@ -416,7 +441,7 @@ mod tests {
             ("release_threshold:99999999999T", "does not fit"),
             ("reuse:events+sometimes", "unknown reuse flag"),
             ("max_size:0", "above 0"),
-            ("pool:mine", "own or default"),
+            ("pool:mine", "expected own, default or vmm"),
             ("trace:on", "the trace file's path"),
             ("trace:", "the trace file's path"),
             ("plan:on", "a trace of an earlier run"),
@@ -437,6 +462,33 @@ mod tests {
             let e = Conf::parse(text).unwrap_err();
             assert!(e.contains(says), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn the_virtual_memory_arena() {
+        let c = Conf::parse("pool:vmm,release_threshold:256MiB,max_size:8GiB,reuse:none").unwrap();
+        assert_eq!(c.pool, PoolChoice::Vmm);
+        assert_eq!(c.release_threshold, 256 << 20);
+        assert_eq!(c.max_size, Some(8 << 30));
+        assert_eq!(c.reuse, Some(ReusePolicy::NONE));
+        assert!(c.cache.is_some());
+        let d = Conf::parse("pool:vmm,cache:off").unwrap();
+        assert_eq!(
+            (d.pool, d.release_threshold, d.max_size, d.cache),
+            (PoolChoice::Vmm, u64::MAX, None, None)
+        );
+        assert_eq!(
+            Conf::parse("pool:vmm,trace:/tmp/t,trace_device:on")
+                .unwrap()
+                .reuse,
+            Some(ReusePolicy::NONE)
+        );
+        assert!(Conf::parse("pool:vmm,max_size:0")
+            .unwrap_err()
+            .contains("above 0"));
+        assert!(Conf::parse("pool:VMM")
+            .unwrap_err()
+            .contains("expected own, default or vmm"));
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! # What it does
 //!
 //! * One pool per device ([`conf`]: somalloc's own pool by default, or the
-//!   device's default pool), with the cache tier in front of it unless the
+//!   device's default pool), or with `pool:vmm` a virtual-memory arena with
+//!   an own pool behind it, with the cache tier in front unless the
 //!   configuration turns it off.
 //! * Allocation and free in the order of any stream of any device, given as
 //!   a raw handle (`cudaStream_t` / `hipStream_t`), including the two
@@ -45,6 +46,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 
 mod auto;
+mod base;
 pub mod conf;
 mod error;
 mod plan;
@@ -134,6 +136,45 @@ pub struct SomallocStats {
     /// `SOMALLOC_PLAN_RECORDING` (3, `plan:auto` records the run and has
     /// not switched to its plan yet).
     pub plan_status: u64,
+    /// 1 when a virtual-memory arena serves the device (`pool:vmm` on a
+    /// device and runtime with virtual-memory management); the `arena_`
+    /// fields below are 0 otherwise. The `pool_` fields above are then
+    /// those of the own pool behind the arena.
+    pub arena_enabled: u64,
+    /// Device memory the arena has mapped now (its footprint on the
+    /// device), and the most it had mapped at once.
+    pub arena_mapped_bytes: u64,
+    pub arena_mapped_peak_bytes: u64,
+    /// Address space the arena has reserved.
+    pub arena_reserved_bytes: u64,
+    /// The longest free range of mapped memory.
+    pub arena_largest_free_bytes: u64,
+    /// How far the arena's free memory is from being one range, in parts
+    /// per million: 1,000,000 × (1 − largest free range / free bytes); 0
+    /// with nothing free.
+    pub arena_fragmentation_ppm: u64,
+    /// Bytes of chunks that are wholly free with every free complete: what
+    /// a trim gives back without waiting.
+    pub arena_idle_bytes: u64,
+    /// Chunks mapped and unmapped so far.
+    pub arena_maps: u64,
+    pub arena_unmaps: u64,
+    /// Allocations the pool behind the arena served because the arena
+    /// could not (a virtual-memory call failed, or the arena was out of
+    /// memory where the pool was not); those of capturing streams are not
+    /// counted.
+    pub arena_pool_allocations: u64,
+}
+
+/// One mapped chunk of a device's virtual-memory arena (`pool:vmm`): see
+/// `somalloc_segments`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SomallocSegment {
+    /// The device address of its first byte.
+    pub address: u64,
+    /// Its length in bytes.
+    pub bytes: u64,
 }
 
 /// `plan_status` (of `SomallocStats` and `somalloc_plan_status`): no plan
@@ -249,6 +290,7 @@ pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
         s.cache_released = t.total.released;
         s.cache_captured = t.total.captured;
     }
+    dev.arena_stats(&mut s);
     // Streams sharing an arena (`plan_share:`) count it once.
     let mut arenas: Vec<std::sync::Arc<somalloc_rs::adaptors::PlannedArena>> = Vec::new();
     for share in dev.streams().iter().filter_map(|e| e.plan.get()) {
@@ -272,6 +314,13 @@ pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
         s.plan_waits_passed += w.passed;
     }
     Ok(s)
+}
+
+/// The mapped chunks of `device`'s virtual-memory arena (`pool:vmm`), in
+/// address order; none without an arena. Its state is made on first use,
+/// as for [`stats`].
+pub fn segments(device: i32) -> Result<Vec<SomallocSegment>, CapiError> {
+    Ok(state::global().device(device)?.segments())
 }
 
 /// What became of `plan:` on `device` (its state made on first use, as for
@@ -310,15 +359,16 @@ pub fn flush(device: i32) -> Result<(), CapiError> {
 }
 
 /// Releases unused pool memory of `device` (`-1`: every device in use)
-/// until at most `keep_bytes` of it stay reserved unused. Memory that the
-/// cache tier holds counts as used: flush first to release it too.
+/// until at most `keep_bytes` of it stay reserved unused; with an arena,
+/// also its idle chunks until at most `keep_bytes` stay mapped idle. Memory
+/// that the cache tier holds counts as used: flush first to release it too.
 pub fn trim(device: i32, keep_bytes: usize) -> Result<(), CapiError> {
-    state::for_devices(device, |dev| Ok(dev.pool.trim_to(keep_bytes)?))
+    state::for_devices(device, |dev| dev.base_trim_to(keep_bytes))
 }
 
 /// Flushes the caches, waits for the streams somalloc has seen on the
 /// device (capturing ones excepted) so that the frees complete, and trims
-/// the pool to nothing unused.
+/// the pool (and the arena) to nothing unused.
 pub fn empty_cache(device: i32) -> Result<(), CapiError> {
     state::for_devices(device, |dev| {
         if let Some(t) = &dev.tier {
@@ -329,7 +379,7 @@ pub fn empty_cache(device: i32) -> Result<(), CapiError> {
                 entry.stream.synchronize()?;
             }
         }
-        Ok(dev.pool.trim_to(0)?)
+        dev.base_trim_to(0)
     })
 }
 
@@ -568,6 +618,57 @@ pub unsafe extern "C" fn somalloc_plan_status(
     })
 }
 
+/// Lists the mapped chunks of `device`'s virtual-memory arena (`pool:vmm`)
+/// in address order: stores how many there are in `*count` and writes the
+/// first `capacity` of them (at most) to `out`, which may be NULL when
+/// `capacity` is 0 (a call that only counts). Each segment is one physical
+/// allocation: what to register with NCCL (`ncclCommRegister`); a block may
+/// span adjacent segments. Without an arena (another `pool:`, or a device
+/// without virtual-memory management) there are none. The list changes
+/// with allocations, frees and trims on the device. Like `somalloc_stats`,
+/// the first call for a device makes its state. On failure nothing is
+/// written.
+///
+/// ```c
+/// size_t n = 0;
+/// somalloc_segments(0, NULL, 0, &n);
+/// SomallocSegment *seg = malloc(n * sizeof *seg);
+/// if (somalloc_segments(0, seg, n, &n) == SOMALLOC_STATUS_OK) { ... }
+/// ```
+///
+/// # Safety
+/// `count` is NULL (refused) or points to a `size_t`; `out` is NULL (only
+/// with `capacity` 0) or points to `capacity` writable `SomallocSegment`s.
+#[no_mangle]
+pub unsafe extern "C" fn somalloc_segments(
+    device: c_int,
+    out: *mut SomallocSegment,
+    capacity: usize,
+    count: *mut usize,
+) -> SomallocStatus {
+    run(|| {
+        if count.is_null() {
+            return Err(CapiError::new(Status::InvalidArgument, "count is NULL"));
+        }
+        if out.is_null() && capacity > 0 {
+            return Err(CapiError::new(
+                Status::InvalidArgument,
+                "out is NULL with a capacity",
+            ));
+        }
+        let segments = segments(device)?;
+        let n = segments.len().min(capacity);
+        if n > 0 {
+            // SAFETY: `out` has `capacity` writable segments (the caller)
+            // and `n` is at most that; the two do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(segments.as_ptr(), out, n) };
+        }
+        // SAFETY: non-null, a `size_t` of the caller.
+        unsafe { *count = segments.len() };
+        Ok(())
+    })
+}
+
 /// Returns every cached block of `device` (-1: every device in use) to the
 /// pool, each in the order of its stream.
 #[no_mangle]
@@ -576,8 +677,11 @@ pub extern "C" fn somalloc_flush(device: c_int) -> SomallocStatus {
 }
 
 /// Releases unused pool memory of `device` (-1: every device in use) to the
-/// device until at most `keep_bytes` stay reserved unused. Cached blocks
-/// count as used: `somalloc_flush` first to release them too.
+/// device until at most `keep_bytes` stay reserved unused. With `pool:vmm`
+/// it also waits on the host for the frees of every stream (events, not
+/// the whole device) and gives back the arena's idle chunks until at most
+/// `keep_bytes` stay mapped idle. Cached blocks count as used:
+/// `somalloc_flush` first to release them too.
 #[no_mangle]
 pub extern "C" fn somalloc_trim(device: c_int, keep_bytes: usize) -> SomallocStatus {
     run(|| trim(device, keep_bytes))
@@ -585,8 +689,8 @@ pub extern "C" fn somalloc_trim(device: c_int, keep_bytes: usize) -> SomallocSta
 
 /// Flushes the caches of `device` (-1: every device in use), waits for the
 /// streams somalloc has seen there (except capturing ones) and releases all
-/// unused pool memory: what `torch.cuda.empty_cache()` does for PyTorch's
-/// own allocator.
+/// unused pool memory (with `pool:vmm`, every idle chunk of the arena too):
+/// what `torch.cuda.empty_cache()` does for PyTorch's own allocator.
 #[no_mangle]
 pub extern "C" fn somalloc_empty_cache(device: c_int) -> SomallocStatus {
     run(|| empty_cache(device))

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use somalloc_rs::trace::{Action, Recorder};
 use somalloc_rs::{
     CacheTier, Device, Event, MemPool, MemoryResource, PeerAccess, PoolProperties, Stream, StreamCache,
+    VmmArena,
 };
 
 use crate::conf::{Conf, PoolChoice, ENV};
@@ -187,6 +188,8 @@ pub struct Counters {
 pub struct DeviceState {
     pub device: Device,
     pub pool: MemPool,
+    /// The virtual-memory arena in front of the pool (`pool:vmm`, `base.rs`).
+    pub arena: Option<Arc<VmmArena>>,
     pub tier: Option<CacheTier>,
     /// The plans of the streams not seen yet (`plan:PATH`).
     pub plans: Option<StreamPlans>,
@@ -207,7 +210,7 @@ impl DeviceState {
         let device = Device::get(ordinal)?;
         let _current = DeviceGuard::set(&device)?;
         let pool = match conf.pool {
-            PoolChoice::Own => {
+            PoolChoice::Own | PoolChoice::Vmm => {
                 let mut props = PoolProperties::device();
                 if let Some(max) = conf.max_size {
                     props = props.max_size(max);
@@ -239,8 +242,12 @@ impl DeviceState {
                 }
             }
         }
+        let arena = match conf.pool {
+            PoolChoice::Vmm => crate::base::arena_for(&device, &pool, conf),
+            _ => None,
+        };
         let tier = match conf.cache {
-            Some(c) => Some(CacheTier::new(Arc::new(pool.clone()), c)?),
+            Some(c) => Some(CacheTier::new(crate::base::upstream(&pool, &arena), c)?),
             None => None,
         };
         // Made after the runtime is loaded: its end-of-process handler then
@@ -251,6 +258,7 @@ impl DeviceState {
         Ok(DeviceState {
             device,
             pool,
+            arena,
             tier,
             plans,
             plan_status,
@@ -345,7 +353,7 @@ impl DeviceState {
             // SAFETY: used only inside this call, on this thread, with this
             // device current.
             let stream = unsafe { Stream::per_thread_default(&self.device) };
-            return Ok((self.pool.allocate(size, &stream)?, Path::Pool));
+            return Ok((self.base_allocate(size, &stream)?, Path::Pool));
         }
         // The common case, a stream seen before: served under the read
         // lock (nothing below takes the streams' lock again).
@@ -397,7 +405,7 @@ impl DeviceState {
         }
         match &entry.cache {
             Some(cache) => Ok((cache.allocate(size, &entry.stream)?, Path::Cache)),
-            None => Ok((pool.allocate(size, &entry.stream)?, Path::Pool)),
+            None => Ok((self.base_allocate(size, &entry.stream)?, Path::Pool)),
         }
     }
 
@@ -431,8 +439,8 @@ impl DeviceState {
             // device current.
             let stream = unsafe { Stream::per_thread_default(&self.device) };
             return match live.path {
-                // SAFETY: the caller's guarantees; a pool allocation.
-                Path::Pool => unsafe { Ok(self.pool.deallocate(ptr, size, &stream)?) },
+                // SAFETY: the caller's guarantees; an allocation of `base_allocate`.
+                Path::Pool => unsafe { self.base_deallocate(ptr, size, &stream) },
                 // SAFETY: as below, `on_own_stream` orders the free.
                 Path::Cache | Path::Plan(_) => unsafe { self.on_own_stream(ptr, live, &stream) },
             };
@@ -452,9 +460,9 @@ impl DeviceState {
         }
         let entry = self.entry(key)?;
         match live.path {
-            // SAFETY: the caller's guarantees; a pool allocation, freed in
-            // the order of the stream the caller names.
-            Path::Pool => unsafe { Ok(self.pool.deallocate(ptr, size, &entry.stream)?) },
+            // SAFETY: the caller's guarantees; an allocation of
+            // `base_allocate`, freed in the order of the stream named.
+            Path::Pool => unsafe { self.base_deallocate(ptr, size, &entry.stream) },
             Path::Plan(slot) if key == live.stream => Self::free_slot(&entry, slot),
             Path::Cache if key == live.stream => {
                 let cache = entry.cache.as_ref().ok_or_else(|| {

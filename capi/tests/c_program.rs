@@ -6,6 +6,10 @@
 //! contents read back, statistics, refused frees, out of memory, threads,
 //! flush / trim / empty-cache) must all pass, and pass again while recording
 //! a trace (`trace:PATH`), which must then hold the program's allocations.
+//! `tests/c/vmm_program.c` does the same for `pool:vmm` (the arena's
+//! statistics, its segments, trim), with and without the cache tier; and a
+//! program built from the header checks that the statistics' layout is the
+//! library's.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -33,7 +37,7 @@ fn library_dir() -> PathBuf {
     panic!("libsomalloc.so is not next to {}", exe.display());
 }
 
-/// Builds the C file `source` (relative to this crate) into `exe` against
+/// Builds the C file `source` (relative to this crate, or absolute) into `exe` against
 /// `libsomalloc.so`, warnings as errors.
 fn build_c(source: &str, exe: &Path) {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -179,4 +183,106 @@ fn the_cost_benchmark_builds_and_runs() {
         line.starts_with("SKIP capi_cost: no GPU") || line.starts_with("capi_cost: (defaults): 20 steps"),
         "unexpected last line: {line}"
     );
+}
+
+/// `tests/c/vmm_program.c` under `SOMALLOC_CONF=pool:vmm`, with the cache
+/// tier in front of the arena and without it: one SKIP line without a GPU;
+/// on a GPU every check must pass.
+#[test]
+fn the_vmm_program_passes_or_skips() {
+    let out = std::env::temp_dir().join(format!("somalloc-capi-vmm-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let exe = out.join("vmm_program");
+    build_c("tests/c/vmm_program.c", &exe);
+    for conf in ["pool:vmm", "pool:vmm,cache:off"] {
+        let ran = Command::new(&exe)
+            .env("SOMALLOC_CONF", conf)
+            .output()
+            .expect("the C program runs");
+        let stdout = String::from_utf8_lossy(&ran.stdout);
+        for line in stdout.lines().chain(String::from_utf8_lossy(&ran.stderr).lines()) {
+            say(line);
+        }
+        assert!(
+            ran.status.success(),
+            "{conf}: the C program failed: {:?}",
+            ran.status
+        );
+        let verdict = stdout.lines().last().unwrap_or_default();
+        assert!(
+            verdict.starts_with("SKIP vmm_program: no GPU") || verdict.ends_with(" passed, 0 failed"),
+            "{conf}: unexpected last line: {verdict}"
+        );
+        if verdict.starts_with("SKIP") {
+            break;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Fields `(name, offset)` of a `#[repr(C)]` struct, in the order given.
+macro_rules! offsets {
+    ($t:ty: $($f:ident),* $(,)?) => {
+        [$((stringify!($f), std::mem::offset_of!($t, $f))),*]
+    };
+}
+
+/// The statistics and the segment as a C compiler lays them out from the
+/// committed header are what the library writes: every field at the same
+/// offset, the same size. The fields of `SomallocStats` are only ever
+/// appended: this list grows at its end only.
+#[test]
+fn the_header_lays_out_the_structs_as_the_library() {
+    use somalloc::{SomallocSegment, SomallocStats};
+    let stats = offsets!(SomallocStats:
+        pool_reserved_bytes, pool_reserved_peak_bytes, pool_used_bytes, pool_used_peak_bytes,
+        live_allocations, live_bytes, live_peak_bytes, allocations, frees, failed_allocations,
+        failed_frees, cache_enabled, cache_streams, cache_cached_bytes, cache_hits, cache_misses,
+        cache_bypassed, cache_spilled, cache_released, cache_captured, plan_arena_bytes,
+        plan_served, plan_refused, plan_diverted, plan_diverted_bytes, plan_waits,
+        plan_wait_events, plan_waits_timed, plan_wait_stall_ns, plan_waits_passed, plan_status,
+        arena_enabled, arena_mapped_bytes, arena_mapped_peak_bytes, arena_reserved_bytes,
+        arena_largest_free_bytes, arena_fragmentation_ppm, arena_idle_bytes, arena_maps,
+        arena_unmaps, arena_pool_allocations,
+    );
+    let segment = offsets!(SomallocSegment: address, bytes);
+    for (i, (name, at)) in stats.iter().enumerate() {
+        assert_eq!(
+            *at,
+            i * 8,
+            "SomallocStats.{name}: every field is a u64, in this order"
+        );
+    }
+    assert_eq!(
+        std::mem::size_of::<SomallocStats>(),
+        stats.len() * 8,
+        "no field left out of the list"
+    );
+    assert_eq!(std::mem::size_of::<SomallocSegment>(), 16);
+    let mut c = String::from("#include <stdio.h>\n#include \"somalloc.h\"\nint main(void) {\n");
+    for (ty, fields) in [("SomallocStats", &stats[..]), ("SomallocSegment", &segment[..])] {
+        c += &format!("  printf(\"{ty} %zu\\n\", sizeof({ty}));\n");
+        for (name, _) in fields {
+            c += &format!("  printf(\"{ty}.{name} %zu\\n\", offsetof({ty}, {name}));\n");
+        }
+    }
+    c += "  return 0;\n}\n";
+    let out = std::env::temp_dir().join(format!("somalloc-capi-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let source = out.join("layout.c");
+    std::fs::write(&source, c).unwrap();
+    let exe = out.join("layout");
+    build_c(source.to_str().unwrap(), &exe);
+    let ran = Command::new(&exe).output().expect("the layout program runs");
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(ran.status.success());
+    let mut expected = format!("SomallocStats {}\n", std::mem::size_of::<SomallocStats>());
+    for (name, at) in stats {
+        expected += &format!("SomallocStats.{name} {at}\n");
+    }
+    expected += &format!("SomallocSegment {}\n", std::mem::size_of::<SomallocSegment>());
+    for (name, at) in segment {
+        expected += &format!("SomallocSegment.{name} {at}\n");
+    }
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), expected);
 }
