@@ -32,6 +32,7 @@ __all__ = [
     "forget_stream",
     "library_path",
     "plan_status",
+    "segments",
     "stats",
     "trim",
 ]
@@ -132,9 +133,30 @@ def stats(device=None):
     """The counters of a device (default: PyTorch's current device, or 0) as
     a dict: the pool's reserved and used bytes (current and high), live
     allocations and bytes, allocation and free counts (failed ones too), the
-    cache tier's cached bytes, hits, misses, spills and releases, and with
-    ``plan:`` the plan's (``plan_status``: see :func:`plan_status`)."""
+    cache tier's cached bytes, hits, misses, spills and releases, with
+    ``plan:`` the plan's (``plan_status``: see :func:`plan_status`), and with
+    ``pool:vmm`` the virtual-memory arena's (``arena_enabled`` is 1 when an
+    arena serves the device; ``arena_mapped_bytes`` and
+    ``arena_mapped_peak_bytes``, ``arena_reserved_bytes``,
+    ``arena_largest_free_bytes``, ``arena_fragmentation_ppm`` in parts per
+    million, ``arena_idle_bytes``, ``arena_maps``, ``arena_unmaps`` and
+    ``arena_pool_allocations``, the allocations its pool served instead)."""
     return _native.stats(_device(device))
+
+
+def segments(device=None):
+    """The mapped chunks of a device's virtual-memory arena (``pool:vmm``;
+    default device: PyTorch's current device, or 0) in address order, as a
+    list of ``(address, bytes)`` tuples: each is one physical allocation,
+    what to register with NCCL; a tensor may span adjacent segments. An
+    empty list without an arena (another ``pool:``, or a device without
+    virtual-memory management). Like :func:`stats`, the first call for a
+    device makes somalloc's state there::
+
+        for address, nbytes in somalloc.segments():
+            print(hex(address), nbytes)
+    """
+    return _native.segments(_device(device))
 
 
 PLAN_OFF, PLAN_SERVING, PLAN_NOT_USED, PLAN_RECORDING = 0, 1, 2, 3
@@ -167,13 +189,16 @@ def flush(device=None):
 
 def trim(device=None, keep_bytes=0):
     """Releases unused pool memory to the device, keeping at most
-    ``keep_bytes`` (``None``: every device in use)."""
+    ``keep_bytes`` (``None``: every device in use); with ``pool:vmm``, also
+    the arena's idle chunks, once the streams' frees are complete, keeping
+    at most ``keep_bytes`` of them mapped."""
     _native.trim(-1 if device is None else int(device), int(keep_bytes))
 
 
 def empty_cache(device=None):
     """Flushes the caches, waits for the streams somalloc has seen, and
-    releases all unused pool memory (``None``: every device in use). Also
+    releases all unused pool memory, with ``pool:vmm`` every idle chunk of
+    the arena too (``None``: every device in use). Also
     lets go of the CuPy streams the CuPy allocator kept alive."""
     _native.empty_cache(-1 if device is None else int(device))
     import sys

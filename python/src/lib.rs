@@ -69,7 +69,7 @@ fn free(ptr: usize, size: usize, device: i32, stream: usize) -> PyResult<()> {
 fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
     let s = somalloc::stats(device).map_err(err)?;
     let d = PyDict::new(py);
-    let fields: [(&str, u64); 31] = [
+    let fields: [(&str, u64); 41] = [
         ("pool_reserved_bytes", s.pool_reserved_bytes),
         ("pool_reserved_peak_bytes", s.pool_reserved_peak_bytes),
         ("pool_used_bytes", s.pool_used_bytes),
@@ -101,6 +101,16 @@ fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
         ("plan_wait_stall_ns", s.plan_wait_stall_ns),
         ("plan_waits_passed", s.plan_waits_passed),
         ("plan_status", s.plan_status),
+        ("arena_enabled", s.arena_enabled),
+        ("arena_mapped_bytes", s.arena_mapped_bytes),
+        ("arena_mapped_peak_bytes", s.arena_mapped_peak_bytes),
+        ("arena_reserved_bytes", s.arena_reserved_bytes),
+        ("arena_largest_free_bytes", s.arena_largest_free_bytes),
+        ("arena_fragmentation_ppm", s.arena_fragmentation_ppm),
+        ("arena_idle_bytes", s.arena_idle_bytes),
+        ("arena_maps", s.arena_maps),
+        ("arena_unmaps", s.arena_unmaps),
+        ("arena_pool_allocations", s.arena_pool_allocations),
     ];
     for (k, v) in fields {
         d.set_item(k, v)?;
@@ -115,6 +125,14 @@ fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
 #[pyfunction]
 fn plan_status(device: i32) -> PyResult<(u64, String)> {
     somalloc::plan_status(device).map_err(err)
+}
+
+/// The mapped chunks of the device's virtual-memory arena (`pool:vmm`) in
+/// address order, as (address, bytes); empty without an arena.
+#[pyfunction]
+fn segments(device: i32) -> PyResult<Vec<(u64, u64)>> {
+    let s = somalloc::segments(device).map_err(err)?;
+    Ok(s.iter().map(|s| (s.address, s.bytes)).collect())
 }
 
 /// Cached blocks back to the pool (-1: every device in use).
@@ -163,6 +181,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(free, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(plan_status, m)?)?;
+    m.add_function(wrap_pyfunction!(segments, m)?)?;
     m.add_function(wrap_pyfunction!(flush, m)?)?;
     m.add_function(wrap_pyfunction!(trim, m)?)?;
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;

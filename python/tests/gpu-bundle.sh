@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds what python/tests/gpu-run.sh needs into DIR: the wheel (CPython
-# >= 3.8, abi3), libsomalloc.so and the C program and the C ABI's cost
+# >= 3.8, abi3), libsomalloc.so and the C programs and the C ABI's cost
 # benchmark linked against it (found beside it), the PyTorch and CuPy test
 # scripts, and the model benchmark.
 #
@@ -18,9 +18,11 @@ cp "$target/libsomalloc.so" "$dir/"
 strip "$dir/libsomalloc.so"
 cc -std=c11 -O1 -Wall -Wextra -Werror -Icapi/include -Icapi/tests/c capi/tests/c/capi_program.c -o "$dir/capi_program" \
   -L"$dir" -lsomalloc -Wl,-rpath,'$ORIGIN' -ldl -lpthread
+cc -std=c11 -O1 -Wall -Wextra -Werror -Icapi/include -Icapi/tests/c capi/tests/c/vmm_program.c -o "$dir/vmm_program" \
+  -L"$dir" -lsomalloc -Wl,-rpath,'$ORIGIN' -ldl
 cc -std=c11 -O2 -Wall -Wextra -Werror -Icapi/include -Icapi/tests/c benches/capi_cost.c -o "$dir/capi_cost" \
   -L"$dir" -lsomalloc -Wl,-rpath,'$ORIGIN' -ldl
-cp python/tests/torch_gpu.py python/tests/cupy_gpu.py python/tests/plan_gpu.py python/tests/gpu-run.sh benches/models.py "$dir/"
+cp python/tests/torch_gpu.py python/tests/cupy_gpu.py python/tests/plan_gpu.py python/tests/vmm_gpu.py python/tests/gpu-run.sh benches/models.py "$dir/"
 # The trace tool, to read the C program's recorded trace back.
 cargo build --release --quiet -p somalloc-trace
 cp "$target/somalloc-trace" "$dir/"

@@ -44,6 +44,13 @@ part capi-trace-read bash -c 'f=$(ls "$1"/capi-*.trace) && "$2/somalloc-trace" s
 part torch-cache python3 "$dir/torch_gpu.py"
 part torch-pool python3 "$dir/torch_gpu.py" cache:off
 part cupy python3 "$dir/cupy_gpu.py"
+# The virtual-memory arena (pool:vmm): the C ABI's calls, with the cache tier
+# in front of it and without; under PyTorch, its own checks and the ones above.
+part capi-vmm env SOMALLOC_CONF=pool:vmm "$dir/vmm_program"
+part capi-vmm-nocache env SOMALLOC_CONF=pool:vmm,cache:off "$dir/vmm_program"
+part torch-vmm python3 "$dir/vmm_gpu.py" pool:vmm
+part torch-vmm-nocache python3 "$dir/vmm_gpu.py" pool:vmm,cache:off
+part torch-on-vmm python3 "$dir/torch_gpu.py" pool:vmm
 # Planned placement: a run recorded, then one served from its plan.
 rm -f "$out"/plan.trace*
 part plan-record python3 "$dir/plan_gpu.py" record "$out/plan.trace"
