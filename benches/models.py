@@ -1,19 +1,36 @@
 """Real models under PyTorch's allocators and under somalloc.
 
-    python3 benches/models.py [--out DIR] [--steps 25] [--workloads resnet50,gpt2,both]
+    python3 benches/models.py [--out DIR] [--steps 25] [--workloads resnet50,gpt2,both,infer]
                               [--modes caching,async,expandable,somalloc-pool,somalloc-cache]
 
 Workloads (random weights from configs; nothing is downloaded):
   resnet50  torchvision's ResNet-50, batch 64 of 224x224 images
   gpt2      GPT-2 small (transformers' GPT2Config), 8 sequences of 512 tokens
   both      both models every step, each on a stream of its own
+  infer     GPT-2 small serving --requests requests (300), each a forward
+            pass (eval, no grad) of a batch of 1 to 32 sequences of 16 to
+            1024 tokens, drawn uniformly from a fixed seed (the same
+            requests in every mode): the shapes that fragment a caching
+            allocator. A step is a request; its figures are requests per
+            second and ms per request (the ms/step column), both over the
+            requests after the first 20
   alloc     not a model and not run unless named: the allocator's cost to the
             host through PyTorch, a step being 100 rounds of 64 tensors
             (256 B to 8 MiB, torch.empty) freed in reverse order on the
             default stream; ms/step x 1e6 / 6400 is ns per allocation + free
-Every step: bf16 autocast, forward, backward, AdamW. 25 steps; ms/step is
-the median of the last 20. Peak is the largest drop of the device's free
-memory (cudaMemGetInfo) after a step, from before the models were made.
+Every training step: bf16 autocast, forward, backward, AdamW. 25 steps;
+ms/step is the median of the last 20. Peak is the largest drop of the
+device's free memory (cudaMemGetInfo) after a step (a request), from before
+the models were made.
+
+After the last step every run measures what the allocator gives back: the
+step's tensors freed (gradients too), the allocator's empty-cache called
+(torch.cuda.empty_cache(); somalloc.empty_cache() under somalloc), the
+device synchronized, the drop of free memory is "after empty, model kept";
+then the models are freed too and the same again gives "after empty". The
+run's line gives both, and somalloc's live bytes at each (PyTorch's
+memory_allocated under PyTorch), and with the arena (pool:vmm) the bytes
+the arena still maps.
 
 Modes, one process each (per workload), all in one run:
   caching          PyTorch's caching allocator (the default)
@@ -21,6 +38,8 @@ Modes, one process each (per workload), all in one run:
   expandable       PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   somalloc-pool    somalloc through CUDAPluggableAllocator, pool only (cache:off)
   somalloc-cache   somalloc with its cache tier (caps of 2 GiB per stream, 4 GiB in all)
+  somalloc-vmm     somalloc on its virtual-memory arena (pool:vmm), no cache tier
+  somalloc-vmm-cache  the arena with the cache tier in front (the caps of somalloc-cache)
   somalloc-plan    somalloc serving a placement planned from a trace of an earlier
                    run: a first process runs 3 steps with trace:, the measured one
                    runs with plan: (the cache tier, default caps, serves the rest)
@@ -46,8 +65,13 @@ Modes, one process each (per workload), all in one run:
   process lands on fast or slow ones by chance and its host-bound steps
   follow; pinned, every mode gets the same cores.
 --repeat N runs the modes of each workload N times in turn (A B C A B C ...):
-  the table gives each mode's median ms/step and its largest peak, the JSON
-  every run (a machine whose speed drifts then drifts under every mode).
+  the table gives each mode's median ms/step (infer: median ms/request and
+  req/s), its largest peak and its median footprints after empty-cache, the
+  JSON every run (a machine whose speed drifts then drifts under every
+  mode). Under the table, a line per workload names the smallest of the
+  PyTorch modes' median peaks and gives each somalloc mode's largest peak
+  over it (the arena's target: at most 1).
+--requests N: the requests of the infer workload (default 300).
 --mode NAME=CONF (repeatable) adds a somalloc mode with its own keys, e.g.
   --mode "guarded=cache:on,cache_headroom:on"; name it in --modes too or it
   runs after the others.
@@ -73,8 +97,10 @@ their models.json and models.svg to DIR.
 
 import argparse
 import ctypes
+import gc
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -88,6 +114,10 @@ MODES = {
     # Caps for training loops: a step frees and reallocates gigabytes, far
     # above the library's default caps (256 MiB per stream, 1 GiB in all).
     "somalloc-cache": ("somalloc", "cache:on,cache_per_stream_cap:2GiB,cache_total_cap:4GiB"),
+    # The virtual-memory arena under somalloc, alone and under the cache
+    # tier (the caps of somalloc-cache).
+    "somalloc-vmm": ("somalloc", "pool:vmm,cache:off"),
+    "somalloc-vmm-cache": ("somalloc", "pool:vmm,cache:on,cache_per_stream_cap:2GiB,cache_total_cap:4GiB"),
     "somalloc-default": ("somalloc", "cache:on"),
     # One run: planned in it (plan:auto).
     "somalloc-auto": ("somalloc", "cache:on,plan:auto"),
@@ -104,17 +134,30 @@ MODES = {
 }
 # The key the driver adds to a plan mode's child: trace:FILE, then plan:FILE.
 PLAN_KEY = "MODELS_PLAN_KEY"
-WORKLOADS = ["resnet50", "gpt2", "both"]
+WORKLOADS = ["resnet50", "gpt2", "both", "infer"]
+# The infer workload: its requests (--requests), the requests before those
+# it is measured by, and the seed of its shapes.
+INFER_REQUESTS = 300
+INFER_WARMUP = 20
+INFER_SEED = 3
+# PyTorch's allocators: the modes a somalloc mode's peak is held against.
+TORCH_MODES = ("caching", "async", "expandable")
 
 
 # ---------------------------------------------------------------------------
 # One process: one mode, one workload.
 
 
-def measured(times):
+def measured(times, skip=5):
     """The steps a run is measured by: all but the first five (the last 20
-    of the 25), or all of a shorter run."""
-    return times[5:] if len(times) > 5 else times
+    of the 25), or all of a shorter run; `skip` instead of five (the infer
+    workload's warm-up requests)."""
+    return times[skip:] if len(times) > skip else times
+
+
+def warmup(r):
+    """The steps before those a recorded run `r` is measured by."""
+    return INFER_WARMUP if r.get("workload") == "infer" else 5
 
 
 class Clocks:
@@ -149,7 +192,7 @@ class Clocks:
         return None
 
 
-def child(mode, workload, steps, extra, serial=False):
+def child(mode, workload, steps, extra, serial=False, requests=INFER_REQUESTS):
     kind, conf = MODES[mode]
     extra = extra or ""
     if kind in ("somalloc", "plan"):
@@ -163,12 +206,16 @@ def child(mode, workload, steps, extra, serial=False):
     torch.backends.cuda.matmul.allow_tf32 = True
     dev = torch.device("cuda")
     free0, total = torch.cuda.mem_get_info()
+    # The models made, for freeing their gradients and then themselves
+    # after the last step.
+    models = []
 
     def resnet():
         import torchvision
 
         torch.manual_seed(0)
         model = torchvision.models.resnet50(weights=None).to(dev)
+        models.append(model)
         g = torch.Generator(device="cuda").manual_seed(1)
         x = torch.randn(64, 3, 224, 224, device=dev, generator=g)
         y = torch.randint(0, 1000, (64,), device=dev, generator=g)
@@ -190,6 +237,7 @@ def child(mode, workload, steps, extra, serial=False):
 
         torch.manual_seed(0)
         model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).to(dev)
+        models.append(model)
         g = torch.Generator(device="cuda").manual_seed(2)
         ids = torch.randint(0, 50257, (8, 512), device=dev, generator=g)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -201,6 +249,28 @@ def child(mode, workload, steps, extra, serial=False):
             loss.backward()
             opt.step()
             return loss
+
+        return step
+
+    def infer():
+        import transformers
+
+        torch.manual_seed(0)
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).to(dev).eval()
+        models.append(model)
+        # The requests' shapes, from their own seed: the same in every mode.
+        draw = random.Random(INFER_SEED)
+        shapes = iter([(draw.randint(1, 32), draw.randint(16, 1024)) for _ in range(requests)])
+        g = torch.Generator(device="cuda").manual_seed(2)
+
+        def step():
+            batch, tokens = next(shapes)
+            ids = torch.randint(0, 50257, (batch, tokens), device=dev, generator=g)
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = model(input_ids=ids, use_cache=False).logits
+                # The check of the request (the loss column): the mean of
+                # the last position's logits.
+                return logits[:, -1, :].float().mean()
 
         return step
 
@@ -235,7 +305,10 @@ def child(mode, workload, steps, extra, serial=False):
             return losses[0] + losses[1]
 
     else:
-        step = {"resnet50": resnet, "gpt2": gpt2, "alloc": alloc}[workload]()
+        step = {"resnet50": resnet, "gpt2": gpt2, "infer": infer, "alloc": alloc}[workload]()
+        parts = []
+    if workload == "infer":
+        steps = requests
 
     times, host, losses, peak = [], [], [], 0
     # After each step: the drop of free memory, and the allocator's own
@@ -271,12 +344,16 @@ def child(mode, workload, steps, extra, serial=False):
             step_plan_status.append(st["plan_status"])
         else:
             step_reserved_peak.append(torch.cuda.max_memory_reserved() / 2**20)
+    skip = INFER_WARMUP if workload == "infer" else 5
+    served = measured(times, skip)
     out = {
         "mode": mode,
         "workload": workload,
-        "ms_per_step": statistics.median(measured(times)),
+        # infer: ms per request, the mean over the requests after the
+        # warm-up ones (1000 / req_per_s).
+        "ms_per_step": statistics.mean(served) if workload == "infer" else statistics.median(served),
         "step_ms": times,
-        "host_ms": statistics.median(measured(host)),
+        "host_ms": statistics.median(measured(host, skip)),
         "step_host_ms": host,
         "peak_mib": peak / 2**20,
         "losses": losses,
@@ -316,6 +393,41 @@ def child(mode, workload, steps, extra, serial=False):
             out["plan_steady_share"] = (step_plan_served[-1] - step_plan_served[2]) / (step_allocs[-1] - step_allocs[2])
     else:
         out["max_reserved_mib"] = torch.cuda.max_memory_reserved() / 2**20
+    if workload == "infer":
+        out["requests"] = len(times)
+        out["req_per_s"] = 1e3 * len(served) / sum(served)
+
+    def footprint(suffix):
+        """After empty-cache: the drop of free memory since before the
+        models were made, the live bytes, and the arena's mapped bytes."""
+        gc.collect()
+        if kind == "torch":
+            torch.cuda.empty_cache()
+        else:
+            getattr(somalloc, "empty_cache", torch.cuda.empty_cache)()
+        torch.cuda.synchronize()
+        fig = {"after_empty%s_mib" % suffix: (free0 - torch.cuda.mem_get_info()[0]) / 2**20}
+        if kind == "torch":
+            fig["live_bytes_after_empty" + suffix] = torch.cuda.memory_allocated()
+        else:
+            st = somalloc.stats()
+            fig["live_bytes_after_empty" + suffix] = st.get("live_bytes", 0)
+            if st.get("arena_enabled", 0):
+                fig["arena_mapped_after_empty%s_mib" % suffix] = st.get("arena_mapped_bytes", 0) / 2**20
+                fig["arena_stats_after_empty" + suffix] = {k: v for k, v in st.items() if k.startswith("arena_")}
+        return fig
+
+    # What the allocator gives back: first with the models kept (the last
+    # step's tensors and the gradients freed), then with the models freed.
+    loss = None
+    for m in models:
+        m.zero_grad(set_to_none=True)
+    m = None
+    out.update(footprint("_kept"))
+    # Nothing of the child's but these holds a model or its optimizer.
+    del step, parts
+    models.clear()
+    out.update(footprint(""))
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -329,7 +441,7 @@ def svg(rows, workloads, modes, path):
     w, h, pad, gap = 900, 330, 60, 30
     parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">' % (w, 2 * h + 40 + 16 * ((len(modes) - 1) // 5))]
     parts.append('<rect width="100%" height="100%" fill="white"/>')
-    for panel, (key, title) in enumerate([("ms_per_step", "ms per step (median of the last 20)"), ("peak_mib", "peak device memory (MiB)")]):
+    for panel, (key, title) in enumerate([("ms_per_step", "ms per step (median of the last 20; infer: ms per request)"), ("peak_mib", "peak device memory (MiB)")]):
         top = panel * (h + 20) + 20
         vals = [r[key] for r in rows.values() if r]
         vmax = max(vals) * 1.15 if vals else 1
@@ -361,15 +473,41 @@ def fastest(r):
     """The fastest of the measured steps: what the step takes where nothing
     else slowed the machine. A median far above it says the run fell into a
     burst of slow steps, whatever the allocator."""
-    return min(measured(r["step_ms"]))
+    return min(measured(r["step_ms"], warmup(r)))
 
 
 def clock(r):
     """The run's SM clock over its measured steps, for its line."""
-    mhz = [m for m in measured(r.get("step_sm_mhz") or []) if m]
+    mhz = [m for m in measured(r.get("step_sm_mhz") or [], warmup(r)) if m]
     if not mhz:
         return ""
     return "  SM %d-%d MHz" % (min(mhz), max(mhz))
+
+
+def unit(r):
+    """What a run's ms_per_step is per: a step, or (infer) a request."""
+    return "ms/req " if r.get("workload") == "infer" else "ms/step"
+
+
+def mib(n):
+    return "%.0f" % n if n is not None else "-"
+
+
+def after_empty(r):
+    """The run's figures after the last step (absent from runs recorded
+    before they were taken): requests per second (infer), and after
+    empty-cache with the models kept and freed, the drop of free memory,
+    the live bytes and the arena's mapped bytes."""
+    out = "  %.1f req/s" % r["req_per_s"] if "req_per_s" in r else ""
+    if "after_empty_mib" not in r:
+        return out
+    for suffix, what in (("_kept", "model kept"), ("", "freed")):
+        live = r.get("live_bytes_after_empty" + suffix)
+        arena = r.get("arena_mapped_after_empty%s_mib" % suffix)
+        out += "  after empty (%s) %s MiB, live %s MiB%s" % (
+            what, mib(r.get("after_empty%s_mib" % suffix)), mib(live / 2**20 if live is not None else None),
+            ", arena mapped %s MiB" % mib(arena) if arena is not None else "")
+    return out
 
 
 def waits(r):
@@ -406,6 +544,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="benches/data")
     ap.add_argument("--steps", type=int, default=25)
+    ap.add_argument("--requests", type=int, default=INFER_REQUESTS,
+                    help="requests of the infer workload (default %d; the first %d are its warm-up)" % (INFER_REQUESTS, INFER_WARMUP))
     ap.add_argument("--record-steps", type=int, default=3,
                     help="steps of the earlier, recorded run of a plan mode (default 3)")
     ap.add_argument("--repeat", type=int, default=1,
@@ -438,7 +578,7 @@ def main():
         except (ValueError, OSError) as e:
             ap.error("--cpus %s: %s" % (args.cpus, e))
     if args.child:
-        child(args.child[0], args.child[1], args.steps, args.somalloc_conf, args.serial)
+        child(args.child[0], args.child[1], args.steps, args.somalloc_conf, args.serial, args.requests)
         return 0
     workloads = args.workloads.split(",")
     modes = args.modes.split(",")
@@ -451,6 +591,8 @@ def main():
         ap.error("unknown workloads: %s" % ", ".join(unknown))
     if args.repeat < 1:
         ap.error("--repeat takes 1 or more")
+    if args.requests < 1:
+        ap.error("--requests takes 1 or more")
     rows = {}
     runs = {}
     for wl, rep, m in [(wl, rep, m) for wl in workloads for rep in range(args.repeat) for m in modes]:
@@ -460,7 +602,8 @@ def main():
         if kind == "torch" and conf:
             env["PYTORCH_CUDA_ALLOC_CONF"] = conf
         t0 = time.time()
-        cmd = [sys.executable, __file__, "--child", m, wl, "--steps", str(args.steps), "--somalloc-conf", args.somalloc_conf]
+        cmd = [sys.executable, __file__, "--child", m, wl, "--steps", str(args.steps), "--requests", str(args.requests),
+               "--somalloc-conf", args.somalloc_conf]
         if args.serial:
             cmd.append("--serial")
         for extra in args.mode:
@@ -492,7 +635,7 @@ def main():
         r = json.loads(res[-1][len("RESULT "):])
         r["repeat"] = rep
         runs.setdefault((wl, m), []).append(r)
-        print("%-9s %-15s %8.2f ms/step (fastest %.2f, host %.2f) %9.0f MiB  loss %.6f -> %.6f  (%.0f s)%s" % (wl, m, r["ms_per_step"], fastest(r), r["host_ms"], r["peak_mib"], r["losses"][0], r["losses"][-1], time.time() - t0, clock(r) + waits(r)), flush=True)
+        print("%-9s %-15s %8.2f %s (fastest %.2f, host %.2f) %9.0f MiB  loss %.6f -> %.6f  (%.0f s)%s" % (wl, m, r["ms_per_step"], unit(r), fastest(r), r["host_ms"], r["peak_mib"], r["losses"][0], r["losses"][-1], time.time() - t0, clock(r) + waits(r) + after_empty(r)), flush=True)
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "models.partial.json"), "w") as f:
             json.dump([r for v in runs.values() for r in v if r], f)
@@ -500,22 +643,53 @@ def main():
     # fails the row).
     for key, rs in runs.items():
         rows[key] = aggregate(rs) if all(rs) else None
-    meta = {"steps": args.steps, "repeat": args.repeat, "serial": args.serial}
+    meta = {"steps": args.steps, "requests": args.requests, "repeat": args.repeat, "serial": args.serial}
     return report(rows, workloads, modes, args.out, meta)
+
+
+# A run's figures a row gives the median of (those its runs have: runs
+# recorded before some of them were taken lack them).
+MEDIAN_KEYS = ("req_per_s", "after_empty_mib", "after_empty_kept_mib", "arena_mapped_after_empty_mib",
+               "arena_mapped_after_empty_kept_mib", "live_bytes_after_empty", "live_bytes_after_empty_kept")
 
 
 def aggregate(rs):
     """A mode's row from its runs: their median ms/step, largest peak and
-    fastest step, every run kept (in `runs`) when there are several."""
+    fastest step, the median of the figures of MEDIAN_KEYS, every run kept
+    (in `runs`) when there are several."""
     r = dict(rs[0])
     r["ms_per_step"] = statistics.median(x["ms_per_step"] for x in rs)
     r["peak_mib"] = max(x["peak_mib"] for x in rs)
     r["fastest_ms"] = min(fastest(x) for x in rs)
+    for key in MEDIAN_KEYS:
+        vals = [x[key] for x in rs if x.get(key) is not None]
+        if vals:
+            r[key] = statistics.median(vals)
     if len(rs) > 1:
-        keep = ("ms_per_step", "peak_mib", "step_ms", "host_ms", "step_host_ms", "losses",
-                "step_sm_mhz", "step_clock_reasons", "cpus")
+        keep = ("workload", "ms_per_step", "peak_mib", "step_ms", "host_ms", "step_host_ms", "losses",
+                "step_sm_mhz", "step_clock_reasons", "cpus") + MEDIAN_KEYS
         r["runs"] = [{k: x[k] for k in keep if k in x} for x in rs]
     return r
+
+
+def median_peak(r):
+    """The median of a row's runs' peaks (its one run's peak)."""
+    return statistics.median(x["peak_mib"] for x in r.get("runs") or [r])
+
+
+def peak_targets(rows, workloads, modes):
+    """Per workload: the smallest of the PyTorch modes' median peaks, the
+    mode it is of, and each somalloc mode's largest peak over it."""
+    targets = {}
+    for wl in workloads:
+        torch_peaks = [(median_peak(rows[(wl, m)]), m) for m in TORCH_MODES if rows.get((wl, m))]
+        if not torch_peaks:
+            continue
+        low, low_mode = min(torch_peaks)
+        ratios = {m: rows[(wl, m)]["peak_mib"] / low for m in modes
+                  if m not in TORCH_MODES and rows.get((wl, m)) and low > 0}
+        targets[wl] = {"lowest_torch_median_peak_mib": low, "lowest_torch_mode": low_mode, "peak_over_lowest": ratios}
+    return targets
 
 
 def from_recorded(paths, out):
@@ -532,7 +706,7 @@ def from_recorded(paths, out):
         except (OSError, ValueError, KeyError, TypeError) as e:
             print("models.py: cannot read %s: %s" % (path, e), file=sys.stderr)
             return 2
-        meta = meta or {k: rec.get(k) for k in ("steps", "repeat", "serial")}
+        meta = meta or {k: rec.get(k) for k in ("steps", "requests", "repeat", "serial")}
         for r in recorded:
             wl, m = r["workload"], r["mode"]
             workloads += [wl] if wl not in workloads else []
@@ -550,18 +724,23 @@ def report(rows, workloads, modes, out, meta):
         if r and "fastest_ms" not in r:
             # A row recorded before the fastest step was kept.
             r["fastest_ms"] = min(fastest(x) for x in r.get("runs", [r]))
+    targets = peak_targets(rows, workloads, modes)
     print()
-    print("| workload | mode | ms/step | vs caching | fastest step | peak MiB | vs lowest PyTorch | loss check |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("ms/step: the median over a mode's runs of each run's median step (infer: of its mean ms per request);")
+    print("peak: the largest over the runs; vs lowest PyTorch: over the smallest of PyTorch's modes' median peaks;")
+    print("req/s and after empty (drop of free memory after empty-cache, models kept / freed): medians over the runs.")
+    print()
+    print("| workload | mode | ms/step (infer: ms/request) | vs caching | fastest step | peak MiB | vs lowest PyTorch | loss check | req/s "
+          "| after empty MiB, model kept | after empty MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     verdicts = []
     for wl in workloads:
         base = rows.get((wl, "caching"))
-        torch_peaks = [rows[(wl, m)]["peak_mib"] for m in ("caching", "async", "expandable") if rows.get((wl, m))]
-        lowest = min(torch_peaks) if torch_peaks else None
+        lowest = targets.get(wl, {}).get("lowest_torch_median_peak_mib")
         for m in modes:
             r = rows.get((wl, m))
             if not r:
-                print("| %s | %s | failed | | | | | |" % (wl, m))
+                print("| %s | %s | failed | | | | | | | | |" % (wl, m))
                 verdicts.append(False)
                 continue
             check = "no baseline"
@@ -572,13 +751,28 @@ def report(rows, workloads, modes, out, meta):
                 check = "ok" if first and last else "step 0 %s, last %s" % ("equal" if first else "differs", "within 1e-3" if last else "off")
                 r["loss_check"] = check
                 verdicts.append(first and last)
-            print("| %s | %s | %.2f | %s | %.2f | %.0f | %s | %s |" % (
+            print("| %s | %s | %.2f | %s | %.2f | %.0f | %s | %s | %s | %s | %s |" % (
                 wl, m, r["ms_per_step"],
                 "%.3f" % (r["ms_per_step"] / base["ms_per_step"]) if base else "",
-                r["fastest_ms"], r["peak_mib"], "%.3f" % (r["peak_mib"] / lowest) if lowest else "", check))
+                r["fastest_ms"], r["peak_mib"], "%.3f" % (r["peak_mib"] / lowest) if lowest else "", check,
+                "%.1f" % r["req_per_s"] if "req_per_s" in r else "",
+                mib(r.get("after_empty_kept_mib")) if "after_empty_kept_mib" in r else "",
+                mib(r.get("after_empty_mib")) if "after_empty_mib" in r else ""))
+    print()
+    print("peaks against PyTorch's: each somalloc mode's largest peak over the smallest of the PyTorch modes' median peaks")
+    print("(the arena's target, somalloc-vmm and somalloc-vmm-cache: at most 1)")
+    for wl in workloads:
+        t = targets.get(wl)
+        if not t:
+            print("peaks %s: no PyTorch mode ran" % wl)
+            continue
+        print("peaks %s: smallest PyTorch median peak %.0f MiB (%s); %s" % (
+            wl, t["lowest_torch_median_peak_mib"], t["lowest_torch_mode"],
+            ", ".join("%s %.3f%s" % (m, q, "" if q <= 1 else " (above)") for m, q in t["peak_over_lowest"].items()) or "no somalloc mode ran"))
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "models.json"), "w") as f:
-        json.dump(dict(meta, rows=[r for r in rows.values() if r], failed=["%s/%s" % k for k, v in rows.items() if not v]), f, indent=1)
+        json.dump(dict(meta, rows=[r for r in rows.values() if r], failed=["%s/%s" % k for k, v in rows.items() if not v],
+                       peak_targets=targets), f, indent=1)
     svg(rows, workloads, modes, os.path.join(out, "models.svg"))
     print("\nwrote %s and %s" % (os.path.join(out, "models.json"), os.path.join(out, "models.svg")))
     print("loss checks: %d passed, %d failed" % (sum(verdicts), len(verdicts) - sum(verdicts)))
