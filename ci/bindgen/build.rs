@@ -69,7 +69,13 @@ fn main() {
             .collect();
         let mut gen_file = syn::parse_file(&generate(vendor, Path::new(dir.trim()), &entry_points))
             .expect("bindgen output parses");
-        let gen = Model::from_items(&gen_file.items, &expand::Macros::new());
+        let members = name_anonymous_members(&mut gen_file);
+        let mut gen = Model::from_items(&gen_file.items, &expand::Macros::new());
+        for (name, anonymous) in members {
+            if let Some(fields) = gen.structs.get(&anonymous).cloned() {
+                gen.structs.insert(name, fields);
+            }
+        }
         // The program compares types, constants and layouts; it never calls
         // a function, so the extern blocks are not compiled.
         gen_file.items.retain(|i| !matches!(i, Item::ForeignMod(_)));
@@ -100,6 +106,44 @@ fn main() {
     }
     code += "}\n";
     std::fs::write(out.join("checks.rs"), code).unwrap();
+}
+
+/// Gives the anonymous struct (or union) types of struct fields a name the
+/// hand-written side can use: `STRUCT_FIELD`. bindgen names the type of
+/// `allocFlags` in `struct CUmemAllocationProp_st { ...; struct { ... }
+/// allocFlags; }` `CUmemAllocationProp_st__bindgen_ty_1`, a number that
+/// depends on the order of declarations; the checker adds `pub type
+/// CUmemAllocationProp_st_allocFlags = CUmemAllocationProp_st__bindgen_ty_1;`
+/// to the generated bindings. Returns (new name, bindgen's name) pairs.
+fn name_anonymous_members(file: &mut syn::File) -> Vec<(String, String)> {
+    let mut names = Vec::new();
+    for item in &file.items {
+        let (owner, fields) = match item {
+            Item::Struct(s) => (&s.ident, model::named_fields(&s.fields)),
+            Item::Union(u) => (
+                &u.ident,
+                u.fields
+                    .named
+                    .iter()
+                    .map(|f| (f.ident.as_ref().unwrap().to_string(), f.ty.clone()))
+                    .collect(),
+            ),
+            _ => continue,
+        };
+        for (field, ty) in fields {
+            if let Some(anonymous) = emit::type_name(&ty).filter(|n| n.contains("__bindgen_ty_")) {
+                names.push((format!("{owner}_{}", field.trim_end_matches('_')), anonymous));
+            }
+        }
+    }
+    for (name, anonymous) in &names {
+        let (name, anonymous) = (
+            proc_macro2::Ident::new(name, proc_macro2::Span::call_site()),
+            proc_macro2::Ident::new(anonymous, proc_macro2::Span::call_site()),
+        );
+        file.items.push(syn::parse_quote!(pub type #name = #anonymous;));
+    }
+    names
 }
 
 // ---------------------------------------------------------------------------

@@ -135,15 +135,20 @@ pub(crate) fn emit_set(module: &str, set: &Set, hand: &Hand, gen: &Model, gen_pa
     for (name, fields) in &hand.sys.structs {
         let what = format!("struct {name}");
         let holds = hand.holds(set, name);
-        let header_name = holds.map_or(name.as_str(), |h| h.target.as_str());
+        // `is`: the same checks as for a struct of the header's name.
+        let renamed = holds.or(hand.is(set, name));
+        let header_name = renamed.map_or(name.as_str(), |h| h.target.as_str());
         let header = gen.structs.get(header_name);
-        if holds.is_none() && absent(&mut e, &what, name, header.is_some()) {
+        if renamed.is_none() && absent(&mut e, &what, name, header.is_some()) {
             continue;
         }
         let Some(header) = header else {
             e.fail(
                 &what,
-                &format!("holds {header_name}, which the header does not declare"),
+                &format!(
+                    "{} {header_name}, which the header does not declare",
+                    if holds.is_some() { "holds" } else { "is" }
+                ),
             );
             continue;
         };

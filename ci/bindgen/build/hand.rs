@@ -416,6 +416,12 @@ impl Hand {
     pub(crate) fn holds(&self, set: &Set, name: &str) -> Option<&Expectation> {
         self.expect(set, name, "holds")
     }
+
+    /// The header struct a hand-written struct is, under another name (one
+    /// of several layouts a header has had).
+    pub(crate) fn is(&self, set: &Set, name: &str) -> Option<&Expectation> {
+        self.expect(set, name, "is")
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -653,10 +659,10 @@ pub(crate) struct Expectation {
     /// `None`: every version.
     pub(crate) bound: Option<Bound>,
     pub(crate) name: String,
-    /// `absent`, `value`, `size`, `align`, `offset` or `holds`.
+    /// `absent`, `value`, `size`, `align`, `offset`, `holds` or `is`.
     pub(crate) property: String,
     pub(crate) value: i128,
-    /// For `holds`: the header struct.
+    /// For `holds` and `is`: the header struct.
     pub(crate) target: String,
     /// The selector as written and where, for the report.
     pub(crate) origin: String,
@@ -690,9 +696,10 @@ impl Expectation {
                     [_, "=", v] => ("value", number(v), ""),
                     [_, p @ ("size" | "align" | "offset"), v] => (*p, number(v), ""),
                     [_, "holds", t] => ("holds", 0, *t),
+                    [_, "is", t] => ("is", 0, *t),
                     _ => panic!(
                         "{at}: bad clause {clause:?} \
-                         (NAME absent | NAME = V | NAME size|align|offset N | NAME holds STRUCT)"
+                         (NAME absent | NAME = V | NAME size|align|offset N | NAME holds STRUCT | NAME is STRUCT)"
                     ),
                 };
                 v.push(Expectation {
