@@ -19,7 +19,9 @@
 //! concern instead, each part under a `// ---- ... ----` line naming it:
 //! (after the symbol table of `shared_runtime_api!`) errors and codes,
 //! devices and the runtime, streams and events, pools, peer access and IPC,
-//! allocation in stream order, capture and graphs, the test support.
+//! allocation in stream order, capture and graphs, virtual memory (which
+//! only forwards to the vendor's `vmm.rs`: the two APIs differ too much to
+//! share a body), the test support.
 
 /// Declares (through `runtime_api!`) the functions both runtimes have, under
 /// `prefix`, with the vendor's handle and struct types, followed by the
@@ -153,7 +155,10 @@ pub(crate) use shared_runtime_api;
 /// `refuse_alloc_in_capture(api, call, stream)`, `free_is_noop(ptr)`,
 /// `pool_max_size_supported(version)` with `POOL_MAX_SIZE_SINCE`,
 /// `refuse_pool_placement(version, props)` (the locations and allocation
-/// types the runtime's pools take).
+/// types the runtime's pools take), and a module `vmm` with the
+/// virtual-memory calls (`support`, `quirks`, `reserve`, `free_reservation`,
+/// `create`, `release`, `map`, `set_access`, `unmap`, `retain`, `export_fd`,
+/// `import_fd`, the trait's `vmm_*` without the prefix).
 macro_rules! backend_impl {
     (
         backend: $backend:ident, codes: $codes:ident, prefix: $p:literal,
@@ -798,6 +803,72 @@ macro_rules! backend_impl {
                 // never called, so the caller still owns `data` (the trait's
                 // error contract).
                 check(concat!($p, "GraphRetainUserObject"), unsafe { retain(graph.0, object, 1, $move_ref) })
+            }
+
+            // ---- Virtual memory: the vendor's `vmm` module ----
+            fn vmm_support(device: usize) -> crate::error::Result<crate::backend::VmmSupport> {
+                vmm::support(device)
+            }
+
+            fn vmm_quirks() -> crate::backend::VmmQuirks {
+                vmm::quirks()
+            }
+
+            fn vmm_reserve(bytes: usize, align: usize) -> crate::error::Result<crate::backend::DevicePtr> {
+                vmm::reserve(bytes, align)
+            }
+
+            unsafe fn vmm_free_reservation(base: crate::backend::DevicePtr, bytes: usize) -> crate::error::Result<()> {
+                // SAFETY: the trait's contract, passed on.
+                unsafe { vmm::free_reservation(base, bytes) }
+            }
+
+            fn vmm_create(
+                bytes: usize,
+                props: crate::backend::PhysProps,
+            ) -> crate::error::Result<crate::backend::PhysHandle> {
+                vmm::create(bytes, props)
+            }
+
+            unsafe fn vmm_release(handle: crate::backend::PhysHandle) -> crate::error::Result<()> {
+                // SAFETY: the trait's contract, passed on.
+                unsafe { vmm::release(handle) }
+            }
+
+            unsafe fn vmm_map(
+                ptr: crate::backend::DevicePtr,
+                bytes: usize,
+                handle: crate::backend::PhysHandle,
+            ) -> crate::error::Result<()> {
+                // SAFETY: the trait's contract, passed on.
+                unsafe { vmm::map(ptr, bytes, handle) }
+            }
+
+            unsafe fn vmm_set_access(
+                ptr: crate::backend::DevicePtr,
+                bytes: usize,
+                device: usize,
+                read_write: bool,
+            ) -> crate::error::Result<()> {
+                // SAFETY: the trait's contract, passed on.
+                unsafe { vmm::set_access(ptr, bytes, device, read_write) }
+            }
+
+            unsafe fn vmm_unmap(ptr: crate::backend::DevicePtr, bytes: usize) -> crate::error::Result<()> {
+                // SAFETY: the trait's contract, passed on.
+                unsafe { vmm::unmap(ptr, bytes) }
+            }
+
+            fn vmm_retain(ptr: crate::backend::DevicePtr) -> crate::error::Result<crate::backend::PhysHandle> {
+                vmm::retain(ptr)
+            }
+
+            fn vmm_export_fd(handle: crate::backend::PhysHandle) -> crate::error::Result<i32> {
+                vmm::export_fd(handle)
+            }
+
+            fn vmm_import_fd(fd: i32) -> crate::error::Result<crate::backend::PhysHandle> {
+                vmm::import_fd(fd)
             }
         }
 

@@ -177,6 +177,101 @@ pub(crate) enum GraphMemAttr {
 #[allow(dead_code)] // called by the capture layer (not in this branch yet)
 pub(crate) type GraphRelease = unsafe extern "C" fn(data: *mut c_void);
 
+// ---------------------------------------------------------------------------
+// The virtual-memory API (`cuMem*` of the CUDA driver, `hipMem*` of HIP):
+// address ranges reserved apart from the physical chunks mapped into them.
+// Used by the arena (src/arena/), which builds on nothing else of the vendor.
+
+/// A physical allocation of the virtual-memory API
+/// (`CUmemGenericAllocationHandle` / `hipMemGenericAllocationHandle_t`), as
+/// the integer the runtime hands out (HIP's handle is a pointer, carried as
+/// its address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct PhysHandle(pub(crate) u64);
+
+/// How a physical chunk is made: on `device`, shareable as a POSIX file
+/// descriptor when `posix_fd`, GPUDirect-RDMA-capable when `rdma` (only set
+/// where the layout has the flag and the device says so:
+/// [`VmmSupport::rdma`]).
+#[allow(dead_code)] // read by the arena (src/arena/), not in this branch yet
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PhysProps {
+    pub device: usize,
+    pub posix_fd: bool,
+    pub rdma: bool,
+}
+
+/// What a device offers of the virtual-memory API.
+#[allow(dead_code)] // read by the arena (src/arena/), not in this branch yet
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct VmmSupport {
+    /// The device and the loaded runtime support it (attribute
+    /// VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, every entry point found).
+    pub supported: bool,
+    /// POSIX file-descriptor handles can be requested (attribute
+    /// HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED; false where unknown).
+    pub posix_fd: bool,
+    /// GPUDirect RDMA with VMM memory
+    /// (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED; false on
+    /// HIP layouts without the flag).
+    pub rdma: bool,
+    /// Minimum and recommended granularity (bytes) for chunks made with
+    /// `PhysProps { device, posix_fd, rdma }` as above; 0 when !supported.
+    pub granularity: usize,
+    pub recommended: usize,
+    /// Why not, when !supported (e.g. "cuMemCreate not found in the driver",
+    /// "the device does not support virtual memory management").
+    pub why_not: Option<&'static str>,
+}
+
+impl VmmSupport {
+    /// Not supported, for `why`.
+    pub(crate) const fn unsupported(why: &'static str) -> VmmSupport {
+        VmmSupport {
+            supported: false,
+            posix_fd: false,
+            rdma: false,
+            granularity: 0,
+            recommended: 0,
+            why_not: Some(why),
+        }
+    }
+}
+
+/// Faults of the loaded runtime's virtual-memory API that the arena works
+/// around (decided by the runtime's version: see `vmm_quirks` in
+/// backends/rocm/vmm.rs, where each is sourced; CUDA has none).
+#[allow(dead_code)] // read by the arena (src/arena/), not in this branch yet
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct VmmQuirks {
+    /// `vmm_release` answers success but the physical memory stays allocated
+    /// (until the process ends): a chunk once made is better kept and
+    /// remapped than released and made again.
+    pub release_leaks: bool,
+    /// The physical memory of an unmapped and released chunk is freed only
+    /// when the whole reservation it was mapped in is freed
+    /// (`vmm_free_reservation`): to give memory back, free (and, to keep the
+    /// addresses, reserve again) the reservation.
+    pub reservation_holds_memory: bool,
+    /// Every physical chunk holds one file descriptor of the process until
+    /// it is released, so `RLIMIT_NOFILE` bounds the number of live chunks
+    /// (and running into it reads as out of memory).
+    pub fd_per_create: bool,
+    /// The largest chunk one `vmm_create` should make (bytes, a multiple of
+    /// every granularity); `None`: no limit beyond the device's memory.
+    pub max_chunk: Option<usize>,
+}
+
+impl VmmQuirks {
+    /// A runtime without known faults.
+    pub(crate) const NONE: VmmQuirks = VmmQuirks {
+        release_leaks: false,
+        reservation_holds_memory: false,
+        fd_per_create: false,
+        max_chunk: None,
+    };
+}
+
 /// The contract each vendor backend implements.
 ///
 /// Safe functions here may be called with any handle the backend itself
@@ -361,6 +456,64 @@ pub(crate) trait Backend: Sized + 'static {
     /// `cudaPointerGetAttributes` / `hipPointerGetAttributes` (any address;
     /// the runtime validates it; never null here).
     fn pointer_info(ptr: *const c_void) -> Result<RawPointerInfo>;
+
+    // -----------------------------------------------------------------------
+    // The virtual-memory API (backends/<vendor>/vmm.rs). On CUDA these are
+    // driver calls, found through the runtime (`cudaGetDriverEntryPoint`)
+    // and made with a context current (the current device's primary
+    // context where the thread has none); the calls that name a device make
+    // it current and restore the previous one, as the rest of this trait
+    // does. What the loaded runtime lacks is `Error::Unsupported`.
+
+    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
+    fn vmm_support(device: usize) -> Result<VmmSupport>;
+    /// The faults of the loaded runtime's virtual-memory API
+    /// ([`VmmQuirks::NONE`] where the runtime cannot be loaded).
+    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
+    fn vmm_quirks() -> VmmQuirks;
+    /// Reserves `bytes` of device address space aligned to `align`
+    /// (cuMemAddressReserve(ptr, size, align, 0, 0)).
+    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
+    fn vmm_reserve(bytes: usize, align: usize) -> Result<DevicePtr>;
+    /// # Safety
+    /// A whole reservation from vmm_reserve, nothing mapped in it.
+    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
+    unsafe fn vmm_free_reservation(base: DevicePtr, bytes: usize) -> Result<()>;
+    /// cuMemCreate / hipMemCreate of `bytes` (a multiple of the granularity)
+    /// pinned device memory on props.device. Out of memory answers
+    /// Error::OutOfMemory (as check_alloc does for allocations).
+    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
+    fn vmm_create(bytes: usize, props: PhysProps) -> Result<PhysHandle>;
+    /// # Safety
+    /// A handle from vmm_create / vmm_retain / vmm_import_fd, released once.
+    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
+    unsafe fn vmm_release(handle: PhysHandle) -> Result<()>;
+    /// # Safety
+    /// [ptr, ptr+bytes) lies in a reservation and is unmapped; `bytes`
+    /// equals the handle's size.
+    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
+    unsafe fn vmm_map(ptr: DevicePtr, bytes: usize, handle: PhysHandle) -> Result<()>;
+    /// cuMemSetAccess for one device: read-write when `read_write`, none
+    /// otherwise.
+    ///
+    /// # Safety
+    /// The range is mapped.
+    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
+    unsafe fn vmm_set_access(ptr: DevicePtr, bytes: usize, device: usize, read_write: bool) -> Result<()>;
+    /// # Safety
+    /// The range is mapped (whole mappings), and no work in flight uses it.
+    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
+    unsafe fn vmm_unmap(ptr: DevicePtr, bytes: usize) -> Result<()>;
+    /// cuMemRetainAllocationHandle: the handle behind a mapped address (the
+    /// caller releases it).
+    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
+    fn vmm_retain(ptr: DevicePtr) -> Result<PhysHandle>;
+    /// cuMemExportToShareableHandle as a POSIX fd (the caller closes it).
+    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
+    fn vmm_export_fd(handle: PhysHandle) -> Result<i32>;
+    /// cuMemImportFromShareableHandle of a POSIX fd.
+    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
+    fn vmm_import_fd(fd: i32) -> Result<PhysHandle>;
 }
 
 /// What somalloc's own tests, examples and benchmarks need from a backend

@@ -48,6 +48,8 @@
 //!   `common::cuda_pool_refusal`'s).
 //! * `cudaPointerAttributes` is 24 bytes on CUDA 12 and 88 on CUDA 13
 //!   (`reserved[8]`); the backend passes room for the larger, zeroed.
+//! * The virtual-memory API is the driver's (`cuMemCreate`, ...), found
+//!   through the runtime like the capture queries below (`vmm.rs`).
 //!
 //! # What is written here and what is shared
 //!
@@ -62,6 +64,8 @@
 
 #[path = "sys.rs"]
 mod sys;
+#[path = "vmm.rs"]
+mod vmm;
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use std::sync::OnceLock;

@@ -18,7 +18,7 @@
 // not, so items the backend does not use yet stay.
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code)]
 
-use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 use std::mem::{align_of, offset_of, size_of};
 
 // ---------------------------------------------------------------------------
@@ -37,6 +37,7 @@ opaque!(
     CUgraphNode_st,
     CUuserObject_st,
     cudaGraphEdgeData_st,
+    CUctx_st,
 );
 
 // The runtime's cudaLibrary_t is 12.8's (cuda.h declares CUlib_st from 12.0).
@@ -208,6 +209,131 @@ pub(crate) type PFN_cuStreamGetCaptureInfo_v11030 = Option<
 pub(crate) const DRIVER_ABI_VERSION: c_uint = 12_000;
 /// `cudaGetDriverEntryPointByVersion` exists from CUDA 12.5.
 pub(crate) const CUDA_VERSION_DRIVER_BY_VERSION: &str = "CUDA 12.5";
+
+// ---------------------------------------------------------------------------
+// The driver's virtual-memory API (`cuMem*`, backends/cuda/vmm.rs), reached
+// through the runtime as the capture queries are: cuda.h's types, values and
+// structs, and the entry points' types under cudaTypedefs.h's names. Each of
+// these functions has had one ABI since it appeared (10.2, 11.0 for
+// cuMemRetainAllocationHandle), the same in every header checked.
+
+/// `CUdevice`: the driver's device, an `int`.
+pub(crate) type CUdevice = c_int;
+/// `CUdeviceptr`: a device address (`unsigned long long` on 64-bit hosts).
+pub(crate) type CUdeviceptr = c_ulonglong;
+/// `CUmemGenericAllocationHandle`: a physical allocation.
+pub(crate) type CUmemGenericAllocationHandle = c_ulonglong;
+/// `CUcontext`: a pointer to the incomplete `struct CUctx_st`.
+pub(crate) type CUcontext = *mut CUctx_st;
+// The C enums the calls take, as integers of their size.
+pub(crate) type CUdevice_attribute = c_int;
+pub(crate) type CUmemAllocationType = c_uint;
+pub(crate) type CUmemAllocationHandleType = c_uint;
+pub(crate) type CUmemLocationType = c_uint;
+pub(crate) type CUmemAccess_flags = c_uint;
+pub(crate) type CUmemAllocationGranularity_flags = c_uint;
+
+/// `CUresult` codes the backend names: the same numbers as the runtime's
+/// codes that get an `Error` variant of their own (asserted in vmm.rs).
+pub(crate) const CUDA_ERROR_OUT_OF_MEMORY: i32 = 2;
+pub(crate) const CUDA_ERROR_NO_DEVICE: i32 = 100;
+pub(crate) const CUDA_ERROR_NOT_SUPPORTED: i32 = 801;
+/// `CU_DEVICE_ATTRIBUTE_*` of the virtual-memory API (the runtime's
+/// `cudaDeviceAttr` has no names for them: they are asked of the driver).
+pub(crate) const CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: CUdevice_attribute = 102;
+pub(crate) const CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: CUdevice_attribute = 103;
+pub(crate) const CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: CUdevice_attribute = 110;
+pub(crate) const CU_MEM_ALLOCATION_TYPE_PINNED: CUmemAllocationType = 0x1;
+pub(crate) const CU_MEM_LOCATION_TYPE_DEVICE: CUmemLocationType = 0x1;
+pub(crate) const CU_MEM_HANDLE_TYPE_NONE: CUmemAllocationHandleType = 0x0;
+pub(crate) const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: CUmemAllocationHandleType = 0x1;
+pub(crate) const CU_MEM_ACCESS_FLAGS_PROT_NONE: CUmemAccess_flags = 0x0;
+pub(crate) const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: CUmemAccess_flags = 0x3;
+pub(crate) const CU_MEM_ALLOC_GRANULARITY_MINIMUM: CUmemAllocationGranularity_flags = 0x0;
+pub(crate) const CU_MEM_ALLOC_GRANULARITY_RECOMMENDED: CUmemAllocationGranularity_flags = 0x1;
+
+/// `struct CUmemLocation_st` (`CUmemLocation`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CUmemLocation_st {
+    pub type_: CUmemLocationType,
+    pub id: c_int,
+}
+pub(crate) type CUmemLocation = CUmemLocation_st;
+
+/// `struct CUmemAccessDesc_st` (`CUmemAccessDesc`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CUmemAccessDesc_st {
+    pub location: CUmemLocation,
+    pub flags: CUmemAccess_flags,
+}
+pub(crate) type CUmemAccessDesc = CUmemAccessDesc_st;
+
+/// The anonymous `allocFlags` struct of `CUmemAllocationProp` (the checker
+/// names an anonymous member type `STRUCT_FIELD`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CUmemAllocationProp_st_allocFlags {
+    pub compressionType: u8,
+    pub gpuDirectRDMACapable: u8,
+    pub usage: u16,
+    pub reserved: [u8; 4],
+}
+
+/// `struct CUmemAllocationProp_st` (`CUmemAllocationProp`, the `_v1` of
+/// every header since 10.2): 32 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CUmemAllocationProp_st {
+    pub type_: CUmemAllocationType,
+    pub requestedHandleTypes: CUmemAllocationHandleType,
+    pub location: CUmemLocation,
+    /// Windows only; null elsewhere.
+    pub win32HandleMetaData: *mut c_void,
+    pub allocFlags: CUmemAllocationProp_st_allocFlags,
+}
+pub(crate) type CUmemAllocationProp = CUmemAllocationProp_st;
+
+pub(crate) type PFN_cuGetErrorName_v6000 = Option<unsafe extern "C" fn(i32, *mut *const c_char) -> i32>;
+pub(crate) type PFN_cuGetErrorString_v6000 = Option<unsafe extern "C" fn(i32, *mut *const c_char) -> i32>;
+pub(crate) type PFN_cuCtxGetCurrent_v4000 = Option<unsafe extern "C" fn(*mut CUcontext) -> i32>;
+pub(crate) type PFN_cuDeviceGet_v2000 = Option<unsafe extern "C" fn(*mut CUdevice, c_int) -> i32>;
+pub(crate) type PFN_cuDeviceGetAttribute_v2000 =
+    Option<unsafe extern "C" fn(*mut c_int, CUdevice_attribute, CUdevice) -> i32>;
+pub(crate) type PFN_cuMemAddressReserve_v10020 =
+    Option<unsafe extern "C" fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, c_ulonglong) -> i32>;
+pub(crate) type PFN_cuMemAddressFree_v10020 = Option<unsafe extern "C" fn(CUdeviceptr, usize) -> i32>;
+pub(crate) type PFN_cuMemCreate_v10020 = Option<
+    unsafe extern "C" fn(
+        *mut CUmemGenericAllocationHandle,
+        usize,
+        *const CUmemAllocationProp,
+        c_ulonglong,
+    ) -> i32,
+>;
+pub(crate) type PFN_cuMemRelease_v10020 = Option<unsafe extern "C" fn(CUmemGenericAllocationHandle) -> i32>;
+pub(crate) type PFN_cuMemMap_v10020 =
+    Option<unsafe extern "C" fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, c_ulonglong) -> i32>;
+pub(crate) type PFN_cuMemUnmap_v10020 = Option<unsafe extern "C" fn(CUdeviceptr, usize) -> i32>;
+pub(crate) type PFN_cuMemSetAccess_v10020 =
+    Option<unsafe extern "C" fn(CUdeviceptr, usize, *const CUmemAccessDesc, usize) -> i32>;
+pub(crate) type PFN_cuMemGetAllocationGranularity_v10020 = Option<
+    unsafe extern "C" fn(*mut usize, *const CUmemAllocationProp, CUmemAllocationGranularity_flags) -> i32,
+>;
+pub(crate) type PFN_cuMemRetainAllocationHandle_v11000 =
+    Option<unsafe extern "C" fn(*mut CUmemGenericAllocationHandle, *mut c_void) -> i32>;
+pub(crate) type PFN_cuMemExportToShareableHandle_v10020 = Option<
+    unsafe extern "C" fn(
+        *mut c_void,
+        CUmemGenericAllocationHandle,
+        CUmemAllocationHandleType,
+        c_ulonglong,
+    ) -> i32,
+>;
+pub(crate) type PFN_cuMemImportFromShareableHandle_v10020 = Option<
+    unsafe extern "C" fn(*mut CUmemGenericAllocationHandle, *mut c_void, CUmemAllocationHandleType) -> i32,
+>;
 
 // ---------------------------------------------------------------------------
 // Versions (`cudaRuntimeGetVersion`: major * 1000 + minor * 10).
@@ -383,3 +509,17 @@ const _: () = assert!(CU_STREAM_CAPTURE_STATUS_INVALIDATED == cudaStreamCaptureS
 const _: () = assert!(CUDA_SUCCESS == cudaSuccess);
 const _: () = assert!(size_of::<PFN_cuStreamIsCapturing_v10000>() == size_of::<*mut c_void>());
 const _: () = assert!(size_of::<PFN_cuStreamGetCaptureInfo_v11030>() == size_of::<*mut c_void>());
+// The virtual-memory structs (the same in every header since 10.2).
+const _: () = assert!(size_of::<CUmemLocation>() == 8);
+const _: () = assert!(size_of::<CUmemAccessDesc>() == 12);
+const _: () = assert!(offset_of!(CUmemAccessDesc_st, flags) == 8);
+const _: () = assert!(size_of::<CUmemAllocationProp>() == 32);
+const _: () = assert!(align_of::<CUmemAllocationProp>() == 8);
+const _: () = assert!(offset_of!(CUmemAllocationProp_st, requestedHandleTypes) == 4);
+const _: () = assert!(offset_of!(CUmemAllocationProp_st, location) == 8);
+const _: () = assert!(offset_of!(CUmemAllocationProp_st, win32HandleMetaData) == 16);
+const _: () = assert!(offset_of!(CUmemAllocationProp_st, allocFlags) == 24);
+const _: () = assert!(offset_of!(CUmemAllocationProp_st_allocFlags, gpuDirectRDMACapable) == 1);
+const _: () = assert!(offset_of!(CUmemAllocationProp_st_allocFlags, usage) == 2);
+const _: () = assert!(size_of::<CUdeviceptr>() == size_of::<*mut c_void>());
+const _: () = assert!(size_of::<PFN_cuMemCreate_v10020>() == size_of::<*mut c_void>());

@@ -68,6 +68,10 @@
 //!   the check is a comparison with the version read at load.
 //! * `hipStreamGetCaptureInfo_v2` refuses the null stream (CUDA answers "not
 //!   capturing"); for it the backend asks `hipStreamIsCapturing`.
+//! * The virtual-memory API (`hipMemCreate`, `hipMemMap`, ...; `vmm.rs`):
+//!   optional symbols, usable from ROCm 5.3, with two layouts of
+//!   `hipMemAllocationProp` picked by version and faults of some releases
+//!   that the arena works around (`vmm.rs` lists them with their sources).
 //!
 //! # What is written here and what is shared
 //!
@@ -82,6 +86,8 @@
 
 #[path = "sys.rs"]
 mod sys;
+#[path = "vmm.rs"]
+mod vmm;
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
@@ -151,7 +157,39 @@ shared_runtime_api! {
         fn host_malloc = "hipHostMalloc\0"; (*mut *mut c_void, usize, c_uint) -> i32;
         fn host_free = "hipHostFree\0"; (*mut c_void) -> i32;
     }
-    optional {}
+    optional {
+        // The virtual-memory API (vmm.rs): exported from ROCm 5.1 (version
+        // node hip_5.1), usable from 5.3 (vmm.rs says why). The allocation
+        // properties are either layout of hipMemAllocationProp (sys.rs),
+        // picked by version, hence `*const c_void`.
+        optional(since "ROCm 5.1") fn mem_address_reserve = "hipMemAddressReserve\0"; (
+            *mut *mut c_void, usize, usize, *mut c_void, u64,
+        ) -> i32;
+        optional(since "ROCm 5.1") fn mem_address_free = "hipMemAddressFree\0"; (*mut c_void, usize) -> i32;
+        optional(since "ROCm 5.1") fn mem_create = "hipMemCreate\0"; (
+            *mut sys::hipMemGenericAllocationHandle_t, usize, *const c_void, u64,
+        ) -> i32;
+        optional(since "ROCm 5.1") fn mem_release = "hipMemRelease\0"; (sys::hipMemGenericAllocationHandle_t) -> i32;
+        optional(since "ROCm 5.1") fn mem_map = "hipMemMap\0"; (
+            *mut c_void, usize, usize, sys::hipMemGenericAllocationHandle_t, u64,
+        ) -> i32;
+        optional(since "ROCm 5.1") fn mem_set_access = "hipMemSetAccess\0"; (
+            *mut c_void, usize, *const sys::hipMemAccessDesc, usize,
+        ) -> i32;
+        optional(since "ROCm 5.1") fn mem_unmap = "hipMemUnmap\0"; (*mut c_void, usize) -> i32;
+        optional(since "ROCm 5.1") fn mem_get_allocation_granularity = "hipMemGetAllocationGranularity\0"; (
+            *mut usize, *const c_void, sys::hipMemAllocationGranularity_flags,
+        ) -> i32;
+        optional(since "ROCm 5.1") fn mem_retain_allocation_handle = "hipMemRetainAllocationHandle\0"; (
+            *mut sys::hipMemGenericAllocationHandle_t, *mut c_void,
+        ) -> i32;
+        optional(since "ROCm 5.1") fn mem_export_to_shareable_handle = "hipMemExportToShareableHandle\0"; (
+            *mut c_void, sys::hipMemGenericAllocationHandle_t, sys::hipMemAllocationHandleType, u64,
+        ) -> i32;
+        optional(since "ROCm 5.1") fn mem_import_from_shareable_handle = "hipMemImportFromShareableHandle\0"; (
+            *mut sys::hipMemGenericAllocationHandle_t, *mut c_void, sys::hipMemAllocationHandleType,
+        ) -> i32;
+    }
 }
 
 handle!(

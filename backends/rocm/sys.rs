@@ -27,6 +27,7 @@ opaque!(
     hipGraphExec,
     hipGraphNode,
     hipUserObject,
+    ihipMemGenericAllocationHandle,
 );
 
 pub(crate) type hipStream_t = *mut ihipStream_t;
@@ -298,6 +299,109 @@ impl hipMemPoolProps {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// The virtual-memory API (hipMem*, backends/rocm/vmm.rs). Its functions have
+// kept their signatures from ROCm 5.1, where they appeared, to 7.x;
+// `hipMemAllocationProp` has not (below).
+
+/// `hipMemGenericAllocationHandle_t`: a pointer to an incomplete struct (the
+/// backend carries it as an integer, `PhysHandle`).
+pub(crate) type hipMemGenericAllocationHandle_t = *mut ihipMemGenericAllocationHandle;
+// The C enums the calls take, as integers of their size.
+pub(crate) type hipMemAllocationHandleType = u32;
+pub(crate) type hipMemAllocationGranularity_flags = u32;
+pub(crate) const hipMemAllocationGranularityMinimum: hipMemAllocationGranularity_flags = 0x0;
+pub(crate) const hipMemAllocationGranularityRecommended: hipMemAllocationGranularity_flags = 0x1;
+/// `hipMemAccessFlags` (CUDA's numbers).
+pub(crate) const hipMemAccessFlagsProtNone: u32 = 0;
+pub(crate) const hipMemAccessFlagsProtReadWrite: u32 = 3;
+/// 89 from ROCm 5.3 (the next after `MemoryPoolsSupported`, 88) to 7.x;
+/// ROCm 5.2 has no such attribute.
+// header-check hip<5.3: hipDeviceAttributeVirtualMemoryManagementSupported absent
+pub(crate) const hipDeviceAttributeVirtualMemoryManagementSupported: hipDeviceAttribute_t = 89;
+/// 94, new in HIP 7.13 (its release notes; rocm-systems#4806): CUDA's
+/// CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED. Checked only
+/// as far as this comment goes: no header set of the checker is that recent.
+// header-check hip<7.13: hipDeviceAttributeGPUDirectRDMAWithHipVMMSupported absent
+pub(crate) const hipDeviceAttributeGPUDirectRDMAWithHipVMMSupported: hipDeviceAttribute_t = 94;
+
+// `hipMemAllocationProp` has had two layouts, both 32 bytes: ROCm 5.1 and 5.2
+// order the fields their own way; ROCm 5.3 took CUDA's order and flag bytes
+// (`CUmemAllocationProp`), without CUDA's `reserved[4]` (trailing padding
+// in HIP). The first release with the new layout is ROCm 5.3.0: the
+// declaration in include/hip/hip_runtime_api.h of the ROCm/HIP repository
+// differs between its tags rocm-5.2.3 and rocm-5.3.0, and is the same from
+// there to the repository's last tags (rocm-6.2.x); later headers keep its
+// offsets and size (one names the handle-type field `requestedHandleTypes`
+// too, through a union). The backend picks the layout by the runtime's
+// version (vmm.rs).
+//
+// The checker compares `hipMemAllocationProp_5_2` with the installed ROCm
+// 5.2.3 header. `hipMemAllocationProp_5_3` is checked against no HIP
+// header in ci/bindgen-check.sh (it has none newer than 5.2, and a ROCm
+// >= 6 header set cannot be installed there): it mirrors CUDA's
+// `CUmemAllocationProp`, which the checker compares with every CUDA header
+// (backends/cuda/sys.rs), and the `const` assertions below pin its offsets
+// to CUDA's. The lines below say how a ROCm >= 5.3 header set checks it;
+// run once by hand on the ROCm 6.2.0 headers (include/ of ROCm/HIP and
+// hipamd/include of ROCm/clr at their tags rocm-6.2.0, with a written
+// hip_version.h), every item of this section passed.
+// header-check hip<5.3: hipMemAllocationProp_5_2 is hipMemAllocationProp; hipMemAllocationProp_5_3 absent; hipMemAllocationProp_allocFlags absent
+// header-check hip>=5.3: hipMemAllocationProp_5_2 absent; hipMemAllocationProp_5_3 is hipMemAllocationProp
+
+/// `hipMemAllocationProp` of ROCm 5.1 and 5.2.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct hipMemAllocationProp_5_2 {
+    pub compressionType: u8,
+    pub location: hipMemLocation,
+    pub requestedHandleType: hipMemAllocationHandleType,
+    /// `hipMemAllocationType`.
+    pub type_: u32,
+    pub usage: u16,
+    pub win32HandleMetaData: *mut c_void,
+}
+
+/// `hipMemAllocationProp` from ROCm 5.3 (and of HIP on NVIDIA, which is
+/// CUDA's struct).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct hipMemAllocationProp_5_3 {
+    /// `hipMemAllocationType`.
+    pub type_: u32,
+    pub requestedHandleType: hipMemAllocationHandleType,
+    pub location: hipMemLocation,
+    pub win32HandleMetaData: *mut c_void,
+    pub allocFlags: hipMemAllocationProp_allocFlags,
+}
+
+/// The anonymous `allocFlags` struct of the ROCm >= 5.3 layout.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct hipMemAllocationProp_allocFlags {
+    pub compressionType: u8,
+    pub gpuDirectRDMACapable: u8,
+    pub usage: u16,
+}
+
+const _: () = assert!(size_of::<hipMemAllocationProp_5_2>() == 32);
+const _: () = assert!(offset_of!(hipMemAllocationProp_5_2, location) == 4);
+const _: () = assert!(offset_of!(hipMemAllocationProp_5_2, requestedHandleType) == 12);
+const _: () = assert!(offset_of!(hipMemAllocationProp_5_2, type_) == 16);
+const _: () = assert!(offset_of!(hipMemAllocationProp_5_2, usage) == 20);
+const _: () = assert!(offset_of!(hipMemAllocationProp_5_2, win32HandleMetaData) == 24);
+// The ROCm >= 5.3 layout is CUDA's (CUmemAllocationProp: 32 bytes, the
+// handle type at 4, the location at 8, the Win32 data at 16, the flag bytes
+// from 24: compression, RDMA, usage at 26).
+const _: () = assert!(size_of::<hipMemAllocationProp_5_3>() == 32);
+const _: () = assert!(align_of::<hipMemAllocationProp_5_3>() == 8);
+const _: () = assert!(offset_of!(hipMemAllocationProp_5_3, requestedHandleType) == 4);
+const _: () = assert!(offset_of!(hipMemAllocationProp_5_3, location) == 8);
+const _: () = assert!(offset_of!(hipMemAllocationProp_5_3, win32HandleMetaData) == 16);
+const _: () = assert!(offset_of!(hipMemAllocationProp_5_3, allocFlags) == 24);
+const _: () = assert!(offset_of!(hipMemAllocationProp_allocFlags, gpuDirectRDMACapable) == 1);
+const _: () = assert!(offset_of!(hipMemAllocationProp_allocFlags, usage) == 2);
 
 // Layouts as in the headers (checked with offsetof/sizeof against ROCm 5.2.3:
 // sizeof(hipMemPoolProps) == 88, location at 8, win32SecurityAttributes at 16,
