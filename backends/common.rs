@@ -481,6 +481,94 @@ pub(crate) fn check_alloc<C: Codes>(call: &'static str, code: i32, bytes: usize)
     }
 }
 
+/// The virtual-memory round trip both backends' tests run on a GPU: on a
+/// thread of its own (no context current yet), reserve, create, map, grant
+/// access, fill and read back, retain, export and import where the device
+/// offers POSIX handles, unmap, release, free; and an impossible
+/// `vmm_create` is `OutOfMemory`. Panics on a failure; `Some(reason)` where
+/// it cannot run (no GPU, no virtual-memory management).
+#[cfg(test)]
+pub(crate) fn vmm_round_trip<B: crate::backend::Backend>() -> Option<String> {
+    use crate::backend::{DevicePtr, PhysProps};
+    match B::device_count() {
+        Ok(0) => return Some("no GPU".to_string()),
+        Err(e) => return Some(format!("no GPU ({e})")),
+        Ok(_) => {}
+    }
+    let support = B::vmm_support(0).expect("vmm_support");
+    if !support.supported {
+        return Some(format!(
+            "no virtual memory management: {}",
+            support.why_not.unwrap_or("?")
+        ));
+    }
+    assert!(support.granularity > 0 && support.recommended % support.granularity == 0);
+    let run = move || {
+        let g = support.granularity;
+        let (bytes, span) = (2 * g, 4 * g);
+        let props = PhysProps {
+            device: 0,
+            posix_fd: support.posix_fd,
+            rdma: support.rdma,
+        };
+        let base = B::vmm_reserve(span, g).expect("vmm_reserve");
+        assert!(base != DevicePtr::NULL && base.0 % g == 0);
+        let at = DevicePtr(base.0 + g);
+        let handle = B::vmm_create(bytes, props).expect("vmm_create");
+        // SAFETY: the range lies in the reservation, unmapped, the handle's
+        // size; nothing else uses it.
+        unsafe {
+            B::vmm_map(at, bytes, handle).expect("vmm_map");
+            B::vmm_set_access(at, bytes, 0, true).expect("vmm_set_access");
+        }
+        let stream = B::stream_create(0).expect("stream_create");
+        let mut host = vec![0u8; bytes];
+        // SAFETY: the mapped range, read-write for device 0; `host` outlives
+        // the copy (synchronised below).
+        unsafe {
+            B::memset_async(at, 0xA5, bytes, stream).expect("memset_async");
+            B::copy_async(host.as_mut_ptr().cast(), at.as_mut_ptr(), bytes, stream).expect("copy_async");
+        }
+        B::stream_synchronize(stream).expect("stream_synchronize");
+        B::stream_destroy(stream).expect("stream_destroy");
+        assert!(host.iter().all(|&b| b == 0xA5));
+        let retained = B::vmm_retain(DevicePtr(at.0 + 100)).expect("vmm_retain");
+        // SAFETY: retained just above, released once.
+        unsafe { B::vmm_release(retained) }.expect("vmm_release of the retained handle");
+        if support.posix_fd {
+            use std::os::fd::FromRawFd;
+            let fd = B::vmm_export_fd(handle).expect("vmm_export_fd");
+            assert!(fd >= 0);
+            // SAFETY: a new descriptor that this test owns (closed on drop).
+            let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+            let imported = B::vmm_import_fd(std::os::fd::AsRawFd::as_raw_fd(&fd)).expect("vmm_import_fd");
+            // SAFETY: imported just above, released once.
+            unsafe { B::vmm_release(imported) }.expect("vmm_release of the imported handle");
+        }
+        // SAFETY: the whole mapping, no work in flight (synchronised); then
+        // the handle made above, once; then the whole, empty reservation.
+        unsafe {
+            B::vmm_unmap(at, bytes).expect("vmm_unmap");
+            B::vmm_release(handle).expect("vmm_release");
+            B::vmm_free_reservation(base, span).expect("vmm_free_reservation");
+        }
+        // More than the device has: OutOfMemory with the request.
+        let (_, total) = B::mem_info(0).expect("mem_info");
+        let huge = total.div_ceil(g) * g + g;
+        match B::vmm_create(huge, props) {
+            Err(Error::OutOfMemory { requested, .. }) => assert_eq!(requested, huge),
+            Ok(h) => {
+                // SAFETY: made just above, released once.
+                let _ = unsafe { B::vmm_release(h) };
+                panic!("vmm_create of {huge} bytes succeeded");
+            }
+            Err(e) => panic!("vmm_create of {huge} bytes: {e}"),
+        }
+    };
+    std::thread::spawn(run).join().expect("the round trip panicked");
+    None
+}
+
 #[cfg(test)]
 #[path = "common_tests.rs"]
 mod tests;

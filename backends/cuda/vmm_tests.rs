@@ -156,3 +156,10 @@ fn vmm_support_without_a_gpu_is_an_error_or_a_reason() {
         assert!(Cuda::vmm_import_fd(-1).is_err());
     }
 }
+
+#[test]
+fn a_chunk_round_trips_on_a_gpu() {
+    if let Some(why) = common::vmm_round_trip::<Cuda>() {
+        println!("SKIP a_chunk_round_trips_on_a_gpu: {why}");
+    }
+}

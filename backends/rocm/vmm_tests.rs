@@ -151,3 +151,10 @@ fn vmm_support_without_a_gpu_is_an_error_or_a_reason() {
         assert!(Rocm::vmm_retain(DevicePtr(0x1000)).is_err());
     }
 }
+
+#[test]
+fn a_chunk_round_trips_on_a_gpu() {
+    if let Some(why) = common::vmm_round_trip::<Rocm>() {
+        println!("SKIP a_chunk_round_trips_on_a_gpu: {why}");
+    }
+}
