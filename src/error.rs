@@ -105,10 +105,10 @@ pub enum Error {
         requested: usize,
         /// The statistics of the pool that refused, when they could be read.
         stats: Option<PoolStats>,
-        /// For a [`VmmArena`](crate::ArenaStats)'s refusal, after its recovery
+        /// For a [`VmmArena`](crate::VmmArena)'s refusal, after its recovery
         /// steps: what it held (live, mapped, reserved, the largest free
         /// range, fragmentation).
-        arena: Option<Box<crate::arena::ArenaStats>>,
+        arena: Option<Box<crate::pool_stats::ArenaStats>>,
     },
     /// An argument is outside what the call accepts. Nothing was enqueued.
     ///

@@ -354,7 +354,7 @@
 #![warn(missing_debug_implementations)]
 
 pub mod adaptors;
-mod arena;
+pub mod arena;
 mod backend;
 mod buffer;
 mod cache;
@@ -404,7 +404,7 @@ cfg_if::cfg_if! {
     }
 }
 
-pub use arena::{ArenaOptions, ArenaStats};
+pub use arena::{ArenaOptions, ArenaSegment, ArenaStats, VmmArena};
 pub use backend::MemoryType;
 pub use buffer::{AsDeviceView, AsDeviceViewMut, DeviceBuffer, DeviceView, DeviceViewMut, ExportedBuffer};
 pub use bytemuck::Pod;

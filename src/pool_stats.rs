@@ -35,3 +35,71 @@ impl fmt::Display for PoolStats {
 pub(crate) fn bytes(reported: u64) -> usize {
     usize::try_from(reported).unwrap_or(usize::MAX)
 }
+
+/// What a [`VmmArena`](crate::VmmArena) holds and has done.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ArenaStats {
+    /// Bytes of live blocks (rounded up to 512 bytes each).
+    pub live_bytes: usize,
+    /// Live blocks.
+    pub live_blocks: usize,
+    /// Device memory mapped (the arena's footprint on the device).
+    pub mapped_bytes: usize,
+    /// Address space reserved.
+    pub reserved_bytes: usize,
+    /// Mapped bytes not live.
+    pub free_bytes: usize,
+    /// The longest free range.
+    pub largest_free: usize,
+    /// `1 - largest_free / free_bytes` (0 with nothing free): how far the
+    /// free memory is from being one range.
+    pub fragmentation: f64,
+    /// Bytes in idle chunks (all free, every free complete): what
+    /// [`VmmArena::trim`](crate::VmmArena::trim) would give back without waiting.
+    pub idle_bytes: usize,
+    /// Mapped chunks.
+    pub chunks: usize,
+    /// Unmapped chunks whose release the runtime refused: memory still held
+    /// from the device, released again at the next trim.
+    pub unreleased_bytes: usize,
+    /// The most bytes mapped at once (since creation or
+    /// [`VmmArena::reset_peaks`](crate::VmmArena::reset_peaks)).
+    pub peak_mapped: usize,
+    /// The most live bytes at once.
+    pub peak_live: usize,
+    /// Chunks mapped so far.
+    pub maps: u64,
+    /// Chunks unmapped so far.
+    pub unmaps: u64,
+    /// Events recorded to learn that frees completed.
+    pub fences: u64,
+    /// Host waits on those events (trim and out-of-memory recovery).
+    pub waits: u64,
+    /// Recovery steps taken when growing failed.
+    pub recoveries: u64,
+    /// Allocations refused.
+    pub refusals: u64,
+    /// Allocations the device's pool served because a virtual-memory call
+    /// of the arena failed.
+    pub pool_allocations: u64,
+}
+
+impl fmt::Display for ArenaStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "live {} in {} blocks, mapped {} (peak {}), reserved {}, free {} (largest range {}, \
+             fragmentation {:.1}%), idle {}",
+            self.live_bytes,
+            self.live_blocks,
+            self.mapped_bytes,
+            self.peak_mapped,
+            self.reserved_bytes,
+            self.free_bytes,
+            self.largest_free,
+            self.fragmentation * 100.0,
+            self.idle_bytes
+        )
+    }
+}

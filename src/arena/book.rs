@@ -25,6 +25,14 @@
 //! stream never waits for a fence to coalesce). When a fence completes,
 //! its slot's covered ranges turn `Any` and merge with their neighbours.
 //!
+//! # Parked blocks
+//!
+//! A block freed on a stream may first be *parked*: kept whole, for the
+//! next allocation of exactly its length on the same stream (a hit costs
+//! two hash lookups, no merging). Parked blocks are flushed into the free
+//! ranges (merging) before the arena grows, waits or gives memory back, so
+//! they never make it map more.
+//!
 //! # Kinds
 //!
 //! Blocks of at most [`SMALL_MAX`] bytes live in `Small` chunks, larger ones
@@ -34,6 +42,11 @@
 //! that activations need.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::cache::BuildAddrHasher;
+
+/// Maps keyed by addresses and lengths (multiples of 512).
+type Map<V> = HashMap<usize, V, BuildAddrHasher>;
 
 /// A device address, as an integer (never dereferenced).
 pub(crate) type Addr = usize;
@@ -94,6 +107,14 @@ pub(crate) struct Chunk {
     pub handle: u64,
 }
 
+/// A block handed out: live, or parked by a slot (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Block {
+    len: usize,
+    kind: Kind,
+    parked: bool,
+}
+
 /// What the book knows of a stream slot's frees.
 #[derive(Clone, Copy, Debug, Default)]
 struct Slot {
@@ -123,9 +144,14 @@ pub(crate) struct Book {
     free: BTreeMap<Addr, Free>,
     /// The free ranges by (kind, owner, length, address), for best fit.
     index: BTreeSet<(Kind, Owner, usize, Addr)>,
-    live: HashMap<Addr, (usize, Kind)>,
+    live: Map<Block>,
     slots: Vec<Slot>,
+    /// Parked blocks per slot: length → addresses (last parked last).
+    parked: Vec<Map<Vec<Addr>>>,
     pub(crate) live_bytes: usize,
+    /// Bytes of parked blocks, in all and per slot.
+    pub(crate) parked_bytes: usize,
+    parked_of: Vec<usize>,
     pub(crate) mapped_bytes: usize,
     pub(crate) free_bytes: usize,
 }
@@ -140,9 +166,12 @@ impl Book {
             chunks: BTreeMap::new(),
             free: BTreeMap::new(),
             index: BTreeSet::new(),
-            live: HashMap::new(),
+            live: Map::default(),
             slots: Vec::new(),
+            parked: Vec::new(),
             live_bytes: 0,
+            parked_bytes: 0,
+            parked_of: Vec::new(),
             mapped_bytes: 0,
             free_bytes: 0,
         }
@@ -370,23 +399,44 @@ impl Book {
                 },
             );
         }
-        self.live.insert(addr, (len, f.kind));
+        self.live.insert(
+            addr,
+            Block {
+                len,
+                kind: f.kind,
+                parked: false,
+            },
+        );
         self.live_bytes += len;
     }
 
-    /// The live block at `addr`: its length and kind.
+    /// The block at `addr` if it is live (not parked): its length and kind.
     pub(crate) fn live(&self, addr: Addr) -> Option<(usize, Kind)> {
-        self.live.get(&addr).copied()
+        self.live
+            .get(&addr)
+            .filter(|b| !b.parked)
+            .map(|b| (b.len, b.kind))
     }
 
+    /// Live blocks (parked ones not counted).
     pub(crate) fn live_count(&self) -> usize {
         self.live.len()
+            - self
+                .parked
+                .iter()
+                .map(|p| p.values().map(Vec::len).sum::<usize>())
+                .sum::<usize>()
     }
 
     /// Gives back the live block at `addr`, freed on `slot`.
     pub(crate) fn give(&mut self, addr: Addr, slot: u32) {
-        let (len, kind) = self.live.remove(&addr).expect("a live block");
-        self.live_bytes -= len;
+        let b = self.live.remove(&addr).expect("a live block");
+        assert!(!b.parked);
+        self.live_bytes -= b.len;
+        self.give_range(addr, b.len, b.kind, slot);
+    }
+
+    fn give_range(&mut self, addr: Addr, len: usize, kind: Kind, slot: u32) {
         let s = &mut self.slots[slot as usize];
         s.next += 1;
         let seq = s.next;
@@ -401,6 +451,55 @@ impl Book {
         );
     }
 
+    /// Parks the live block at `addr`, freed on `slot`.
+    pub(crate) fn park(&mut self, addr: Addr, slot: u32) {
+        let b = self.live.get_mut(&addr).expect("a live block");
+        assert!(!b.parked);
+        b.parked = true;
+        let len = b.len;
+        self.live_bytes -= len;
+        self.parked_bytes += len;
+        self.parked_of[slot as usize] += len;
+        self.parked[slot as usize].entry(len).or_default().push(addr);
+    }
+
+    /// Bytes `slot` has parked.
+    pub(crate) fn parked_by(&self, slot: u32) -> usize {
+        self.parked_of[slot as usize]
+    }
+
+    /// A block of exactly `len` bytes that `slot` parked, handed out again.
+    #[inline]
+    pub(crate) fn unpark(&mut self, len: usize, slot: u32) -> Option<Addr> {
+        let addr = self.parked[slot as usize].get_mut(&len)?.pop()?;
+        let b = self.live.get_mut(&addr).expect("a parked block is booked");
+        b.parked = false;
+        self.parked_bytes -= len;
+        self.parked_of[slot as usize] -= len;
+        self.live_bytes += len;
+        Some(addr)
+    }
+
+    /// Turns `slot`'s parked blocks into free ranges (its frees, merging).
+    pub(crate) fn flush(&mut self, slot: u32) {
+        let parked = std::mem::take(&mut self.parked[slot as usize]);
+        for addr in parked.into_values().flatten() {
+            let b = self.live.remove(&addr).expect("a parked block is booked");
+            self.parked_bytes -= b.len;
+            self.parked_of[slot as usize] -= b.len;
+            self.give_range(addr, b.len, b.kind, slot);
+        }
+    }
+
+    /// [`flush`](Book::flush) for every slot.
+    pub(crate) fn flush_all(&mut self) {
+        for s in 0..self.slots.len() as u32 {
+            if self.parked_of[s as usize] != 0 {
+                self.flush(s);
+            }
+        }
+    }
+
     // ---- stream slots and fences ----
 
     /// A new stream slot, or a retired one's number.
@@ -409,11 +508,14 @@ impl Book {
             Some(s) => {
                 let slot = &mut self.slots[s as usize];
                 debug_assert_eq!(slot.ranges, 0);
+                debug_assert_eq!(self.parked_of[s as usize], 0);
                 *slot = Slot::default();
                 s
             }
             None => {
                 self.slots.push(Slot::default());
+                self.parked.push(Map::default());
+                self.parked_of.push(0);
                 (self.slots.len() - 1) as u32
             }
         }
@@ -431,7 +533,7 @@ impl Book {
 
     /// Whether nothing of the slot is left in the books (it can retire).
     pub(crate) fn slot_empty(&self, slot: u32) -> bool {
-        self.slots[slot as usize].ranges == 0
+        self.slots[slot as usize].ranges == 0 && self.parked_of[slot as usize] == 0
     }
 
     /// A fence of `slot` covering its first `upto` frees completed: those
@@ -555,7 +657,7 @@ impl Book {
             .free
             .iter()
             .map(|(&a, f)| (a, f.len, true))
-            .chain(self.live.iter().map(|(&a, &(l, _))| (a, l, false)))
+            .chain(self.live.iter().map(|(&a, b)| (a, b.len, false)))
             .collect();
         covered.sort();
         let mut mapped: Vec<(Addr, usize)> = self.chunks.iter().map(|(&a, c)| (a, c.len)).collect();
@@ -605,11 +707,31 @@ impl Book {
             assert_eq!(s.ranges, ranges[i]);
         }
         assert_eq!(self.free_bytes, self.free.values().map(|f| f.len).sum::<usize>());
-        assert_eq!(self.live_bytes, self.live.values().map(|l| l.0).sum::<usize>());
+        let parked: usize = self.live.values().filter(|b| b.parked).map(|b| b.len).sum();
+        assert_eq!(self.parked_bytes, parked);
+        assert_eq!(self.parked_bytes, self.parked_of.iter().sum::<usize>());
+        for (s, p) in self.parked.iter().enumerate() {
+            let mut n = 0;
+            for (&len, addrs) in p {
+                for a in addrs {
+                    let b = self.live[a];
+                    assert!(b.parked && b.len == len, "parked list and block agree");
+                    n += len;
+                }
+            }
+            assert_eq!(n, self.parked_of[s]);
+        }
+        assert_eq!(
+            self.live_bytes + parked,
+            self.live.values().map(|b| b.len).sum::<usize>()
+        );
         assert_eq!(
             self.mapped_bytes,
             self.chunks.values().map(|c| c.len).sum::<usize>()
         );
-        assert_eq!(self.mapped_bytes, self.free_bytes + self.live_bytes);
+        assert_eq!(
+            self.mapped_bytes,
+            self.free_bytes + self.live_bytes + self.parked_bytes
+        );
     }
 }

@@ -10,6 +10,11 @@ use super::{ArenaOptions, ArenaStats};
 use crate::error::{record_drop_error, Error, InvalidReason, Result};
 use crate::stream::Stream;
 
+/// The largest block a free parks (see the book's docs), and the most
+/// bytes one stream keeps parked: above them a free merges at once.
+const PARK_MAX_BLOCK: usize = 32 << 20;
+const PARK_MAX_PER_STREAM: usize = 256 << 20;
+
 /// A stream the arena has seen, with its fence.
 struct Entry<F> {
     stream: Stream,
@@ -35,7 +40,7 @@ pub(crate) struct Counters {
 pub(crate) struct State<F> {
     pub(crate) book: Book,
     entries: Vec<Option<Entry<F>>>,
-    by_raw: HashMap<usize, u32>,
+    by_raw: HashMap<usize, u32, crate::cache::BuildAddrHasher>,
     retired: Vec<u32>,
     /// Chunks unmapped whose release failed: physical memory still held,
     /// released at the next trim.
@@ -76,7 +81,7 @@ impl<P: Phys> Arena<P> {
             state: Mutex::new(State {
                 book,
                 entries: Vec::new(),
-                by_raw: HashMap::new(),
+                by_raw: HashMap::default(),
                 retired: Vec::new(),
                 unreleased: Vec::new(),
                 counters: Counters::default(),
@@ -125,6 +130,10 @@ impl<P: Phys> Arena<P> {
         let mut state = self.lock();
         let state = &mut *state;
         let slot = Self::slot(state, stream);
+        if let Some(a) = state.book.unpark(len, slot) {
+            Self::peaks(state);
+            return Ok(a);
+        }
         if let Some(a) = state.book.find(len, kind, slot) {
             state.book.take(a, len);
             Self::peaks(state);
@@ -135,6 +144,8 @@ impl<P: Phys> Arena<P> {
             if effort > Effort::Plain {
                 state.counters.recoveries += 1;
             }
+            // Parked blocks merge into free ranges before anything else.
+            state.book.flush_all();
             self.collect(state, slot, effort == Effort::Wait);
             if let Some(a) = state.book.find(len, kind, slot) {
                 state.book.take(a, len);
@@ -199,7 +210,11 @@ impl<P: Phys> Arena<P> {
             )));
         }
         let slot = Self::slot(state, stream);
-        state.book.give(addr, slot);
+        if len <= PARK_MAX_BLOCK && state.book.parked_by(slot) + len <= PARK_MAX_PER_STREAM {
+            state.book.park(addr, slot);
+        } else {
+            state.book.give(addr, slot);
+        }
         Ok(())
     }
 
@@ -336,6 +351,15 @@ impl<P: Phys> Arena<P> {
     /// bytes given back. A failed unmap keeps the chunk; a failed release
     /// keeps the handle for the next try.
     fn give_back(&self, state: &mut State<P::Fence>, keep: usize) -> usize {
+        if self.opts.keep_chunks {
+            return 0;
+        }
+        self.unmap_idle(state, keep)
+    }
+
+    /// [`give_back`](Arena::give_back) whatever the runtime's faults (at
+    /// drop, where nothing else would ever free the chunks).
+    fn unmap_idle(&self, state: &mut State<P::Fence>, keep: usize) -> usize {
         let mut retry = std::mem::take(&mut state.unreleased);
         retry.retain(|&(h, _)| {
             // SAFETY: unmapped, not released yet.
@@ -372,6 +396,7 @@ impl<P: Phys> Arena<P> {
     pub(crate) fn trim(&self, keep: usize) -> usize {
         let mut state = self.lock();
         let state = &mut *state;
+        state.book.flush_all();
         self.collect(state, u32::MAX, true);
         let given = self.give_back(state, keep);
         for s in 0..state.entries.len() as u32 {
@@ -422,12 +447,12 @@ impl<P: Phys> Arena<P> {
             live_blocks: b.live_count(),
             mapped_bytes: b.mapped_bytes,
             reserved_bytes: b.reserved_bytes(),
-            free_bytes: b.free_bytes,
+            free_bytes: b.free_bytes + b.parked_bytes,
             largest_free: largest,
-            fragmentation: if b.free_bytes == 0 {
+            fragmentation: if b.free_bytes + b.parked_bytes == 0 {
                 0.0
             } else {
-                1.0 - largest as f64 / b.free_bytes as f64
+                1.0 - largest as f64 / (b.free_bytes + b.parked_bytes) as f64
             },
             idle_bytes: b.idle_bytes(),
             chunks: b.chunks().count(),
@@ -440,6 +465,7 @@ impl<P: Phys> Arena<P> {
             waits: c.waits,
             recoveries: c.recoveries,
             refusals: c.refusals,
+            pool_allocations: 0,
         }
     }
 
@@ -471,15 +497,16 @@ impl<P: Phys> Drop for Arena<P> {
             State {
                 book: Book::new(ALIGN),
                 entries: Vec::new(),
-                by_raw: HashMap::new(),
+                by_raw: HashMap::default(),
                 retired: Vec::new(),
                 unreleased: Vec::new(),
                 counters: Counters::default(),
                 peers: Vec::new(),
             },
         );
+        state_taken.book.flush_all();
         self.collect(&mut state_taken, u32::MAX, true);
-        self.give_back(&mut state_taken, 0);
+        self.unmap_idle(&mut state_taken, 0);
         let all_back = state_taken.book.mapped_bytes == 0 && state_taken.unreleased.is_empty();
         if !all_back {
             record_drop_error(Err(Error::invalid(

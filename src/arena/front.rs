@@ -38,15 +38,21 @@ impl<P: Phys> Front<P> {
         })
     }
 
-    /// An allocation the arena refused: the pool's, if it has one. A
-    /// failure other than out of memory (a virtual-memory call the runtime
-    /// refused) is said once on stderr.
+    /// An allocation the arena could not serve because a virtual-memory
+    /// call failed: the pool's, if it has one (said once on stderr). Out of
+    /// memory stays the arena's answer: its recovery already gave back what
+    /// it could, and the pool draws on the same device memory (and a
+    /// `max_mapped` cap would not hold otherwise).
     #[cold]
     fn step_aside(&self, bytes: usize, stream: &Stream, e: crate::Error) -> Result<*mut c_void> {
+        if matches!(e, crate::Error::OutOfMemory { .. }) {
+            return Err(e);
+        }
         match self.pool.allocate_asked(bytes, stream, Asked::answer(None)) {
             Ok(p) => {
                 self.stepped_aside.fetch_add(1, Ordering::Relaxed);
-                if !matches!(e, crate::Error::OutOfMemory { .. }) && !self.said.swap(true, Ordering::Relaxed) {
+                if !matches!(e, crate::Error::OutOfMemory { .. }) && !self.said.swap(true, Ordering::Relaxed)
+                {
                     eprintln!(
                         "somalloc: the arena of device {} could not map memory ({e}); \
                          allocations it cannot serve come from the device's pool",

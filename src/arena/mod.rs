@@ -1,4 +1,3 @@
-#![allow(dead_code, unused_imports)] // until the arena is wired (next commits)
 //! [`VmmArena`]: device memory that somalloc owns through the vendor's
 //! virtual-memory API, split, merged and given back at the granularity of
 //! the device's pages.
@@ -73,6 +72,7 @@
 
 mod book;
 mod core;
+mod device;
 mod front;
 mod phys;
 
@@ -81,10 +81,9 @@ mod fake;
 #[cfg(test)]
 mod tests;
 
-use std::fmt;
+pub use crate::pool_stats::ArenaStats;
 
-pub(crate) use self::core::Arena;
-pub(crate) use self::phys::Phys;
+pub use self::device::VmmArena;
 
 /// How a [`VmmArena`] grows and gives memory back.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,6 +93,9 @@ pub struct ArenaOptions {
     pub(crate) max_mapped: Option<usize>,
     pub(crate) reserve_bytes: Option<usize>,
     pub(crate) max_reserved: usize,
+    /// Set from the runtime's known faults: idle chunks are never given
+    /// back (releasing would not free the memory).
+    pub(crate) keep_chunks: bool,
 }
 
 impl Default for ArenaOptions {
@@ -104,6 +106,7 @@ impl Default for ArenaOptions {
             max_mapped: None,
             reserve_bytes: None,
             max_reserved: usize::MAX,
+            keep_chunks: false,
         }
     }
 }
@@ -151,67 +154,12 @@ impl ArenaOptions {
     }
 }
 
-/// What a [`VmmArena`] holds and has done.
-#[derive(Clone, Debug, Default, PartialEq)]
-#[non_exhaustive]
-pub struct ArenaStats {
-    /// Bytes of live blocks (rounded up to 512 bytes each).
-    pub live_bytes: usize,
-    /// Live blocks.
-    pub live_blocks: usize,
-    /// Device memory mapped (the arena's footprint on the device).
-    pub mapped_bytes: usize,
-    /// Address space reserved.
-    pub reserved_bytes: usize,
-    /// Mapped bytes not live.
-    pub free_bytes: usize,
-    /// The longest free range.
-    pub largest_free: usize,
-    /// `1 - largest_free / free_bytes` (0 with nothing free): how far the
-    /// free memory is from being one range.
-    pub fragmentation: f64,
-    /// Bytes in idle chunks (all free, every free complete): what
-    /// [`VmmArena::trim`] would give back without waiting.
-    pub idle_bytes: usize,
-    /// Mapped chunks.
-    pub chunks: usize,
-    /// Unmapped chunks whose release the runtime refused: memory still held
-    /// from the device, released again at the next trim.
-    pub unreleased_bytes: usize,
-    /// The most bytes mapped at once (since creation or
-    /// [`VmmArena::reset_peaks`]).
-    pub peak_mapped: usize,
-    /// The most live bytes at once.
-    pub peak_live: usize,
-    /// Chunks mapped so far.
-    pub maps: u64,
-    /// Chunks unmapped so far.
-    pub unmaps: u64,
-    /// Events recorded to learn that frees completed.
-    pub fences: u64,
-    /// Host waits on those events (trim and out-of-memory recovery).
-    pub waits: u64,
-    /// Recovery steps taken when growing failed.
-    pub recoveries: u64,
-    /// Allocations refused.
-    pub refusals: u64,
-}
-
-impl fmt::Display for ArenaStats {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "live {} in {} blocks, mapped {} (peak {}), reserved {}, free {} (largest range {}, \
-             fragmentation {:.1}%), idle {}",
-            self.live_bytes,
-            self.live_blocks,
-            self.mapped_bytes,
-            self.peak_mapped,
-            self.reserved_bytes,
-            self.free_bytes,
-            self.largest_free,
-            self.fragmentation * 100.0,
-            self.idle_bytes
-        )
-    }
+/// A mapped chunk of a [`VmmArena`] ([`VmmArena::segments`]): one physical
+/// allocation at `address`, of `bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ArenaSegment {
+    /// The device address of the chunk's first byte.
+    pub address: usize,
+    /// Its length.
+    pub bytes: usize,
 }

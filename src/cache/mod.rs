@@ -28,6 +28,7 @@ mod stream_cache;
 mod tier;
 
 pub use config::{CacheConfig, Headroom};
+pub(crate) use shared::BuildAddrHasher;
 pub use stats::{CacheStats, StreamCacheStats};
 pub use stream_cache::StreamCache;
 pub use tier::CacheTier;

@@ -45,7 +45,7 @@ fn reclaim_turn() -> bool {
 /// multiplication, no seed. The maps it serves are private to a stream and
 /// keyed by addresses the upstream chose, so nobody steers the collisions.
 #[derive(Default)]
-pub(super) struct AddrHasher(u64);
+pub(crate) struct AddrHasher(u64);
 
 impl Hasher for AddrHasher {
     fn finish(&self) -> u64 {
@@ -68,7 +68,7 @@ impl Hasher for AddrHasher {
     }
 }
 
-pub(super) type BuildAddrHasher = BuildHasherDefault<AddrHasher>;
+pub(crate) type BuildAddrHasher = BuildHasherDefault<AddrHasher>;
 
 /// The parts of a tier that every stream sees. Written only on slow paths.
 pub(super) struct Shared {

@@ -41,6 +41,15 @@ pub fn runtime_last_error() -> Result<i32> {
     Active::peek_last_error()
 }
 
+/// Whether the vendor names a physical allocation behind `ptr`
+/// (`cuMemRetainAllocationHandle` / `hipMemRetainAllocationHandle`, then
+/// its release): what NCCL's buffer registration asks of memory.
+pub fn vmm_handle_check(ptr: *mut c_void) -> Result<()> {
+    let handle = Active::vmm_retain(DevicePtr(ptr as usize))?;
+    // SAFETY: retained just above, released once.
+    unsafe { Active::vmm_release(handle) }
+}
+
 /// The byte the fill kernel writes at `index` for `seed` (host copy of the
 /// device function, for checks on the host).
 pub fn pattern_byte(index: u64, seed: u32) -> u8 {

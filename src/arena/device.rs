@@ -1,0 +1,244 @@
+//! [`VmmArena`]: the arena on a device, through the backend's
+//! virtual-memory calls.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::core::Arena;
+use super::front::Front;
+use super::phys::Phys;
+use super::{ArenaOptions, ArenaSegment, ArenaStats};
+use crate::backend::{Backend, DevicePtr, PhysHandle, PhysProps};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::pool::MemPool;
+use crate::resource::MemoryResource;
+use crate::stream::{Asked, Event, Stream};
+use crate::Active;
+
+/// The device side of a [`VmmArena`].
+pub(crate) struct DevicePhys {
+    props: PhysProps,
+}
+
+// SAFETY: `map` maps the handle and grants read-write access to the device
+// and the peers, unmapping again if a grant fails; fences are events, whose
+// query answers complete only once the work before the record completed.
+unsafe impl Phys for DevicePhys {
+    type Fence = Event;
+
+    fn reserve(&self, bytes: usize, align: usize) -> Result<usize> {
+        Active::vmm_reserve(bytes, align).map(|p| p.0)
+    }
+
+    unsafe fn unreserve(&self, base: usize, bytes: usize) -> Result<()> {
+        // SAFETY: the caller's guarantees.
+        unsafe { Active::vmm_free_reservation(DevicePtr(base), bytes) }
+    }
+
+    fn create(&self, bytes: usize) -> Result<u64> {
+        Active::vmm_create(bytes, self.props).map(|h| h.0)
+    }
+
+    unsafe fn release(&self, handle: u64) -> Result<()> {
+        // SAFETY: the caller's guarantees.
+        unsafe { Active::vmm_release(PhysHandle(handle)) }
+    }
+
+    unsafe fn map(&self, addr: usize, bytes: usize, handle: u64, peers: &[usize]) -> Result<()> {
+        let ptr = DevicePtr(addr);
+        // SAFETY: the caller's guarantees.
+        unsafe { Active::vmm_map(ptr, bytes, PhysHandle(handle))? };
+        let granted = std::iter::once(self.props.device)
+            .chain(peers.iter().copied())
+            // SAFETY: mapped just above.
+            .try_for_each(|d| unsafe { Active::vmm_set_access(ptr, bytes, d, true) });
+        if let Err(e) = granted {
+            // SAFETY: mapped above, never handed out.
+            crate::error::record_drop_error(unsafe { Active::vmm_unmap(ptr, bytes) });
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    unsafe fn grant(&self, addr: usize, bytes: usize, peer: usize) -> Result<()> {
+        // SAFETY: the caller's guarantees.
+        unsafe { Active::vmm_set_access(DevicePtr(addr), bytes, peer, true) }
+    }
+
+    unsafe fn unmap(&self, addr: usize, bytes: usize) -> Result<()> {
+        // SAFETY: the caller's guarantees.
+        unsafe { Active::vmm_unmap(DevicePtr(addr), bytes) }
+    }
+
+    fn new_fence(&self, stream: &Stream) -> Result<Event> {
+        Event::for_stream(stream, false)
+    }
+
+    fn record(&self, fence: &Event, stream: &Stream) -> Result<()> {
+        fence.record(stream)
+    }
+
+    fn done(&self, fence: &Event) -> Result<bool> {
+        fence.is_complete()
+    }
+
+    fn wait(&self, fence: &Event) -> Result<()> {
+        fence.synchronize()
+    }
+}
+
+/// Device memory owned through the vendor's virtual-memory API: see [the
+/// module docs](crate::arena) for what it does and guarantees.
+///
+/// A [`MemoryResource`] of one device: use it with
+/// [`DeviceBuffer::new_with`](crate::DeviceBuffer::new_with),
+/// [`set_current_resource`](crate::set_current_resource), or under a
+/// [`CacheTier`](crate::CacheTier).
+pub struct VmmArena {
+    front: Arc<Front<DevicePhys>>,
+}
+
+impl fmt::Debug for VmmArena {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VmmArena")
+            .field("device", &self.front.device().ordinal())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl VmmArena {
+    /// An arena of `device`, with `options`.
+    ///
+    /// [`Error::Unsupported`] where the device or the loaded runtime has no
+    /// virtual-memory management (the reason says which); nothing is
+    /// reserved then.
+    pub fn new(device: &Device, options: ArenaOptions) -> Result<VmmArena> {
+        VmmArena::with_pool(MemPool::default_for(device)?, options)
+    }
+
+    /// An arena of `pool`'s device whose captured allocations (graph
+    /// memory) and the allocations it cannot serve come from `pool` instead
+    /// of the device's default pool; otherwise as [`VmmArena::new`].
+    pub fn with_pool(pool: MemPool, options: ArenaOptions) -> Result<VmmArena> {
+        let device = &pool.device();
+        let ordinal = device.ordinal();
+        let support = Active::vmm_support(ordinal)?;
+        if !support.supported {
+            return Err(Error::Unsupported {
+                backend: crate::VENDOR,
+                what: format!(
+                    "a virtual-memory arena on device {ordinal}: {}",
+                    support.why_not.unwrap_or("not supported")
+                ),
+            });
+        }
+        let quirks = Active::vmm_quirks();
+        let granule = support.recommended.max(support.granularity);
+        let total = device.total_memory()?;
+        let mut opts = options;
+        if let Some(max) = quirks.max_chunk {
+            opts.chunk_bytes = opts.chunk_bytes.min(max);
+        }
+        opts.keep_chunks = quirks.release_leaks || quirks.reservation_holds_memory;
+        if opts.max_reserved == usize::MAX {
+            opts.max_reserved = total.saturating_mul(8);
+        }
+        let reserve = opts.reserve_bytes.unwrap_or(total.saturating_mul(2));
+        let phys = DevicePhys {
+            props: PhysProps {
+                device: ordinal,
+                // One file descriptor per chunk would bound the chunks by the
+                // process's descriptor limit where the runtime holds them.
+                posix_fd: support.posix_fd && !quirks.fd_per_create,
+                rdma: support.rdma,
+            },
+        };
+        let arena = Arena::new(phys, granule, opts, reserve)?;
+        let pool: Arc<dyn MemoryResource> = Arc::new(pool);
+        Ok(VmmArena {
+            front: Front::new(arena, *device, pool),
+        })
+    }
+
+    /// What the arena holds and has done.
+    pub fn stats(&self) -> ArenaStats {
+        let mut s = self.front.arena.stats();
+        s.pool_allocations = self.front.stepped_aside.load(Ordering::Relaxed);
+        s
+    }
+
+    /// Starts the peaks of [`stats`](VmmArena::stats) over from now.
+    pub fn reset_peaks(&self) {
+        self.front.arena.reset_peaks();
+    }
+
+    /// Waits on the host for every stream's frees (events, not the whole
+    /// device), then unmaps and releases idle chunks until at most
+    /// `keep_bytes` idle bytes stay mapped. Returns the bytes given back.
+    /// (With a runtime whose release does not free memory — see the module
+    /// docs — nothing is given back.)
+    pub fn trim(&self, keep_bytes: usize) -> usize {
+        self.front.arena.trim(keep_bytes)
+    }
+
+    /// The mapped chunks, in address order: what to register with NCCL
+    /// (`ncclCommRegister`) or to check with the vendor's
+    /// `cuMemRetainAllocationHandle`. Each starts on the device's
+    /// recommended granularity and is one physical allocation; a block may
+    /// span adjacent segments.
+    pub fn segments(&self) -> Vec<ArenaSegment> {
+        self.front
+            .arena
+            .segments()
+            .into_iter()
+            .map(|(address, bytes)| ArenaSegment { address, bytes })
+            .collect()
+    }
+
+    /// Lets `peer`'s kernels read and write every chunk, now and as the
+    /// arena grows (peer access to pool memory does not cover an arena's
+    /// chunks).
+    pub fn grant_access(&self, peer: &Device) -> Result<()> {
+        self.front.arena.grant(peer.ordinal())
+    }
+
+    /// The device the arena serves.
+    pub fn device(&self) -> Device {
+        self.front.device()
+    }
+}
+
+// SAFETY: forwarded to `Front`, whose contract is argued there.
+unsafe impl MemoryResource for VmmArena {
+    fn allocate(&self, bytes: usize, stream: &Stream) -> Result<*mut c_void> {
+        self.front.allocate_asked(bytes, stream, Asked::NOT_YET)
+    }
+
+    unsafe fn deallocate(&self, ptr: *mut c_void, bytes: usize, stream: &Stream) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.front.deallocate_asked(ptr, bytes, stream, Asked::NOT_YET) }
+    }
+
+    fn allocate_asked(&self, bytes: usize, stream: &Stream, asked: Asked) -> Result<*mut c_void> {
+        self.front.allocate_asked(bytes, stream, asked)
+    }
+
+    unsafe fn deallocate_asked(
+        &self,
+        ptr: *mut c_void,
+        bytes: usize,
+        stream: &Stream,
+        asked: Asked,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.front.deallocate_asked(ptr, bytes, stream, asked) }
+    }
+
+    fn device(&self) -> Device {
+        self.front.device()
+    }
+}
