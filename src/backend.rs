@@ -193,7 +193,6 @@ pub(crate) struct PhysHandle(pub(crate) u64);
 /// descriptor when `posix_fd`, GPUDirect-RDMA-capable when `rdma` (only set
 /// where the layout has the flag and the device says so:
 /// [`VmmSupport::rdma`]).
-#[allow(dead_code)] // read by the arena (src/arena/), not in this branch yet
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PhysProps {
     pub device: usize,
@@ -202,7 +201,6 @@ pub(crate) struct PhysProps {
 }
 
 /// What a device offers of the virtual-memory API.
-#[allow(dead_code)] // read by the arena (src/arena/), not in this branch yet
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct VmmSupport {
     /// The device and the loaded runtime support it (attribute
@@ -241,7 +239,6 @@ impl VmmSupport {
 /// Faults of the loaded runtime's virtual-memory API that the arena works
 /// around (decided by the runtime's version: see `vmm_quirks` in
 /// backends/rocm/vmm.rs, where each is sourced; CUDA has none).
-#[allow(dead_code)] // read by the arena (src/arena/), not in this branch yet
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct VmmQuirks {
     /// `vmm_release` answers success but the physical memory stays allocated
@@ -465,54 +462,45 @@ pub(crate) trait Backend: Sized + 'static {
     // it current and restore the previous one, as the rest of this trait
     // does. What the loaded runtime lacks is `Error::Unsupported`.
 
-    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
     fn vmm_support(device: usize) -> Result<VmmSupport>;
     /// The faults of the loaded runtime's virtual-memory API
     /// ([`VmmQuirks::NONE`] where the runtime cannot be loaded).
-    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
     fn vmm_quirks() -> VmmQuirks;
     /// Reserves `bytes` of device address space aligned to `align`
     /// (cuMemAddressReserve(ptr, size, align, 0, 0)).
-    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
     fn vmm_reserve(bytes: usize, align: usize) -> Result<DevicePtr>;
     /// # Safety
     /// A whole reservation from vmm_reserve, nothing mapped in it.
-    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
     unsafe fn vmm_free_reservation(base: DevicePtr, bytes: usize) -> Result<()>;
     /// cuMemCreate / hipMemCreate of `bytes` (a multiple of the granularity)
     /// pinned device memory on props.device. Out of memory answers
     /// Error::OutOfMemory (as check_alloc does for allocations).
-    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
     fn vmm_create(bytes: usize, props: PhysProps) -> Result<PhysHandle>;
     /// # Safety
     /// A handle from vmm_create / vmm_retain / vmm_import_fd, released once.
-    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
     unsafe fn vmm_release(handle: PhysHandle) -> Result<()>;
     /// # Safety
     /// [ptr, ptr+bytes) lies in a reservation and is unmapped; `bytes`
     /// equals the handle's size.
-    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
     unsafe fn vmm_map(ptr: DevicePtr, bytes: usize, handle: PhysHandle) -> Result<()>;
     /// cuMemSetAccess for one device: read-write when `read_write`, none
     /// otherwise.
     ///
     /// # Safety
     /// The range is mapped.
-    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
     unsafe fn vmm_set_access(ptr: DevicePtr, bytes: usize, device: usize, read_write: bool) -> Result<()>;
     /// # Safety
     /// The range is mapped (whole mappings), and no work in flight uses it.
-    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
     unsafe fn vmm_unmap(ptr: DevicePtr, bytes: usize) -> Result<()>;
     /// cuMemRetainAllocationHandle: the handle behind a mapped address (the
     /// caller releases it).
-    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
+    #[allow(dead_code)] // the test kit's handle check (feature `kernels`)
     fn vmm_retain(ptr: DevicePtr) -> Result<PhysHandle>;
     /// cuMemExportToShareableHandle as a POSIX fd (the caller closes it).
-    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
+    #[allow(dead_code)] // the backends' round-trip tests; an IPC export of arena blocks later
     fn vmm_export_fd(handle: PhysHandle) -> Result<i32>;
     /// cuMemImportFromShareableHandle of a POSIX fd.
-    #[allow(dead_code)] // used by the arena (src/arena/), not in this branch yet
+    #[allow(dead_code)] // the backends' round-trip tests; an IPC import of arena blocks later
     fn vmm_import_fd(fd: i32) -> Result<PhysHandle>;
 }
 

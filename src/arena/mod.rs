@@ -32,7 +32,7 @@
 //! * **Out of memory.** Before refusing, the arena turns completed frees
 //!   into reusable memory, gives back idle chunks, waits for every
 //!   stream's pending frees and gives back again, retrying after each
-//!   step. The refusal is [`Error::OutOfMemory`] with the arena's
+//!   step. The refusal is [`Error::OutOfMemory`](crate::Error::OutOfMemory) with the arena's
 //!   [`ArenaStats`] in `arena`.
 //! * **Capture.** An allocation on a capturing stream is graph memory from
 //!   the device's default pool (the vendor's graph-memory path, as for a
