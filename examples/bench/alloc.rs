@@ -13,10 +13,12 @@ use std::sync::Arc;
 use somalloc::testkit::{raw, RawRange, TestKernels};
 use somalloc::{
     CacheConfig, CacheTier, DeviceBuffer, MemPool, MemoryResource, Stream, StreamCache, StreamCacheStats,
+    VmmArena,
 };
 
 pub use cudarc_alloc::CudarcAlloc;
 
+use crate::lent;
 use crate::results::{CACHE, CACHE_BUF, RAW};
 use crate::workloads::Sample;
 
@@ -44,6 +46,10 @@ pub trait StreamAlloc {
     }
     /// The most bytes the stream cache may keep ([`stream_cap`]).
     fn cache_cap(&self) -> Option<usize> {
+        None
+    }
+    /// The arena the allocator's memory comes from (`crate::arena`).
+    fn arena(&self) -> Option<&VmmArena> {
         None
     }
 }
@@ -232,10 +238,15 @@ pub fn cache_extra(c: &StreamCacheStats) -> [(&'static str, f64); 3] {
 }
 
 /// `s` with the counters of `a`'s stream cache, for the allocators that
-/// have one.
+/// have one, and of its arena (the allocations the device's pool served
+/// because the arena could not), for those on an arena.
 pub fn with_cache_stats<A: StreamAlloc>(a: &A, mut s: Sample) -> Sample {
     if let Some(c) = a.cache_stats() {
         s.extra.extend(cache_extra(&c));
+    }
+    if let Some(arena) = a.arena() {
+        s.extra
+            .push(("arena_pool_allocations", arena.stats().pool_allocations as f64));
     }
     s
 }
@@ -267,6 +278,12 @@ pub enum Kind {
     SomallocPromised,
     CachePromised,
     CacheBufPromised,
+    /// somalloc's virtual-memory arena, and the cache tier in front of it
+    /// (`crate::arena`), on a stream somalloc made and on a borrowed one.
+    Arena,
+    CacheArena,
+    ArenaBorrowed,
+    CacheArenaBorrowed,
 }
 
 /// How an allocator's stream came to somalloc.
@@ -281,7 +298,7 @@ pub enum Origin {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 17] = [
         Kind::Raw,
         Kind::Somalloc,
         Kind::Cache,
@@ -295,6 +312,10 @@ impl Kind {
         Kind::SomallocPromised,
         Kind::CachePromised,
         Kind::CacheBufPromised,
+        Kind::Arena,
+        Kind::CacheArena,
+        Kind::ArenaBorrowed,
+        Kind::CacheArenaBorrowed,
     ];
 
     pub fn name(self) -> &'static str {
@@ -312,6 +333,10 @@ impl Kind {
             Kind::SomallocPromised => "somalloc@promised",
             Kind::CachePromised => "cache@promised",
             Kind::CacheBufPromised => "cache+buf@promised",
+            Kind::Arena => crate::arena::ARENA,
+            Kind::CacheArena => crate::arena::CACHE_ARENA,
+            Kind::ArenaBorrowed => "arena@borrowed",
+            Kind::CacheArenaBorrowed => "cache+arena@borrowed",
         }
     }
 
@@ -323,6 +348,8 @@ impl Kind {
             Kind::SomallocBorrowed | Kind::SomallocPromised => Kind::Somalloc,
             Kind::CacheBorrowed | Kind::CachePromised => Kind::Cache,
             Kind::CacheBufBorrowed | Kind::CacheBufPromised => Kind::CacheBuf,
+            Kind::ArenaBorrowed => Kind::Arena,
+            Kind::CacheArenaBorrowed => Kind::CacheArena,
             other => other,
         }
     }
@@ -330,9 +357,12 @@ impl Kind {
     /// How this allocator's stream came to somalloc.
     pub fn origin(self) -> Origin {
         match self {
-            Kind::RawBorrowed | Kind::SomallocBorrowed | Kind::CacheBorrowed | Kind::CacheBufBorrowed => {
-                Origin::Borrowed
-            }
+            Kind::RawBorrowed
+            | Kind::SomallocBorrowed
+            | Kind::CacheBorrowed
+            | Kind::CacheBufBorrowed
+            | Kind::ArenaBorrowed
+            | Kind::CacheArenaBorrowed => Origin::Borrowed,
             Kind::SomallocPromised | Kind::CachePromised | Kind::CacheBufPromised => Origin::Promised,
             _ => Origin::Owned,
         }
@@ -345,9 +375,18 @@ impl Kind {
         matches!(self, Kind::Cudarc | Kind::CudarcNoEvents)
     }
 
+    /// On somalloc's virtual-memory arena (`crate::arena`).
+    pub fn on_arena(self) -> bool {
+        matches!(self.base(), Kind::Arena | Kind::CacheArena)
+    }
+
     /// Whether this allocator runs in `workload`. The borrowed-stream rows
-    /// repeat the pair, churn and threads rows of their base.
+    /// repeat the pair, churn and threads rows of their base; the arena's
+    /// rows run only where an arena could be made (`arena::probe`).
     pub fn runs(self, workload: &str) -> bool {
+        if self.on_arena() && !crate::arena::available() {
+            return false;
+        }
         if self.origin() != Origin::Owned {
             return matches!(workload, "pair" | "churn" | "threads");
         }
@@ -385,6 +424,7 @@ impl Kind {
             Kind::CudarcNoEvents => "as cudarc, with event tracking off \
                  (unsafe CudaContext::disable_event_tracking before the slices are made)"
                 .into(),
+            Kind::Arena | Kind::CacheArena => crate::arena::describe(self, TIER),
             Kind::RawBorrowed => format!(
                 "as raw, on a borrowed stream: {}; the baseline of somalloc@borrowed; \
                  pair, churn and threads only",
@@ -411,20 +451,22 @@ impl Kind {
 
     /// Goes through the cache tier.
     pub fn tiered(self) -> bool {
-        matches!(self.base(), Kind::Cache | Kind::CacheBuf)
+        matches!(self.base(), Kind::Cache | Kind::CacheBuf | Kind::CacheArena)
     }
 
     /// Held to the tier's targets ([`results::compute_tier_checks`]): the
-    /// tier on a stream somalloc made.
+    /// tier over the pool on a stream somalloc made (the tier over the
+    /// arena has the arena's targets, `arena::checks`).
     pub fn tier_checked(self) -> bool {
-        self.tiered() && self.origin() == Origin::Owned
+        self.tiered() && !self.on_arena() && self.origin() == Origin::Owned
     }
 
     /// Runs the threshold workload. Not the tier: a freed block stays in
     /// the stream's cache, so the pool sees no free and its release
-    /// threshold never applies ([`THRESHOLD_NOTE`]).
+    /// threshold never applies; not the arena, which has no pool
+    /// ([`THRESHOLD_NOTE`]).
     pub fn runs_threshold(self) -> bool {
-        !self.tiered() && !self.peer() && self.origin() == Origin::Owned
+        !self.tiered() && !self.peer() && !self.on_arena() && self.origin() == Origin::Owned
     }
 
     /// Gets a churn timeline panel (`cache+buf` would repeat `cache`'s: the
@@ -471,7 +513,7 @@ pub fn borrowed() -> Vec<crate::results::Borrowed<'static>> {
 pub const THRESHOLD_NOTE: &str =
     "cache, cache+buf not run: a freed block stays in the stream cache, the pool \
                                   sees no free, so its release threshold never applies (cudarc: pair, churn \
-                                  and threads only)";
+                                  and threads only; arena, cache+arena: no pool, idle chunks kept until trimmed)";
 
 /// Runs `$body` with `$a` bound to the allocator of kind `$kind` on
 /// (`$pool`, `$stream`); the body is compiled once per allocator type, so
@@ -480,7 +522,8 @@ pub const THRESHOLD_NOTE: &str =
 /// allocators take their stream's cache from `$tier` (an
 /// `Option<&CacheTier>`), or, given `None`, from a fresh tier over `$pool`
 /// that is dropped (its cached blocks freed to the pool, stream-ordered)
-/// after the body. `$slot` picks the lent stream of a borrowed-stream kind
+/// after the body; `cache+arena` likewise, with a fresh tier over the run's
+/// arena (`crate::arena`). `$slot` picks the lent stream of a borrowed-stream kind
 /// (one per thread). Errors in making the allocator return from the
 /// enclosing function with `?`.
 macro_rules! with_alloc {
@@ -529,6 +572,14 @@ macro_rules! with_alloc {
                 let $a = $crate::alloc::CacheBufAlloc::new(tier, &stream)?;
                 $body
             }
+            $crate::alloc::Kind::Arena => {
+                let $a = $crate::arena::ArenaAlloc::new(&stream)?;
+                $body
+            }
+            $crate::alloc::Kind::CacheArena => {
+                let $a = $crate::arena::CacheArenaAlloc::new($tier, &stream)?;
+                $body
+            }
             k @ ($crate::alloc::Kind::Cudarc | $crate::alloc::Kind::CudarcNoEvents) => {
                 let $a = $crate::alloc::CudarcAlloc::new(&stream, k == $crate::alloc::Kind::Cudarc)?;
                 $body
@@ -539,72 +590,6 @@ macro_rules! with_alloc {
 }
 pub(crate) use with_alloc;
 
-/// Streams the program brings, as a user of somalloc brings them: with the
-/// `cudarc` feature, cudarc streams (`ctx.new_stream()` in the device's
-/// primary context) wrapped by `Stream::from_cudarc`; without it (the rocm
-/// backend, a cuda build without the feature), streams somalloc made,
-/// wrapped again by `Stream::from_raw`. The lent streams live until the
-/// process ends, so that no tier or buffer can outlive one; each
-/// measurement wraps one anew, so that each starts with a stream somalloc
-/// knows nothing about (and a promise made for one measurement does not
-/// carry over).
-pub mod lent {
-    use std::sync::Mutex;
-
-    use somalloc::{Device, Stream};
-
-    #[cfg(feature = "cudarc")]
-    type Lender = std::sync::Arc<cudarc::driver::CudaStream>;
-    #[cfg(not(feature = "cudarc"))]
-    type Lender = Stream;
-
-    #[cfg(feature = "cudarc")]
-    pub const HOW: &str = "a cudarc stream (ctx.new_stream()) wrapped by Stream::from_cudarc";
-    #[cfg(not(feature = "cudarc"))]
-    pub const HOW: &str = "a stream made by Stream::new, wrapped again by unsafe Stream::from_raw";
-
-    /// (device ordinal, slot) -> the stream lent there.
-    static LENDERS: Mutex<Vec<((usize, usize), Lender)>> = Mutex::new(Vec::new());
-
-    #[cfg(feature = "cudarc")]
-    fn make(dev: &Device) -> somalloc::Result<Lender> {
-        super::cudarc_alloc::context(dev.ordinal(), true)?
-            .new_stream()
-            .map_err(super::cudarc_alloc::error("cuStreamCreate"))
-    }
-
-    #[cfg(not(feature = "cudarc"))]
-    fn make(dev: &Device) -> somalloc::Result<Lender> {
-        Stream::new(dev)
-    }
-
-    #[cfg(feature = "cudarc")]
-    fn wrap(_: &Device, lender: &Lender) -> somalloc::Result<Stream> {
-        Stream::from_cudarc(lender)
-    }
-
-    #[cfg(not(feature = "cudarc"))]
-    fn wrap(dev: &Device, lender: &Lender) -> somalloc::Result<Stream> {
-        // SAFETY: a live stream of `dev`, kept in `LENDERS` until the
-        // process ends.
-        unsafe { Stream::from_raw(dev, lender.as_raw()) }
-    }
-
-    /// A new borrowed `Stream` of the stream lent at `slot` on `dev`
-    /// (made on first use).
-    pub fn borrow(dev: &Device, slot: usize) -> somalloc::Result<Stream> {
-        let mut lenders = LENDERS.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (dev.ordinal(), slot);
-        if let Some((_, l)) = lenders.iter().find(|(k, _)| *k == key) {
-            return wrap(dev, l);
-        }
-        let l = make(dev)?;
-        let s = wrap(dev, &l)?;
-        lenders.push((key, l));
-        Ok(s)
-    }
-}
-
 /// cudarc's own allocation path, as a peer in the same run: a
 /// `CudaStream::alloc::<u8>(bytes)` and the `CudaSlice`'s drop (cudarc 0.19,
 /// the dev-dependency's CUDA 13.0 bindings, loaded at run time). Each
@@ -613,7 +598,7 @@ pub mod lent {
 /// serves for synchronising. The two cudarc contexts (event tracking on and
 /// off) are the device's primary context, made once.
 #[cfg(feature = "cuda")]
-mod cudarc_alloc {
+pub mod cudarc_alloc {
     use std::ffi::c_void;
     use std::sync::{Arc, OnceLock};
 
@@ -712,7 +697,7 @@ mod cudarc_alloc {
 
 /// Without the cuda backend there is no cudarc peer.
 #[cfg(not(feature = "cuda"))]
-mod cudarc_alloc {
+pub mod cudarc_alloc {
     use somalloc::testkit::TestKernels;
     use somalloc::{Error, Stream};
 

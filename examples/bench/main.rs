@@ -17,15 +17,19 @@
 //! prints one line and exits 0.
 //!
 //! The allocators under test are [`Kind::ALL`]: the raw vendor calls,
-//! somalloc's buffer on the vendor pool, and the stream cache tier, used
-//! through the resource trait (`cache`) and under a buffer (`cache+buf`).
+//! somalloc's buffer on the vendor pool, the stream cache tier, used
+//! through the resource trait (`cache`) and under a buffer (`cache+buf`),
+//! and somalloc's virtual-memory arena, alone (`arena`) and under the cache
+//! tier (`cache+arena`; see `arena.rs`).
 //! Adding one is a variant there, name/describe arms, a [`StreamAlloc`] impl
 //! and one arm in [`with_alloc!`].
 
 mod alloc;
+mod arena;
 mod cli;
 mod graph;
 mod host;
+mod lent;
 mod output;
 mod placeholder;
 mod plot;
@@ -110,6 +114,8 @@ pub fn run(args: &Args) -> somalloc::Result<ExitCode> {
     pool.set_release_threshold(usize::MAX)?;
     let stream = Stream::new(&dev)?;
     let kernels = TestKernels::load(&dev)?;
+    // Before anything is counted: without an arena its rows are skipped.
+    arena::probe(&dev);
 
     let workloads: Vec<&str> = WORKLOADS.iter().copied().filter(|w| selected(args, w)).collect();
     if workloads.contains(&"replay") {
@@ -181,6 +187,7 @@ pub fn run(args: &Args) -> somalloc::Result<ExitCode> {
     let mut checks = results::compute_checks(&rows, &checked);
     checks.extend(results::compute_tier_checks(&rows, &timelines, &tiered));
     checks.extend(results::compute_borrowed_checks(&rows, &alloc::borrowed()));
+    checks.extend(arena::checks(&rows, &timelines));
     checks.extend(replay::checks(&rows));
     let drop_errors = somalloc::drop_errors();
     let res = Results {

@@ -48,6 +48,10 @@ pub fn placeholder_results(seed: u64) -> Results {
         Kind::SomallocPromised => 1.02,
         Kind::CachePromised => 0.018,
         Kind::CacheBufPromised => 0.026,
+        Kind::Arena => 0.2,
+        Kind::CacheArena => 0.022,
+        Kind::ArenaBorrowed => 0.24,
+        Kind::CacheArenaBorrowed => 0.07,
     };
     let tier_extra = |hits: f64| [("cache_hits", hits), ("cache_misses", 1.0), ("cached_bytes", 4e6)];
     row(
@@ -223,6 +227,7 @@ pub fn placeholder_results(seed: u64) -> Results {
         .collect();
     checks.extend(results::compute_tier_checks(&rows, &timelines, &tiered));
     checks.extend(results::compute_borrowed_checks(&rows, &crate::alloc::borrowed()));
+    checks.extend(crate::arena::checks(&rows, &timelines));
     checks.extend(crate::replay::checks(&rows));
     Results {
         format: FORMAT.into(),

@@ -49,6 +49,8 @@ fn colour(name: &str, index: usize) -> RGBColor {
         "somalloc" => RGBColor(221, 132, 82),
         "cache" => RGBColor(85, 168, 104),
         "cache+buf" => RGBColor(129, 114, 179),
+        "arena" => RGBColor(23, 190, 207),
+        "cache+arena" => RGBColor(188, 189, 34),
         SYNC => RGBColor(196, 78, 82),
         "raw (pair)" => RGBColor(150, 170, 210),
         // A borrowed stream: the owned colour lighter; with the promise,
@@ -671,7 +673,8 @@ fn timeline_chart(path: &Path, res: &Results) -> Out<()> {
     let (top, body) = root.split_vertically(HEADER);
     header(
         &top,
-        "allocation timeline: the pool's used and reserved bytes (and the cache tier's cached bytes) while the workload runs",
+        "allocation timeline: the pool's used and reserved bytes (the arena's live and mapped bytes; the cache tier's \
+         cached bytes) while the workload runs",
         res,
     )?;
     let used_c = RGBColor(76, 114, 176);
@@ -690,6 +693,13 @@ fn timeline_chart(path: &Path, res: &Results) -> Out<()> {
             .map(|p| mib(p.used.max(p.reserved)))
             .fold(1.0, f64::max);
         let peak = tl.points.iter().map(|p| p.reserved).max().unwrap_or(0);
+        // An arena's timeline: its mapped bytes for reserved, its live
+        // blocks (cached ones included) for used.
+        let (reserved_w, used_w) = if tl.allocator.contains("arena") {
+            ("mapped", "handed out")
+        } else {
+            ("reserved", "used")
+        };
         let mut caption = format!(
             "{} on {}: {} samples, one every {} ops; ",
             tl.workload,
@@ -701,7 +711,7 @@ fn timeline_chart(path: &Path, res: &Results) -> Out<()> {
             // The pool's own peaks, over the whole run.
             Some(p) => {
                 caption += &format!(
-                    "peak reserved {} = {:.2} × peak used, {:.2} × peak live {}",
+                    "peak {reserved_w} {} = {:.2} × peak {used_w}, {:.2} × peak live {}",
                     fmt_bytes(p.pool_reserved as f64),
                     p.pool_reserved as f64 / p.pool_used.max(1) as f64,
                     p.pool_reserved as f64 / p.live.max(1) as f64,
@@ -715,7 +725,7 @@ fn timeline_chart(path: &Path, res: &Results) -> Out<()> {
                     );
                 }
             }
-            None => caption += &format!("peak reserved {}", fmt_bytes(peak as f64)),
+            None => caption += &format!("peak {reserved_w} {}", fmt_bytes(peak as f64)),
         }
         let mut chart = ChartBuilder::on(area)
             .caption(caption, (FONT, 16))
@@ -752,6 +762,9 @@ fn timeline_chart(path: &Path, res: &Results) -> Out<()> {
             } else {
                 name.split(" (").next().unwrap_or(name)
             };
+            let name = name
+                .replacen("reserved", reserved_w, 1)
+                .replacen("used", used_w, 1);
             let pts = tl
                 .points
                 .iter()

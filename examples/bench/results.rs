@@ -85,7 +85,8 @@ pub struct Row {
     /// The parameter within the family (`64 KiB`, `8 threads`, ...).
     pub param: String,
     /// Allocator name (`raw`, `somalloc`, `cache`, `cache+buf`, `cudarc`,
-    /// `cudarc-noev`, `sync`).
+    /// `cudarc-noev`, `arena`, `cache+arena`, `sync`; `@borrowed` and
+    /// `@promised` on borrowed streams).
     pub allocator: String,
     /// Host nanoseconds per operation: the median over the repeats.
     pub ns_per_op: f64,
@@ -127,7 +128,9 @@ pub struct Timeline {
 }
 
 /// Peaks of a [`Timeline`]'s run, which started from a trimmed pool with its
-/// peaks reset.
+/// peaks reset (an arena allocator's: from a trimmed arena with its peaks
+/// reset, `pool_used` and `pool_reserved` being the arena's live and mapped
+/// peaks).
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Peaks {
     /// The pool's `used_peak` after the run: bytes handed out by the pool,
@@ -147,7 +150,8 @@ pub struct Peaks {
     pub cache_cap: Option<u64>,
 }
 
-/// One sample of a [`Timeline`].
+/// One sample of a [`Timeline`] (an arena allocator's: the arena's live
+/// bytes as `used`, its mapped bytes as `reserved`).
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct TimelinePoint {
     /// Host nanoseconds since the workload started.
@@ -348,7 +352,11 @@ pub fn compute_tier_checks(rows: &[Row], timelines: &[Timeline], tiered: &[&str]
         .find(|t| t.workload == "churn" && t.allocator == RAW)
         .and_then(|t| t.peaks)
         .map(|p| p.pool_reserved);
-    for tl in timelines.iter().filter(|t| t.workload == "churn") {
+    // The arena's timelines have their own checks (`arena::checks`).
+    for tl in timelines
+        .iter()
+        .filter(|t| t.workload == "churn" && !t.allocator.contains("arena"))
+    {
         let Some(p) = tl.peaks else { continue };
         let name = &tl.allocator;
         let tier = tiered.contains(&name.as_str());
@@ -518,7 +526,7 @@ impl Check {
     }
 
     /// A figure for reference, with no target.
-    fn info(name: String, value: f64) -> Check {
+    pub fn info(name: String, value: f64) -> Check {
         Check {
             name,
             value,
@@ -599,6 +607,7 @@ fn notes(row: &Row) -> String {
             "reserved_vs_recorded" => parts.push(format!("reserved/recorded {v:.3}")),
             "ns_per_event_over_cache" => parts.push(format!("{v:.1} ns per event over cache")),
             "gb_per_s" => parts.push(format!("{v:.1} GB/s")),
+            "arena_pool_allocations" => parts.push(format!("{v:.0} served by the pool instead of the arena")),
             "x_faster_than_mallochost" => parts.push(format!("{v:.0}x faster than mallochost")),
             "x_faster_than_hostalloc" => parts.push(format!("{v:.0}x faster than hostalloc")),
             // Already in the parameter column.
@@ -642,14 +651,14 @@ pub fn table(res: &Results) -> String {
         m.statistic
     );
     for (name, what) in &m.allocators {
-        let _ = writeln!(s, "  {name:<19}{what}");
+        let _ = writeln!(s, "  {name:<21}{what}");
     }
     let _ = writeln!(
         s,
-        "{:<14} {:<26} {:<18} {:>12} {:>8} {:>7}  notes",
+        "{:<14} {:<26} {:<20} {:>12} {:>8} {:>7}  notes",
         "workload", "param", "allocator", "ns/op", "x raw", "spread"
     );
-    let _ = writeln!(s, "{}", "-".repeat(107));
+    let _ = writeln!(s, "{}", "-".repeat(109));
     // Grouped by workload, then parameter, in the order they first appear;
     // allocators keep their order.
     let first = |f: &dyn Fn(&Row) -> bool| res.rows.iter().position(f).unwrap_or(0);
@@ -669,7 +678,7 @@ pub fn table(res: &Results) -> String {
         let ratio = row.ratio_to_raw.map_or("-".to_string(), |r| format!("{r:.3}"));
         let _ = writeln!(
             s,
-            "{:<14} {:<26} {:<18} {:>12.1} {:>8} {:>6.1}%  {}",
+            "{:<14} {:<26} {:<20} {:>12.1} {:>8} {:>6.1}%  {}",
             row.workload,
             row.param,
             row.allocator,

@@ -10,7 +10,7 @@ use indicatif::ProgressBar;
 use somalloc::testkit::{SyncBuffer, TestKernels};
 use somalloc::{Device, Event, MemPool, Stream};
 
-use crate::alloc::{cache_extra, new_tier, with_alloc, with_cache_stats, Kind, StreamAlloc, THRESHOLD_NOTE};
+use crate::alloc::{cache_extra, with_alloc, with_cache_stats, Kind, StreamAlloc, THRESHOLD_NOTE};
 use crate::cli::Plan;
 use crate::results::{self, Peaks, Row, Timeline, TimelinePoint, SYNC};
 
@@ -283,7 +283,9 @@ pub struct ChurnRun {
 /// Runs the churn sequence. With `sample_every`, it starts from a trimmed
 /// pool with its peaks reset, records (time, used, reserved,
 /// and the tier's cached bytes) every that many operations, and reports
-/// the peaks (the timeline; the time then includes the sampling).
+/// the peaks (the timeline; the time then includes the sampling). On an
+/// arena, the arena's instead of the pool's: trimmed, its peaks reset, its
+/// live bytes as used and its mapped bytes as reserved.
 pub fn churn<A: StreamAlloc>(
     a: &A,
     pool: &MemPool,
@@ -296,17 +298,30 @@ pub fn churn<A: StreamAlloc>(
         a.stream().synchronize()?;
         pool.trim_to(0)?;
         pool.reset_peaks()?;
+        if let Some(arena) = a.arena() {
+            arena.trim(0);
+            arena.reset_peaks();
+        }
     } else {
         warm(a, 4 * MIB, 16)?;
     }
     let t0 = Instant::now();
     let sample = |i: u64, points: &mut Vec<TimelinePoint>| -> somalloc::Result<()> {
-        let s = pool.stats()?;
+        let (used, reserved) = match a.arena() {
+            Some(arena) => {
+                let s = arena.stats();
+                (s.live_bytes, s.mapped_bytes)
+            }
+            None => {
+                let s = pool.stats()?;
+                (s.used_current, s.reserved_current)
+            }
+        };
         points.push(TimelinePoint {
             t_ns: t0.elapsed().as_nanos() as u64,
             ops: i,
-            used: s.used_current as u64,
-            reserved: s.reserved_current as u64,
+            used: used as u64,
+            reserved: reserved as u64,
             cached: a.cache_stats().map(|c| c.cached_bytes as u64),
         });
         Ok(())
@@ -334,10 +349,19 @@ pub fn churn<A: StreamAlloc>(
     let mut peaks = None;
     if sample_every.is_some() {
         sample(ops.len() as u64, &mut points)?;
-        let s = pool.stats()?;
+        let (used, reserved) = match a.arena() {
+            Some(arena) => {
+                let s = arena.stats();
+                (s.peak_live, s.peak_mapped)
+            }
+            None => {
+                let s = pool.stats()?;
+                (s.used_peak, s.reserved_peak)
+            }
+        };
         peaks = Some(Peaks {
-            pool_used: s.used_peak as u64,
-            pool_reserved: s.reserved_peak as u64,
+            pool_used: used as u64,
+            pool_reserved: reserved as u64,
             live: churn_live_peak(ops),
             cached: points.iter().filter_map(|p| p.cached).max(),
             cache_cap: a.cache_cap().map(|c| c as u64),
@@ -353,18 +377,19 @@ pub fn churn<A: StreamAlloc>(
 /// `threads` threads, each with its own non-blocking stream (a borrowed-stream
 /// kind: its own lent stream), `plan.thread_pairs` 64 KiB pairs each; aggregate ns per pair = wall / all pairs, the wall
 /// from the common start to the last thread's stream sync. The cache
-/// allocators share one tier, each thread with its stream's own cache.
+/// allocators share one tier, each thread with its stream's own cache
+/// (over the arena for `cache+arena`).
 pub fn threads(ctx: &Ctx, kind: Kind, threads: usize) -> somalloc::Result<Sample> {
     const BYTES: usize = 64 * KIB;
     let n = ctx.plan.thread_pairs;
     let start = Barrier::new(threads + 1);
     let (dev, pool) = (ctx.dev, &ctx.pool);
-    let tier = if kind.tiered() {
-        Some(new_tier(pool)?)
+    let made = if kind.tiered() {
+        Some(crate::arena::tier_for(kind, pool)?)
     } else {
         None
     };
-    let tier = tier.as_ref();
+    let tier = made.as_ref();
     let (t0, ends) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|slot| {
@@ -411,6 +436,9 @@ pub fn threads(ctx: &Ctx, kind: Kind, threads: usize) -> somalloc::Result<Sample
         // The sums over the threads' streams.
         s.extra.extend(cache_extra(&tier.stats().total));
     }
+    // The tier's cached blocks back to the arena before it settles.
+    drop(made);
+    crate::arena::settle(kind, &dev)?;
     Ok(s)
 }
 
