@@ -576,14 +576,17 @@ impl Book {
 
     // ---- growth ----
 
-    /// Where to map chunks so that `len` bytes of `kind` fit for `slot`, in
-    /// pieces of at most `chunk` bytes (a multiple of the granule): the
+    /// Where to map chunks so that `len` bytes of `kind` fit for `slot`, at
+    /// least `min` bytes in all, in pieces of at most `chunk` bytes (a
+    /// multiple of the granule): the
     /// chunks to map, in address order. Extends a usable free range that
     /// ends at unmapped space when one does (mapping only what it lacks),
     /// else places the whole block in unmapped space (see `place`).
     /// `None`: no unmapped space can hold it.
-    pub(crate) fn plan_growth(&self, len: usize, kind: Kind, slot: u32, chunk: usize) -> Option<Vec<Grow>> {
+    pub(crate) fn plan_growth(&self, len: usize, kind: Kind, slot: u32, chunk: usize, min: usize) -> Option<Vec<Grow>> {
         let g = self.granule;
+        // At least `min` bytes (a multiple of the granule) are mapped.
+        let min = round_up(min.max(g), g)?;
         // Extending a free range that ends where unmapped space begins.
         let mut best: Option<(usize, Addr)> = None;
         for (&a, f) in &self.free {
@@ -595,7 +598,7 @@ impl Book {
             if end % g != 0 {
                 continue;
             }
-            let need = round_up(len - f.len, g)?;
+            let need = round_up(len - f.len, g)?.max(min);
             if self.unmapped(end, need) && best.is_none_or(|b| need < b.0) {
                 best = Some((need, end));
             }
@@ -603,7 +606,7 @@ impl Book {
         let (need, start) = match best {
             Some(b) => b,
             None => {
-                let need = round_up(len, g)?;
+                let need = round_up(len, g)?.max(min);
                 (need, self.place(need, kind)?)
             }
         };

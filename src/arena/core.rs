@@ -281,13 +281,13 @@ impl<P: Phys> Arena<P> {
             Kind::Small => state.book.granule(),
             Kind::Large => self.opts.chunk_bytes.max(state.book.granule()),
         };
-        let plan = match state.book.plan_growth(len, kind, slot, chunk) {
+        let plan = match state.book.plan_growth(len, kind, slot, chunk, self.opts.min_grow) {
             Some(p) => p,
             None => {
                 self.reserve_more(state, len)?;
                 state
                     .book
-                    .plan_growth(len, kind, slot, chunk)
+                    .plan_growth(len, kind, slot, chunk, self.opts.min_grow)
                     .ok_or_else(|| Error::OutOfMemory {
                         requested: len,
                         stats: None,

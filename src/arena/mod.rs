@@ -96,6 +96,9 @@ pub struct ArenaOptions {
     /// Set from the runtime's known faults: idle chunks are never given
     /// back (releasing would not free the memory).
     pub(crate) keep_chunks: bool,
+    /// Set from the runtime's known faults: the least one growth maps (0:
+    /// one granule).
+    pub(crate) min_grow: usize,
 }
 
 impl Default for ArenaOptions {
@@ -107,6 +110,7 @@ impl Default for ArenaOptions {
             reserve_bytes: None,
             max_reserved: usize::MAX,
             keep_chunks: false,
+            min_grow: 0,
         }
     }
 }

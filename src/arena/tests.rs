@@ -338,6 +338,10 @@ fn random_runs_keep_stream_order_and_lose_nothing() {
         let opts = ArenaOptions::default()
             .chunk_bytes([4 * MIB, 20 * MIB][rng.usize(0..2)])
             .release_threshold([None, Some(0), Some(8 * MIB)][rng.usize(0..3)]);
+        let opts = ArenaOptions {
+            min_grow: [0, 8 * MIB][seed as usize % 4 / 2],
+            ..opts
+        };
         let (a, f) = arena(cap, opts);
         if seed % 2 == 1 {
             f.fail_randomly(seed, 25);
