@@ -49,10 +49,12 @@ mod auto;
 mod base;
 pub mod conf;
 mod error;
+mod peaks;
 mod plan;
 mod recording;
 mod registry;
 mod state;
+mod version;
 
 use error::{set_last, Status};
 pub use error::{CapiError, SomallocStatus};

@@ -1,0 +1,1 @@
+//! Resetting the peaks of the statistics (`somalloc_reset_peaks`).
