@@ -33,6 +33,12 @@
 //!   memory), and the stream cache tier ([`CacheTier`], [`StreamCache`])
 //!   serves repeat allocations on a stream without a driver call (see
 //!   [The stream cache tier](#the-stream-cache-tier)).
+//! * [`VmmArena`]: device memory owned through the vendor's virtual-memory
+//!   API, split and merged at any size and given back chunk by chunk
+//!   ([`VmmArena::trim`]); its chunks can be listed ([`VmmArena::segments`])
+//!   for NCCL's buffer registration and granted to peers (see [the arena's
+//!   docs](arena)). The C ABI and the Python package use it with
+//!   `pool:vmm`.
 //! * A current resource per device ([`set_current_resource`]): install a
 //!   cache tier or an adaptor stack once, and [`DeviceBuffer::new`]
 //!   allocates from it on that device's streams (a process-wide setting,
@@ -46,7 +52,7 @@
 //!
 //! Errors are [`Error`] values, never panics: no runtime library
 //! ([`Error::RuntimeNotFound`]), no device ([`Error::NoDevice`]), out of
-//! memory ([`Error::OutOfMemory`], with the pool's statistics), bad input
+//! memory ([`Error::OutOfMemory`], with the pool's or the arena's statistics), bad input
 //! ([`Error::InvalidArgument`]), or any other vendor code ([`Error::Vendor`]).
 //!
 //! ```no_run
