@@ -209,11 +209,12 @@ SomallocStatus somalloc_device_count(int *count);
 // legacy default stream) or 0x2 (the per-thread default stream of the
 // calling thread). On failure `*ptr` is NULL.
 //
-// While the cache tier is on, a stream given here must stay alive until
-// `somalloc_stream_forget` is called for it (or the process ends): the
-// tier keeps freed blocks for it by its handle, and a new stream that got
-// the same handle would otherwise be handed blocks that the old stream's
-// work may still use.
+// While the cache tier or `pool:vmm` is on, a stream given here must stay
+// alive until `somalloc_stream_forget` is called for it (or the process
+// ends): the tier and the arena keep freed blocks for it by its handle (a
+// new stream that got the same handle would otherwise be handed blocks
+// that the old stream's work may still use), and the arena records events
+// on it to learn when its frees are done.
 //
 // # Safety
 // `ptr` is NULL (refused) or points to a `void*`; `stream` is 0, 0x1, 0x2

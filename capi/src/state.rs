@@ -522,8 +522,8 @@ impl DeviceState {
         unsafe { Ok(cache.deallocate(ptr, live.size, &own.stream)?) }
     }
 
-    /// Forgets a stream: its cached blocks go back to the pool (on it) and
-    /// its entry is dropped. `false` if it had none.
+    /// Forgets a stream: its cached blocks go back (on it), the arena waits
+    /// for its frees and lets it go, its entry is dropped. `false`: unknown.
     pub fn forget(&self, stream: *mut c_void) -> Result<bool, CapiError> {
         let key = key_of(stream);
         // A stream whose plan has live blocks stays: their frees need it.
@@ -550,6 +550,10 @@ impl DeviceState {
         let Some(entry) = removed else { return Ok(false) };
         if let Some(tier) = &self.tier {
             tier.remove_stream(&entry.stream)?;
+        }
+        // After the tier's frees on it: the arena waits for them, lets go.
+        if let Some(arena) = &self.arena {
+            arena.forget_stream(&entry.stream)?;
         }
         Ok(true)
     }

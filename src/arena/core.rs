@@ -413,6 +413,39 @@ impl<P: Phys> Arena<P> {
         given
     }
 
+    /// Stops using `stream`: its parked blocks are freed, a fence recorded
+    /// on it is waited for (so every free made on it is complete and its
+    /// ranges are anyone's), and the arena lets go of it. `false` if the
+    /// arena did not know it. An error leaves it known (nothing lost).
+    pub(crate) fn forget(&self, stream: &Stream) -> Result<bool> {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let raw = stream.as_raw() as usize;
+        let Some(&s) = state.by_raw.get(&raw) else {
+            return Ok(false);
+        };
+        state.book.flush(s);
+        if state.book.waiting(s) {
+            let frees = state.book.frees(s);
+            let entry = state.entries[s as usize].as_mut().expect("a known slot has an entry");
+            if entry.fence.is_none() {
+                entry.fence = Some(self.phys.new_fence(&entry.stream)?);
+            }
+            let f = entry.fence.as_ref().expect("made above");
+            self.phys.record(f, &entry.stream)?;
+            state.counters.fences += 1;
+            state.counters.waits += 1;
+            self.phys.wait(f)?;
+            entry.pending = None;
+            state.book.completed(s, frees);
+        }
+        debug_assert!(state.book.slot_empty(s));
+        state.entries[s as usize] = None;
+        state.by_raw.remove(&raw);
+        state.retired.push(s);
+        Ok(true)
+    }
+
     /// Grants `peer` access to every chunk now and every chunk mapped later.
     pub(crate) fn grant(&self, peer: usize) -> Result<()> {
         let mut state = self.lock();

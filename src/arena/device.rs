@@ -207,6 +207,17 @@ impl VmmArena {
             .collect()
     }
 
+    /// Lets go of `stream`: its frees are waited for (on the host, through
+    /// an event), after which the arena neither records on it nor keys
+    /// anything by its handle. Call it before destroying a stream that the
+    /// arena has seen but that somalloc does not own (a borrowed one): the
+    /// arena otherwise records events on it when other streams look for
+    /// memory. `false` if the arena never saw it. [`trim`](VmmArena::trim)
+    /// also lets go of every stream with nothing left in the arena.
+    pub fn forget_stream(&self, stream: &Stream) -> Result<bool> {
+        self.front.arena.forget(stream)
+    }
+
     /// Lets `peer`'s kernels read and write every chunk, now and as the
     /// arena grows (peer access to pool memory does not cover an arena's
     /// chunks).

@@ -103,6 +103,12 @@ unsafe impl<P: Phys> MemoryResource for Front<P> {
         if let Some(c) = asked.capturing(stream)? {
             return self.pool.allocate_asked(bytes, stream, Asked::answer(Some(c)));
         }
+        if stream.as_raw() as usize == crate::stream::PER_THREAD {
+            // The handle names another stream on every thread: the arena's
+            // books (which key frees by stream) and its fences (recorded
+            // from any thread) cannot stand for it. The pool serves it.
+            return self.pool.allocate_asked(bytes, stream, Asked::answer(None));
+        }
         match self.arena.allocate(bytes, stream) {
             Ok(a) => Ok(a as *mut c_void),
             Err(e) => self.step_aside(bytes, stream, e),

@@ -34,6 +34,9 @@
 //!   stream's pending frees and gives back again, retrying after each
 //!   step. The refusal is [`Error::OutOfMemory`](crate::Error::OutOfMemory) with the arena's
 //!   [`ArenaStats`] in `arena`.
+//! * **The per-thread default stream** (`cudaStreamPerThread`, which names
+//!   another stream on every thread) is served by the device's pool: the
+//!   arena keys frees by stream.
 //! * **Capture.** An allocation on a capturing stream is graph memory from
 //!   the device's default pool (the vendor's graph-memory path, as for a
 //!   pool); an arena block freed during a capture is freed once the graph

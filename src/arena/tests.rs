@@ -569,3 +569,41 @@ fn pair_cost() {
         );
     }
 }
+
+#[test]
+fn the_per_thread_default_stream_is_served_by_the_pool() {
+    let (fr, _f, pool) = front(1 << 30);
+    let per_thread = Stream::fake(crate::stream::PER_THREAD, 0);
+    let p = fr.allocate(4096, &per_thread).unwrap();
+    assert!(!fr.arena.owns(p as usize));
+    assert_eq!(pool.state().live.len(), 1);
+    // SAFETY: allocated above, freed once.
+    unsafe { fr.deallocate(p, 4096, &per_thread).unwrap() };
+    assert!(pool.state().live.is_empty());
+}
+
+#[test]
+fn a_forgotten_stream_leaves_nothing_of_its_own() {
+    let (a, f) = arena(1 << 30, ArenaOptions::default());
+    let (s, t) = (stream(500), stream(501));
+    let x = alloc(&a, &f, 4096, &s);
+    let y = alloc(&a, &f, 5 * MIB, &s);
+    free(&a, &f, x, 4096, &s);
+    free(&a, &f, y, 5 * MIB, &s);
+    assert!(a.forget(&s).unwrap());
+    assert!(!a.forget(&s).unwrap(), "once");
+    clean(&a, &f);
+    // Its memory is anyone's at once (the forget waited for its frees).
+    let fences = a.stats().fences;
+    let z = alloc(&a, &f, 5 * MIB, &t);
+    assert_eq!(z, y);
+    assert_eq!(a.stats().fences, fences, "no fence needed");
+    // A failed wait leaves the stream known.
+    let w = alloc(&a, &f, 8192, &s);
+    free(&a, &f, w, 8192, &s);
+    f.fail(Op::Wait, 0);
+    assert!(a.forget(&s).is_err());
+    assert!(a.forget(&s).unwrap());
+    free(&a, &f, z, 5 * MIB, &t);
+    clean(&a, &f);
+}
