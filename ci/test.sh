@@ -74,6 +74,9 @@ cell fmt quiet cargo fmt --check
 # The library's modules form layers that only point down: a new import
 # circle fails here (the script prints it).
 cell layers quiet python3 ci/layers.py
+# Every relative link of the Markdown pages names a file (and heading) that
+# exists, on GitHub and, for the guide's pages, in the crate docs.
+cell doc-links quiet python3 ci/doc-links.py
 
 backends=()
 case "$only" in

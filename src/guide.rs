@@ -20,45 +20,88 @@
 //! * [`development`]: the bindings, running the GPU suite without cargo,
 //!   the repository's layout.
 
-#[doc = include_str!("../docs/deployment.md")]
+// Links between the pages. On GitHub a page of docs/ links to another as a
+// relative file, so the pages use reference links labelled with the file:
+// `[Graphs][graphs.md]`, defined at the page's end as `[graphs.md]: graphs.md`.
+// `links!()` defines every such label again, before the page's text; the
+// first definition of a label wins (CommonMark), so in the crate docs the same
+// link goes to the guide's module (or, for a file outside the crate docs, to
+// the repository). The definitions come before any other text of the module's
+// docs (after a paragraph they would be read as more of its text), and render
+// as nothing. `python3 ci/doc-links.py` (a CI cell) fails on a relative link
+// in an included page whose label is not defined here.
+macro_rules! links {
+    () => {
+        concat!(
+            "[bad_input.md]: crate::guide::bad_input\n",
+            "[c_abi.md]: crate::guide::c_abi\n",
+            "[cudarc.md]: crate::guide::cudarc\n",
+            "[deployment.md]: crate::guide::deployment\n",
+            "[development.md]: crate::guide::development\n",
+            "[features.md]: crate::guide::features\n",
+            "[graphs.md]: crate::guide::graphs\n",
+            "[hip_sys.md]: crate::guide::hip_sys\n",
+            "[measured.md]: crate::guide::measured\n",
+            "[memory_history.md]: crate::guide::memory_history\n",
+            "[proofs.md]: crate::guide::proofs\n",
+            "[resources.md]: crate::guide::resources\n",
+            "[semantics.md]: crate::guide::semantics\n",
+            "[../CHANGELOG.md]: https://github.com/somalloc/somalloc/blob/main/CHANGELOG.md\n",
+            "[../README.md]: https://github.com/somalloc/somalloc/blob/main/README.md\n",
+            "[../benches/RESULTS.md]: https://github.com/somalloc/somalloc/blob/main/benches/RESULTS.md\n",
+            "\n",
+        )
+    };
+}
+
+/// A page of docs/, with the links' definitions before it.
+macro_rules! page {
+    ($file:literal) => {
+        concat!(links!(), include_str!(concat!("../docs/", $file)))
+    };
+}
+
+#[doc = page!("deployment.md")]
 pub mod deployment {}
 
-#[doc = include_str!("../docs/features.md")]
+#[doc = page!("features.md")]
 pub mod features {}
 
-#[doc = include_str!("../docs/semantics.md")]
+#[doc = page!("semantics.md")]
 pub mod semantics {}
 
-#[doc = include_str!("../docs/graphs.md")]
+#[doc = page!("graphs.md")]
 pub mod graphs {}
 
-#[doc = include_str!("../docs/resources.md")]
+#[doc = page!("resources.md")]
 pub mod resources {}
 
-#[doc = include_str!("../docs/memory_history.md")]
+#[doc = page!("memory_history.md")]
 pub mod memory_history {}
 
+#[cfg_attr(feature = "cudarc", doc = links!())]
 /// With cudarc (feature `cudarc`; the page's example is compiled when the
 /// feature is on).
 #[cfg_attr(feature = "cudarc", doc = include_str!("../docs/cudarc.md"))]
 pub mod cudarc {}
 
+#[cfg_attr(feature = "hip-sys", doc = links!())]
 /// With hip-sys (feature `hip-sys`; the page's example is compiled when the
 /// feature is on).
 #[cfg_attr(feature = "hip-sys", doc = include_str!("../docs/hip_sys.md"))]
 pub mod hip_sys {}
 
-#[doc = include_str!("../docs/c_abi.md")]
+#[doc = page!("c_abi.md")]
 pub mod c_abi {}
 
-#[doc = include_str!("../docs/measured.md")]
+#[doc = page!("measured.md")]
 pub mod measured {}
 
-#[doc = include_str!("../docs/proofs.md")]
+#[doc = page!("proofs.md")]
 pub mod proofs {}
 
-#[doc = include_str!("../docs/bad_input.md")]
+#[doc = page!("bad_input.md")]
 pub mod bad_input {}
 
-#[doc = include_str!("../docs/development.md")]
+#[doc = page!("development.md")]
 pub mod development {}
