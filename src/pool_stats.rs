@@ -80,6 +80,9 @@ pub struct ArenaStats {
     pub recoveries: u64,
     /// Allocations refused.
     pub refusals: u64,
+    /// Wholly free chunks moved to where the arena grew, instead of new
+    /// memory.
+    pub moves: u64,
     /// Allocations the device's pool served because a virtual-memory call
     /// of the arena failed.
     pub pool_allocations: u64,

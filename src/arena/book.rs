@@ -105,6 +105,10 @@ pub(crate) struct Chunk {
     pub len: usize,
     pub kind: Kind,
     pub handle: u64,
+    /// A chunk whose memory was moved (its handle mapped at another
+    /// address, see [`Book::move_chunk`]): still mapped here, used by
+    /// nothing, unmapped once the frees its bytes had are complete (`Any`).
+    pub ghost: Option<(Owner, u64)>,
 }
 
 /// A block handed out: live, or parked by a slot (see the module docs).
@@ -152,6 +156,8 @@ pub(crate) struct Book {
     /// Bytes of parked blocks, in all and per slot.
     pub(crate) parked_bytes: usize,
     parked_of: Vec<usize>,
+    /// Handles mapped at a ghost's address: how many such ghosts.
+    ghost_handles: Map<u32>,
     pub(crate) mapped_bytes: usize,
     pub(crate) free_bytes: usize,
 }
@@ -172,6 +178,7 @@ impl Book {
             live_bytes: 0,
             parked_bytes: 0,
             parked_of: Vec::new(),
+            ghost_handles: Map::default(),
             mapped_bytes: 0,
             free_bytes: 0,
         }
@@ -203,8 +210,12 @@ impl Book {
             .is_some_and(|(&b, &l)| addr - b < l)
     }
 
+    /// The mapped chunks that hold memory (not ghosts), in address order.
     pub(crate) fn chunks(&self) -> impl Iterator<Item = (Addr, Chunk)> + '_ {
-        self.chunks.iter().map(|(&a, &c)| (a, c))
+        self.chunks
+            .iter()
+            .filter(|(_, c)| c.ghost.is_none())
+            .map(|(&a, &c)| (a, c))
     }
 
     /// Books a chunk just mapped at `g.addr` for `slot`, which grew it. The
@@ -220,6 +231,7 @@ impl Book {
                 len: g.len,
                 kind,
                 handle,
+                ghost: None,
             },
         );
         self.mapped_bytes += g.len;
@@ -259,7 +271,12 @@ impl Book {
     pub(crate) fn idle_chunks(&self) -> Vec<(Addr, Chunk)> {
         self.chunks
             .iter()
-            .filter(|(&a, c)| self.idle(a, c.len))
+            // A handle still mapped at a ghost's address waits for it.
+            .filter(|(&a, c)| {
+                c.ghost.is_none()
+                    && !self.ghost_handles.contains_key(&(c.handle as usize))
+                    && self.idle(a, c.len)
+            })
             .map(|(&a, &c)| (a, c))
             .collect()
     }
@@ -309,6 +326,141 @@ impl Book {
         self.chunks.remove(&addr);
         self.mapped_bytes -= chunk.len;
         chunk
+    }
+
+    // ---- moving chunks ----
+
+    /// Chunks wholly free for `slot` (their bytes `Any` or the slot's own
+    /// frees), which growth may map at another address instead of making
+    /// new memory; not those in the free range that ends at `keep_end` (the
+    /// range growth extends).
+    pub(crate) fn movable(&self, slot: u32, keep_end: Addr) -> Vec<(Addr, Chunk)> {
+        let g = self.granule;
+        let mut out = Vec::new();
+        for kind in [Kind::Small, Kind::Large] {
+            for owner in [Owner::Any, Owner::Stream(slot)] {
+                for &(_, _, l, a) in self
+                    .index
+                    .range((kind, owner, g, 0)..=(kind, owner, usize::MAX, usize::MAX))
+                {
+                    if a + l == keep_end {
+                        continue;
+                    }
+                    for (&ca, c) in self.chunks.range(a..a + l) {
+                        if c.ghost.is_none() && ca + c.len <= a + l {
+                            out.push((ca, *c));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Books the wholly free chunk at `from` (from [`movable`](Book::movable))
+    /// as mapped at `to` too (by the arena, just now) and as `kind` there:
+    /// its bytes are free at `to`, for `slot`, and the chunk at
+    /// `from` becomes a ghost. Returns whether the ghost may be unmapped at
+    /// once (its frees were complete).
+    pub(crate) fn move_chunk(&mut self, from: Addr, to: Addr, kind: Kind, slot: u32) -> bool {
+        let c = self.chunks[&from];
+        debug_assert!(c.ghost.is_none() && self.unmapped(to, c.len));
+        let (start, f) = self
+            .free
+            .range(..=from)
+            .next_back()
+            .map(|(&s, &f)| (s, f))
+            .expect("a movable chunk is covered by a free range");
+        debug_assert!(start + f.len >= from + c.len);
+        self.take_free(start);
+        if start < from {
+            self.insert_free(
+                start,
+                Free {
+                    len: from - start,
+                    ..f
+                },
+            );
+        }
+        if start + f.len > from + c.len {
+            self.insert_free(
+                from + c.len,
+                Free {
+                    len: start + f.len - from - c.len,
+                    ..f
+                },
+            );
+        }
+        if let Owner::Stream(s) = f.owner {
+            // The ghost is the slot's until its fence completes.
+            self.slots[s as usize].ranges += 1;
+        }
+        self.chunks.get_mut(&from).expect("checked").ghost = Some((f.owner, f.seq));
+        *self.ghost_handles.entry(c.handle as usize).or_insert(0) += 1;
+        self.chunks.insert(
+            to,
+            Chunk {
+                len: c.len,
+                kind,
+                handle: c.handle,
+                ghost: None,
+            },
+        );
+        // Booked as the slot's at `to` (as fresh memory is, so that it
+        // never joins another stream's neighbouring range): with the slot's
+        // own last free in it, or as freed there just now if it was `Any`.
+        let seq = match f.owner {
+            Owner::Stream(_) => f.seq,
+            Owner::Any => {
+                let s = &mut self.slots[slot as usize];
+                s.next += 1;
+                s.next
+            }
+        };
+        self.put_free(
+            to,
+            Free {
+                len: c.len,
+                kind,
+                owner: Owner::Stream(slot),
+                seq,
+            },
+        );
+        f.owner == Owner::Any
+    }
+
+    /// Bytes mapped at ghosts' addresses.
+    #[cfg(test)]
+    pub(crate) fn ghost_bytes(&self) -> usize {
+        self.chunks
+            .values()
+            .filter(|c| c.ghost.is_some())
+            .map(|c| c.len)
+            .sum()
+    }
+
+    /// Ghosts whose frees are complete: (address, length), for the arena to
+    /// unmap.
+    pub(crate) fn ghosts_done(&self) -> Vec<(Addr, usize)> {
+        self.chunks
+            .iter()
+            .filter(|(_, c)| matches!(c.ghost, Some((Owner::Any, _))))
+            .map(|(&a, c)| (a, c.len))
+            .collect()
+    }
+
+    /// Forgets the ghost at `addr` (the arena unmapped it).
+    pub(crate) fn remove_ghost(&mut self, addr: Addr) {
+        let c = self.chunks.remove(&addr).expect("a ghost");
+        assert!(
+            matches!(c.ghost, Some((Owner::Any, _))),
+            "only a finished ghost goes"
+        );
+        let n = self.ghost_handles.get_mut(&(c.handle as usize)).expect("counted");
+        *n -= 1;
+        if *n == 0 {
+            self.ghost_handles.remove(&(c.handle as usize));
+        }
     }
 
     // ---- free ranges ----
@@ -557,6 +709,14 @@ impl Book {
                 }
             }
         }
+        for c in self.chunks.values_mut() {
+            if let Some((Owner::Stream(g), seq)) = c.ghost {
+                if g == slot && seq <= upto {
+                    c.ghost = Some((Owner::Any, 0));
+                    self.slots[slot as usize].ranges -= 1;
+                }
+            }
+        }
         // All out first: putting one back may merge it with the next.
         let taken: Vec<(Addr, Free)> = turned.into_iter().map(|a| (a, self.take_free(a))).collect();
         let mut bytes = 0;
@@ -583,7 +743,14 @@ impl Book {
     /// ends at unmapped space when one does (mapping only what it lacks),
     /// else places the whole block in unmapped space (see `place`).
     /// `None`: no unmapped space can hold it.
-    pub(crate) fn plan_growth(&self, len: usize, kind: Kind, slot: u32, chunk: usize, min: usize) -> Option<Vec<Grow>> {
+    pub(crate) fn plan_growth(
+        &self,
+        len: usize,
+        kind: Kind,
+        slot: u32,
+        chunk: usize,
+        min: usize,
+    ) -> Option<Vec<Grow>> {
         let g = self.granule;
         // At least `min` bytes (a multiple of the granule) are mapped.
         let min = round_up(min.max(g), g)?;
@@ -663,7 +830,7 @@ impl Book {
             .chain(self.live.iter().map(|(&a, b)| (a, b.len, false)))
             .collect();
         covered.sort();
-        let mut mapped: Vec<(Addr, usize)> = self.chunks.iter().map(|(&a, c)| (a, c.len)).collect();
+        let mut mapped: Vec<(Addr, usize)> = self.chunks().map(|(a, c)| (a, c.len)).collect();
         mapped.sort();
         // Merge adjacent chunks into runs and compare the coverage.
         let runs = |v: Vec<(Addr, usize)>| {
@@ -706,6 +873,15 @@ impl Book {
                 assert!(!Self::merges(f, n), "unmerged neighbours at {:#x}", a + f.len);
             }
         }
+        for c in self.chunks.values() {
+            if let Some((Owner::Stream(s), seq)) = c.ghost {
+                ranges[s as usize] += 1;
+                assert!(
+                    seq > self.slots[s as usize].done,
+                    "a covered ghost is still owned"
+                );
+            }
+        }
         for (i, s) in self.slots.iter().enumerate() {
             assert_eq!(s.ranges, ranges[i]);
         }
@@ -730,7 +906,7 @@ impl Book {
         );
         assert_eq!(
             self.mapped_bytes,
-            self.chunks.values().map(|c| c.len).sum::<usize>()
+            self.chunks().map(|(_, c)| c.len).sum::<usize>()
         );
         assert_eq!(
             self.mapped_bytes,

@@ -33,6 +33,7 @@ pub(crate) struct Counters {
     pub waits: u64,
     pub recoveries: u64,
     pub refusals: u64,
+    pub moves: u64,
     pub peak_mapped: usize,
     pub peak_live: usize,
 }
@@ -248,7 +249,11 @@ impl<P: Phys> Arena<P> {
                 }
             }
             let covered = entry.pending.is_some();
-            if !waiting || covered || (s == current && !wait) {
+            // The current stream too: its fences turn its own frees into
+            // anyone's (so that whole chunks become idle) and let the
+            // addresses its moved chunks left be unmapped.
+            let _ = current;
+            if !waiting || covered {
                 continue;
             }
             if !matches!(entry.stream.capturing(), Ok(None)) {
@@ -295,9 +300,36 @@ impl<P: Phys> Arena<P> {
                     })?
             }
         };
-        let need: usize = plan.iter().map(|g| g.len).sum();
+        let start = plan[0].addr;
+        let end = plan.last().map_or(start, |g| g.addr + g.len);
+        // Wholly free chunks elsewhere move into the window first (their
+        // handles mapped there too): the arena grows its addresses, not
+        // its memory. Larger ones first; none from the range it extends.
+        let mut at = start;
+        if self.opts.moves {
+            let mut movable = state.book.movable(slot, start);
+            movable.sort_by_key(|(a, c)| (std::cmp::Reverse(c.len), *a));
+            for (from, c) in movable {
+                if c.len > end - at {
+                    continue;
+                }
+                // SAFETY: the window is unmapped address space of a
+                // reservation (the book's plan); `c.handle` is made and of
+                // `c.len` bytes.
+                if unsafe { self.phys.map(at, c.len, c.handle, &state.peers) }.is_err() {
+                    break;
+                }
+                state.counters.moves += 1;
+                state.book.move_chunk(from, at, kind, slot);
+                at += c.len;
+                if at == end {
+                    break;
+                }
+            }
+            self.unmap_ghosts(state);
+        }
         if let Some(max) = self.opts.max_mapped {
-            if state.book.mapped_bytes + need > max {
+            if state.book.mapped_bytes + (end - at) > max {
                 return Err(Error::OutOfMemory {
                     requested: len,
                     stats: None,
@@ -305,10 +337,25 @@ impl<P: Phys> Arena<P> {
                 });
             }
         }
-        for g in plan {
-            self.map_chunk(state, g, kind, slot)?;
+        while at < end {
+            let piece = chunk.min(end - at);
+            self.map_chunk(state, Grow { addr: at, len: piece }, kind, slot)?;
+            at += piece;
         }
         Ok(())
+    }
+
+    /// Unmaps the ghosts whose frees are complete (a failure keeps one for
+    /// the next try).
+    fn unmap_ghosts(&self, state: &mut State<P::Fence>) {
+        for (addr, len) in state.book.ghosts_done() {
+            // SAFETY: one mapping of a moved chunk; every free of its bytes
+            // completed and nothing was handed out from it since.
+            if unsafe { self.phys.unmap(addr, len) }.is_ok() {
+                state.counters.unmaps += 1;
+                state.book.remove_ghost(addr);
+            }
+        }
     }
 
     /// Makes and maps one chunk; on failure nothing is left behind.
@@ -398,6 +445,7 @@ impl<P: Phys> Arena<P> {
         let state = &mut *state;
         state.book.flush_all();
         self.collect(state, u32::MAX, true);
+        self.unmap_ghosts(state);
         let given = self.give_back(state, keep);
         for s in 0..state.entries.len() as u32 {
             let retire = match &state.entries[s as usize] {
@@ -427,7 +475,9 @@ impl<P: Phys> Arena<P> {
         state.book.flush(s);
         if state.book.waiting(s) {
             let frees = state.book.frees(s);
-            let entry = state.entries[s as usize].as_mut().expect("a known slot has an entry");
+            let entry = state.entries[s as usize]
+                .as_mut()
+                .expect("a known slot has an entry");
             if entry.fence.is_none() {
                 entry.fence = Some(self.phys.new_fence(&entry.stream)?);
             }
@@ -498,6 +548,7 @@ impl<P: Phys> Arena<P> {
             waits: c.waits,
             recoveries: c.recoveries,
             refusals: c.refusals,
+            moves: c.moves,
             pool_allocations: 0,
         }
     }
@@ -539,6 +590,7 @@ impl<P: Phys> Drop for Arena<P> {
         );
         state_taken.book.flush_all();
         self.collect(&mut state_taken, u32::MAX, true);
+        self.unmap_ghosts(&mut state_taken);
         self.unmap_idle(&mut state_taken, 0);
         let all_back = state_taken.book.mapped_bytes == 0 && state_taken.unreleased.is_empty();
         if !all_back {

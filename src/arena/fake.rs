@@ -29,12 +29,14 @@ pub(crate) enum Op {
 
 /// A free the test told the fake about: `[addr, addr + len)` freed on
 /// `stream` when the stream's queue had `mark` pieces of work.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct PendingFree {
     addr: usize,
     len: usize,
     stream: usize,
     mark: u64,
+    /// The physical memory behind it at the free: (handle, offset, length).
+    phys: Vec<(u64, usize, usize)>,
 }
 
 #[derive(Default)]
@@ -53,6 +55,8 @@ pub(crate) struct FakeVm {
     fences: HashMap<u64, Option<(usize, u64)>>,
     next_fence: u64,
     pending: Vec<PendingFree>,
+    /// Live blocks' physical memory: (handle, offset, length, address).
+    live_phys: Vec<(u64, usize, usize, usize)>,
     /// Calls to fail: (op, how many more calls of it succeed first).
     fail: Vec<(Op, u32)>,
     /// Random failures: one call in `n` of every op fails.
@@ -121,11 +125,15 @@ impl FakePhys {
     /// until the device completes that point.
     pub(crate) fn freed(&self, addr: usize, len: usize, stream: &Stream) {
         let mark = self.enqueue(stream);
-        self.vm().pending.push(PendingFree {
+        let mut vm = self.vm();
+        let phys = vm.phys(addr, len);
+        vm.live_phys.retain(|l| l.3 != addr);
+        vm.pending.push(PendingFree {
             addr,
             len,
             stream: key(stream),
             mark,
+            phys,
         });
     }
 
@@ -135,17 +143,41 @@ impl FakePhys {
         let mut vm = self.vm();
         vm.settle();
         let s = key(stream);
+        let phys = vm.phys(addr, len);
+        let touches = |other: &[(u64, usize, usize)]| {
+            other
+                .iter()
+                .any(|&(h, o, l)| phys.iter().any(|&(h2, o2, l2)| h == h2 && overlaps(o, l, o2, l2)))
+        };
+        // Another stream's pending free of the same memory, at this address
+        // or at another one mapping it.
         let bad: Vec<_> = vm
             .pending
             .iter()
-            .filter(|p| p.stream != s && overlaps(p.addr, p.len, addr, len))
-            .copied()
+            .filter(|p| p.stream != s && (overlaps(p.addr, p.len, addr, len) || touches(&p.phys)))
+            .cloned()
             .collect();
         for p in bad {
             vm.violations.push(format!(
                 "[{addr:#x}, +{len}) handed to stream {s:#x} while stream {:#x}'s free of [{:#x}, +{}) is pending",
                 p.stream, p.addr, p.len
             ));
+        }
+        // Memory of a live block, under any address.
+        let twice: Vec<_> = vm
+            .live_phys
+            .iter()
+            .filter(|l| touches(&[(l.0, l.1, l.2)]))
+            .copied()
+            .collect();
+        for l in twice {
+            vm.violations.push(format!(
+                "[{addr:#x}, +{len}) handed out over the memory of the live block at {:#x}",
+                l.3
+            ));
+        }
+        for (h, o, l) in phys {
+            vm.live_phys.push((h, o, l, addr));
         }
         // Every byte mapped.
         let mut at = addr;
@@ -205,6 +237,21 @@ fn oom(bytes: usize) -> Error {
 }
 
 impl FakeVm {
+    /// The physical memory behind `[addr, addr + len)`: (handle, offset,
+    /// length) pieces, of the mappings that cover it.
+    fn phys(&self, addr: usize, len: usize) -> Vec<(u64, usize, usize)> {
+        let mut out = Vec::new();
+        for (&a, &(l, h)) in self.mapped.range(..addr + len) {
+            if a + l <= addr {
+                continue;
+            }
+            let from = a.max(addr);
+            let to = (a + l).min(addr + len);
+            out.push((h, from - a, to - from));
+        }
+        out
+    }
+
     /// Forgets the pending frees the device has completed.
     fn settle(&mut self) {
         let completed = &self.completed;
@@ -312,7 +359,7 @@ unsafe impl Phys for FakePhys {
             .pending
             .iter()
             .filter(|p| overlaps(p.addr, p.len, addr, bytes))
-            .copied()
+            .cloned()
             .collect();
         for p in busy {
             vm.violations.push(format!(
