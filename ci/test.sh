@@ -104,6 +104,7 @@ for b in "${backends[@]}"; do
   cell "wheel-$b" quiet bash ci/wheel-check.sh "$b"
 done
 cell capi-header quiet bash ci/capi-header.sh
+cell capi-install quiet bash ci/capi-install-check.sh # the C library installed by capi/install.sh, both backends in one prefix: SONAMEs, no collision, examples/c built through pkg-config and CMake and run
 cell setup-concurrency quiet bash ci/setup-concurrency-check.sh
 if [ "$only" = all ] || [ "$only" = cuda ]; then
   cell "check-cuda-12080" quiet bash -c 'cargo check --features cuda-12080 && test -z "$(cargo tree -q --features cuda-12080 -e normal -i cudarc 2>/dev/null)"' # deprecated alias of cuda: builds, and pulls in no cudarc (the tests' dev-dependency on cudarc is no normal edge)
