@@ -387,6 +387,24 @@ const char *somalloc_backend(void);
 // This library's version, e.g. `"0.1.0"`.
 const char *somalloc_version(void);
 
+// Starts the peaks of the counters of `device` (`-1`: every device in
+// use) over from their current values: `live_peak_bytes`, the pool's
+// `pool_reserved_peak_bytes` and `pool_used_peak_bytes`, and with
+// `pool:vmm` the arena's `arena_mapped_peak_bytes`; every other counter of
+// `SomallocStats` keeps its value. What PyTorch's
+// `torch.cuda.reset_peak_memory_stats()` does for its own allocator. With
+// `pool:default` the pool's peaks are those of the device's default pool,
+// which the whole process shares. Like `somalloc_stats`, the first call
+// for a device makes its state.
+//
+// ```c
+// somalloc_reset_peaks(0);
+// run_one_step();
+// SomallocStats s;
+// somalloc_stats(0, &s, sizeof s);   /* s.live_peak_bytes: the step's peak */
+// ```
+SomallocStatus somalloc_reset_peaks(int device);
+
 // What a status code means: a static NUL-terminated string, the name of
 // the constant then a description, e.g. `"SOMALLOC_STATUS_NO_DEVICE: the
 // runtime reports no usable device"`; for a value that is no status,
