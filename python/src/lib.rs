@@ -8,16 +8,24 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+mod oom;
+
 // The C entry points live in this shared object too: PyTorch's
-// CUDAPluggableAllocator looks them up in this file by name.
+// CUDAPluggableAllocator looks them up in this file by name (the raising
+// allocation function, `somalloc_torch_alloc_raising`, is `oom.rs`'s).
 pub use somalloc::{somalloc_torch_alloc, somalloc_torch_free};
+
+extern "C" {
+    // The C ABI's entry point (capi/src/peaks.rs), linked from the same crate.
+    fn somalloc_reset_peaks(device: c_int) -> somalloc::SomallocStatus;
+}
 
 create_exception!(
     _native,
@@ -135,6 +143,21 @@ fn segments(device: i32) -> PyResult<Vec<(u64, u64)>> {
     Ok(s.iter().map(|s| (s.address, s.bytes)).collect())
 }
 
+/// Starts the peaks of the counters over from their current values (-1:
+/// every device in use).
+#[pyfunction]
+fn reset_peaks(device: i32) -> PyResult<()> {
+    // SAFETY: a plain C function of somalloc; any device value is checked.
+    let status = unsafe { somalloc_reset_peaks(device) };
+    if status == somalloc::SomallocStatus::Ok {
+        return Ok(());
+    }
+    Err(SomallocError::new_err((
+        somalloc::last_error_text(),
+        format!("{status:?}"),
+    )))
+}
+
 /// Cached blocks back to the pool (-1: every device in use).
 #[pyfunction]
 fn flush(device: i32) -> PyResult<()> {
@@ -182,6 +205,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(plan_status, m)?)?;
     m.add_function(wrap_pyfunction!(segments, m)?)?;
+    m.add_function(wrap_pyfunction!(reset_peaks, m)?)?;
+    m.add_function(wrap_pyfunction!(oom::torch_oom_init, m)?)?;
+    m.add_function(wrap_pyfunction!(oom::torch_oom_ready, m)?)?;
     m.add_function(wrap_pyfunction!(flush, m)?)?;
     m.add_function(wrap_pyfunction!(trim, m)?)?;
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;

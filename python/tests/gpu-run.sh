@@ -43,6 +43,15 @@ part capi-trace env CAPI_PROGRAM_TRACE="$out/capi-%p.trace" "$dir/capi_program"
 part capi-trace-read bash -c 'f=$(ls "$1"/capi-*.trace) && "$2/somalloc-trace" summary "$f" | tee /dev/stderr | grep -q "events: allocate [1-9]" && ! "$2/somalloc-trace" summary "$f" | grep -q "no end record" && echo "1 passed, 0 failed"' _ "$out" "$dir"
 part torch-cache python3 "$dir/torch_gpu.py"
 part torch-pool python3 "$dir/torch_gpu.py" cache:off
+# Out of memory through the compiled entry point (_torch_oom.cpp) rather than
+# the built-in one the runs above take.
+part torch-oom-compiled env SOMALLOC_TEST_RAISE_OOM=compiled python3 "$dir/torch_gpu.py" cache:off
+# One region on somalloc through torch.cuda.MemPool, the rest on PyTorch's
+# allocator; then the statistics under PyTorch's names and a trace in
+# PyTorch's memory visualizer.
+part torch-mempool python3 "$dir/mempool_gpu.py"
+part torch-mempool-vmm python3 "$dir/mempool_gpu.py" pool:vmm
+part torch-snapshot python3 "$dir/snapshot_gpu.py" "$out/snapshot"
 part cupy python3 "$dir/cupy_gpu.py"
 # The virtual-memory arena (pool:vmm): the C ABI's calls, with the cache tier
 # in front of it and without; under PyTorch, its own checks and the ones above.

@@ -12,6 +12,7 @@ results; and an allocation larger than the device, last.
 """
 
 import copy
+import os
 import sys
 
 import torch
@@ -166,12 +167,13 @@ def test_graph_training_step():
 
 def test_out_of_memory():
     """An allocation larger than the device: PyTorch's own OutOfMemoryError
-    (through the raising entry points that enable() builds), counted and
-    explained by somalloc, and the allocator still serves afterwards."""
+    (through the raising entry point that enable() gave PyTorch, built in or
+    compiled), counted and explained by somalloc, and the allocator still
+    serves afterwards."""
     free, total = torch.cuda.mem_get_info()
     before = somalloc.stats()["failed_allocations"]
     name = "an allocation larger than the device is torch.cuda.OutOfMemoryError"
-    check("enable() built the raising entry points", somalloc.torch.raises_oom())
+    check("enable() gave PyTorch a raising entry point", somalloc.torch.raises_oom(), str(somalloc.torch.oom_route()))
     try:
         t = torch.empty(total * 2, dtype=torch.uint8, device="cuda")
     except torch.cuda.OutOfMemoryError as e:
@@ -191,8 +193,12 @@ def test_out_of_memory():
 
 def main():
     conf = sys.argv[1] if len(sys.argv) > 1 else None
+    # Which raising entry point to ask for ("built-in", "compiled"; default:
+    # whichever enable() takes).
+    route = os.environ.get("SOMALLOC_TEST_RAISE_OOM") or True
     print("torch %s, somalloc %s (%s), conf %r" % (torch.__version__, somalloc.__version__, somalloc.backend(), conf), flush=True)
-    somalloc.torch.enable(conf)
+    somalloc.torch.enable(conf, raise_oom=route)
+    print("out of memory raises through the %s entry point" % somalloc.torch.oom_route(), flush=True)
     check("somalloc is PyTorch's allocator", somalloc.torch.enabled() and torch.cuda.memory.get_allocator_backend() == "pluggable" if hasattr(torch.cuda.memory, "get_allocator_backend") else somalloc.torch.enabled())
     run("streams", test_streams)
     run("devices", test_devices)
