@@ -32,9 +32,7 @@ EXEMPT = {
     "ci/hip-on-cuda/hip_on_cuda.cpp": "the HIP-ABI test library's single C++ file",
 }
 
-PENDING = {
-    "src/arena/book.rs": "916 lines since 06f1847 (the arena's growth by moving free chunks)",
-}
+PENDING = {}
 
 
 def sources():

@@ -113,21 +113,21 @@ pub(crate) struct Chunk {
 
 /// A block handed out: live, or parked by a slot (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Block {
-    len: usize,
-    kind: Kind,
-    parked: bool,
+pub(super) struct Block {
+    pub(super) len: usize,
+    pub(super) kind: Kind,
+    pub(super) parked: bool,
 }
 
 /// What the book knows of a stream slot's frees.
 #[derive(Clone, Copy, Debug, Default)]
-struct Slot {
+pub(super) struct Slot {
     /// Frees so far (the last free's `seq`).
-    next: u64,
+    pub(super) next: u64,
     /// Frees a completed fence covers: ranges with `seq <= done` are `Any`.
-    done: u64,
+    pub(super) done: u64,
     /// Free ranges owned by the slot.
-    ranges: usize,
+    pub(super) ranges: usize,
 }
 
 /// Where the arena maps a new chunk: `[addr, addr + len)` is unmapped and
@@ -141,23 +141,23 @@ pub(crate) struct Grow {
 /// The books of one arena (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Book {
-    granule: usize,
+    pub(super) granule: usize,
     /// The reserved address ranges: base → length.
-    reserved: BTreeMap<Addr, usize>,
-    chunks: BTreeMap<Addr, Chunk>,
-    free: BTreeMap<Addr, Free>,
+    pub(super) reserved: BTreeMap<Addr, usize>,
+    pub(super) chunks: BTreeMap<Addr, Chunk>,
+    pub(super) free: BTreeMap<Addr, Free>,
     /// The free ranges by (kind, owner, length, address), for best fit.
-    index: BTreeSet<(Kind, Owner, usize, Addr)>,
-    live: Map<Block>,
-    slots: Vec<Slot>,
+    pub(super) index: BTreeSet<(Kind, Owner, usize, Addr)>,
+    pub(super) live: Map<Block>,
+    pub(super) slots: Vec<Slot>,
     /// Parked blocks per slot: length → addresses (last parked last).
-    parked: Vec<Map<Vec<Addr>>>,
+    pub(super) parked: Vec<Map<Vec<Addr>>>,
     pub(crate) live_bytes: usize,
     /// Bytes of parked blocks, in all and per slot.
     pub(crate) parked_bytes: usize,
-    parked_of: Vec<usize>,
+    pub(super) parked_of: Vec<usize>,
     /// Handles mapped at a ghost's address: how many such ghosts.
-    ghost_handles: Map<u32>,
+    pub(super) ghost_handles: Map<u32>,
     pub(crate) mapped_bytes: usize,
     pub(crate) free_bytes: usize,
 }
@@ -251,7 +251,7 @@ impl Book {
 
     /// Whether `[addr, addr + len)` lies in one reservation and overlaps no
     /// chunk.
-    fn unmapped(&self, addr: Addr, len: usize) -> bool {
+    pub(super) fn unmapped(&self, addr: Addr, len: usize) -> bool {
         let Some((&b, &l)) = self.reserved.range(..=addr).next_back() else {
             return false;
         };
@@ -281,7 +281,7 @@ impl Book {
             .collect()
     }
 
-    fn idle(&self, addr: Addr, len: usize) -> bool {
+    pub(super) fn idle(&self, addr: Addr, len: usize) -> bool {
         match self.free.range(..=addr).next_back() {
             Some((&s, f)) => f.owner == Owner::Any && s + f.len >= addr + len,
             None => false,
@@ -328,144 +328,9 @@ impl Book {
         chunk
     }
 
-    // ---- moving chunks ----
-
-    /// Chunks wholly free for `slot` (their bytes `Any` or the slot's own
-    /// frees), which growth may map at another address instead of making
-    /// new memory; not those in the free range that ends at `keep_end` (the
-    /// range growth extends).
-    pub(crate) fn movable(&self, slot: u32, keep_end: Addr) -> Vec<(Addr, Chunk)> {
-        let g = self.granule;
-        let mut out = Vec::new();
-        for kind in [Kind::Small, Kind::Large] {
-            for owner in [Owner::Any, Owner::Stream(slot)] {
-                for &(_, _, l, a) in self
-                    .index
-                    .range((kind, owner, g, 0)..=(kind, owner, usize::MAX, usize::MAX))
-                {
-                    if a + l == keep_end {
-                        continue;
-                    }
-                    for (&ca, c) in self.chunks.range(a..a + l) {
-                        if c.ghost.is_none() && ca + c.len <= a + l {
-                            out.push((ca, *c));
-                        }
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    /// Books the wholly free chunk at `from` (from [`movable`](Book::movable))
-    /// as mapped at `to` too (by the arena, just now) and as `kind` there:
-    /// its bytes are free at `to`, for `slot`, and the chunk at
-    /// `from` becomes a ghost. Returns whether the ghost may be unmapped at
-    /// once (its frees were complete).
-    pub(crate) fn move_chunk(&mut self, from: Addr, to: Addr, kind: Kind, slot: u32) -> bool {
-        let c = self.chunks[&from];
-        debug_assert!(c.ghost.is_none() && self.unmapped(to, c.len));
-        let (start, f) = self
-            .free
-            .range(..=from)
-            .next_back()
-            .map(|(&s, &f)| (s, f))
-            .expect("a movable chunk is covered by a free range");
-        debug_assert!(start + f.len >= from + c.len);
-        self.take_free(start);
-        if start < from {
-            self.insert_free(
-                start,
-                Free {
-                    len: from - start,
-                    ..f
-                },
-            );
-        }
-        if start + f.len > from + c.len {
-            self.insert_free(
-                from + c.len,
-                Free {
-                    len: start + f.len - from - c.len,
-                    ..f
-                },
-            );
-        }
-        if let Owner::Stream(s) = f.owner {
-            // The ghost is the slot's until its fence completes.
-            self.slots[s as usize].ranges += 1;
-        }
-        self.chunks.get_mut(&from).expect("checked").ghost = Some((f.owner, f.seq));
-        *self.ghost_handles.entry(c.handle as usize).or_insert(0) += 1;
-        self.chunks.insert(
-            to,
-            Chunk {
-                len: c.len,
-                kind,
-                handle: c.handle,
-                ghost: None,
-            },
-        );
-        // Booked as the slot's at `to` (as fresh memory is, so that it
-        // never joins another stream's neighbouring range): with the slot's
-        // own last free in it, or as freed there just now if it was `Any`.
-        let seq = match f.owner {
-            Owner::Stream(_) => f.seq,
-            Owner::Any => {
-                let s = &mut self.slots[slot as usize];
-                s.next += 1;
-                s.next
-            }
-        };
-        self.put_free(
-            to,
-            Free {
-                len: c.len,
-                kind,
-                owner: Owner::Stream(slot),
-                seq,
-            },
-        );
-        f.owner == Owner::Any
-    }
-
-    /// Bytes mapped at ghosts' addresses.
-    #[cfg(test)]
-    pub(crate) fn ghost_bytes(&self) -> usize {
-        self.chunks
-            .values()
-            .filter(|c| c.ghost.is_some())
-            .map(|c| c.len)
-            .sum()
-    }
-
-    /// Ghosts whose frees are complete: (address, length), for the arena to
-    /// unmap.
-    pub(crate) fn ghosts_done(&self) -> Vec<(Addr, usize)> {
-        self.chunks
-            .iter()
-            .filter(|(_, c)| matches!(c.ghost, Some((Owner::Any, _))))
-            .map(|(&a, c)| (a, c.len))
-            .collect()
-    }
-
-    /// Forgets the ghost at `addr` (the arena unmapped it).
-    pub(crate) fn remove_ghost(&mut self, addr: Addr) {
-        let c = self.chunks.remove(&addr).expect("a ghost");
-        assert!(
-            matches!(c.ghost, Some((Owner::Any, _))),
-            "only a finished ghost goes"
-        );
-        let n = self.ghost_handles.get_mut(&(c.handle as usize)).expect("counted");
-        *n -= 1;
-        if *n == 0 {
-            self.ghost_handles.remove(&(c.handle as usize));
-        }
-    }
-
     // ---- free ranges ----
 
-    fn insert_free(&mut self, addr: Addr, f: Free) {
+    pub(super) fn insert_free(&mut self, addr: Addr, f: Free) {
         debug_assert!(f.len > 0);
         self.index.insert((f.kind, f.owner, f.len, addr));
         if let Owner::Stream(s) = f.owner {
@@ -476,7 +341,7 @@ impl Book {
         debug_assert!(old.is_none());
     }
 
-    fn take_free(&mut self, addr: Addr) -> Free {
+    pub(super) fn take_free(&mut self, addr: Addr) -> Free {
         let f = self.free.remove(&addr).expect("a free range starts here");
         self.index.remove(&(f.kind, f.owner, f.len, addr));
         if let Owner::Stream(s) = f.owner {
@@ -487,13 +352,13 @@ impl Book {
     }
 
     /// Whether two adjacent free ranges merge.
-    fn merges(a: &Free, b: &Free) -> bool {
+    pub(super) fn merges(a: &Free, b: &Free) -> bool {
         a.kind == b.kind && (a.owner == b.owner || a.owner == Owner::Any || b.owner == Owner::Any)
     }
 
     /// `a` and `b` merged (see [`merges`](Book::merges)): the owner that is a
     /// stream, the later free.
-    fn merged(a: Free, b: Free) -> Free {
+    pub(super) fn merged(a: Free, b: Free) -> Free {
         let owner = if a.owner == Owner::Any { b.owner } else { a.owner };
         Free {
             len: a.len + b.len,
@@ -504,7 +369,7 @@ impl Book {
     }
 
     /// Books `[addr, addr + f.len)` as free, merged with its neighbours.
-    fn put_free(&mut self, mut addr: Addr, mut f: Free) {
+    pub(super) fn put_free(&mut self, mut addr: Addr, mut f: Free) {
         if let Some((&p, pf)) = self.free.range(..addr).next_back() {
             if p + pf.len == addr && Self::merges(pf, &f) {
                 let pf = self.take_free(p);
@@ -588,7 +453,7 @@ impl Book {
         self.give_range(addr, b.len, b.kind, slot);
     }
 
-    fn give_range(&mut self, addr: Addr, len: usize, kind: Kind, slot: u32) {
+    pub(super) fn give_range(&mut self, addr: Addr, len: usize, kind: Kind, slot: u32) {
         let s = &mut self.slots[slot as usize];
         s.next += 1;
         let seq = s.next;
@@ -792,7 +657,7 @@ impl Book {
     /// lowest hole that holds them (so that they can later grow upwards),
     /// for small chunks the end of the highest hole (so that the two kinds
     /// stay apart).
-    fn place(&self, len: usize, kind: Kind) -> Option<Addr> {
+    pub(super) fn place(&self, len: usize, kind: Kind) -> Option<Addr> {
         let mut holes = Vec::new();
         for (&base, &rlen) in &self.reserved {
             let mut at = base;
@@ -817,100 +682,5 @@ impl Book {
     /// The longest free range (any owner, any kind).
     pub(crate) fn largest_free(&self) -> usize {
         self.free.values().map(|f| f.len).max().unwrap_or(0)
-    }
-
-    /// Free ranges and live blocks, for checks: every mapped byte is in
-    /// exactly one of them, and the indexes agree.
-    #[cfg(test)]
-    pub(crate) fn check(&self) {
-        let mut covered: Vec<(Addr, usize, bool)> = self
-            .free
-            .iter()
-            .map(|(&a, f)| (a, f.len, true))
-            .chain(self.live.iter().map(|(&a, b)| (a, b.len, false)))
-            .collect();
-        covered.sort();
-        let mut mapped: Vec<(Addr, usize)> = self.chunks().map(|(a, c)| (a, c.len)).collect();
-        mapped.sort();
-        // Merge adjacent chunks into runs and compare the coverage.
-        let runs = |v: Vec<(Addr, usize)>| {
-            let mut out: Vec<(Addr, usize)> = Vec::new();
-            for (a, l) in v {
-                match out.last_mut() {
-                    Some(last) if last.0 + last.1 == a => last.1 += l,
-                    Some(last) => {
-                        assert!(last.0 + last.1 < a, "overlap at {a:#x}");
-                        out.push((a, l));
-                    }
-                    None => out.push((a, l)),
-                }
-            }
-            out
-        };
-        assert_eq!(
-            runs(covered.iter().map(|&(a, l, _)| (a, l)).collect()),
-            runs(mapped),
-            "free and live ranges cover exactly the mapped chunks"
-        );
-        assert_eq!(self.index.len(), self.free.len());
-        let mut ranges = vec![0; self.slots.len()];
-        for (&a, f) in &self.free {
-            assert!(self.index.contains(&(f.kind, f.owner, f.len, a)));
-            assert!(a % ALIGN == 0 && f.len % ALIGN == 0);
-            if let Owner::Stream(s) = f.owner {
-                ranges[s as usize] += 1;
-                assert!(
-                    f.seq > self.slots[s as usize].done,
-                    "a covered range is still owned"
-                );
-            }
-            // Every byte of a free range lies in chunks of its kind.
-            for (_, c) in self.chunks.range(..a + f.len).filter(|(&ca, c)| ca + c.len > a) {
-                assert_eq!(c.kind, f.kind);
-            }
-            // No two neighbours that should have merged.
-            if let Some(n) = self.free.get(&(a + f.len)) {
-                assert!(!Self::merges(f, n), "unmerged neighbours at {:#x}", a + f.len);
-            }
-        }
-        for c in self.chunks.values() {
-            if let Some((Owner::Stream(s), seq)) = c.ghost {
-                ranges[s as usize] += 1;
-                assert!(
-                    seq > self.slots[s as usize].done,
-                    "a covered ghost is still owned"
-                );
-            }
-        }
-        for (i, s) in self.slots.iter().enumerate() {
-            assert_eq!(s.ranges, ranges[i]);
-        }
-        assert_eq!(self.free_bytes, self.free.values().map(|f| f.len).sum::<usize>());
-        let parked: usize = self.live.values().filter(|b| b.parked).map(|b| b.len).sum();
-        assert_eq!(self.parked_bytes, parked);
-        assert_eq!(self.parked_bytes, self.parked_of.iter().sum::<usize>());
-        for (s, p) in self.parked.iter().enumerate() {
-            let mut n = 0;
-            for (&len, addrs) in p {
-                for a in addrs {
-                    let b = self.live[a];
-                    assert!(b.parked && b.len == len, "parked list and block agree");
-                    n += len;
-                }
-            }
-            assert_eq!(n, self.parked_of[s]);
-        }
-        assert_eq!(
-            self.live_bytes + parked,
-            self.live.values().map(|b| b.len).sum::<usize>()
-        );
-        assert_eq!(
-            self.mapped_bytes,
-            self.chunks().map(|(_, c)| c.len).sum::<usize>()
-        );
-        assert_eq!(
-            self.mapped_bytes,
-            self.free_bytes + self.live_bytes + self.parked_bytes
-        );
     }
 }

@@ -86,8 +86,11 @@ mod book;
 mod core;
 mod device;
 mod front;
+mod moves;
 mod phys;
 
+#[cfg(test)]
+mod book_check_tests;
 #[cfg(test)]
 mod fake;
 #[cfg(test)]

@@ -1,0 +1,141 @@
+//! Moving wholly free chunks: growth maps a free chunk's memory where it
+//! grows instead of making memory, and the old addresses (ghosts) are
+//! unmapped once the frees they had are complete (see
+//! [`Chunk::ghost`](super::book::Chunk::ghost)).
+
+use super::book::{Addr, Book, Chunk, Free, Kind, Owner};
+
+impl Book {
+    /// Chunks wholly free for `slot` (their bytes `Any` or the slot's own
+    /// frees), which growth may map at another address instead of making
+    /// new memory; not those in the free range that ends at `keep_end` (the
+    /// range growth extends).
+    pub(crate) fn movable(&self, slot: u32, keep_end: Addr) -> Vec<(Addr, Chunk)> {
+        let g = self.granule;
+        let mut out = Vec::new();
+        for kind in [Kind::Small, Kind::Large] {
+            for owner in [Owner::Any, Owner::Stream(slot)] {
+                for &(_, _, l, a) in self
+                    .index
+                    .range((kind, owner, g, 0)..=(kind, owner, usize::MAX, usize::MAX))
+                {
+                    if a + l == keep_end {
+                        continue;
+                    }
+                    for (&ca, c) in self.chunks.range(a..a + l) {
+                        if c.ghost.is_none() && ca + c.len <= a + l {
+                            out.push((ca, *c));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Books the wholly free chunk at `from` (from [`movable`](Book::movable))
+    /// as mapped at `to` too (by the arena, just now) and as `kind` there:
+    /// its bytes are free at `to`, for `slot`, and the chunk at
+    /// `from` becomes a ghost. Returns whether the ghost may be unmapped at
+    /// once (its frees were complete).
+    pub(crate) fn move_chunk(&mut self, from: Addr, to: Addr, kind: Kind, slot: u32) -> bool {
+        let c = self.chunks[&from];
+        debug_assert!(c.ghost.is_none() && self.unmapped(to, c.len));
+        let (start, f) = self
+            .free
+            .range(..=from)
+            .next_back()
+            .map(|(&s, &f)| (s, f))
+            .expect("a movable chunk is covered by a free range");
+        debug_assert!(start + f.len >= from + c.len);
+        self.take_free(start);
+        if start < from {
+            self.insert_free(
+                start,
+                Free {
+                    len: from - start,
+                    ..f
+                },
+            );
+        }
+        if start + f.len > from + c.len {
+            self.insert_free(
+                from + c.len,
+                Free {
+                    len: start + f.len - from - c.len,
+                    ..f
+                },
+            );
+        }
+        if let Owner::Stream(s) = f.owner {
+            // The ghost is the slot's until its fence completes.
+            self.slots[s as usize].ranges += 1;
+        }
+        self.chunks.get_mut(&from).expect("checked").ghost = Some((f.owner, f.seq));
+        *self.ghost_handles.entry(c.handle as usize).or_insert(0) += 1;
+        self.chunks.insert(
+            to,
+            Chunk {
+                len: c.len,
+                kind,
+                handle: c.handle,
+                ghost: None,
+            },
+        );
+        // Booked as the slot's at `to` (as fresh memory is, so that it
+        // never joins another stream's neighbouring range): with the slot's
+        // own last free in it, or as freed there just now if it was `Any`.
+        let seq = match f.owner {
+            Owner::Stream(_) => f.seq,
+            Owner::Any => {
+                let s = &mut self.slots[slot as usize];
+                s.next += 1;
+                s.next
+            }
+        };
+        self.put_free(
+            to,
+            Free {
+                len: c.len,
+                kind,
+                owner: Owner::Stream(slot),
+                seq,
+            },
+        );
+        f.owner == Owner::Any
+    }
+
+    /// Bytes mapped at ghosts' addresses.
+    #[cfg(test)]
+    pub(crate) fn ghost_bytes(&self) -> usize {
+        self.chunks
+            .values()
+            .filter(|c| c.ghost.is_some())
+            .map(|c| c.len)
+            .sum()
+    }
+
+    /// Ghosts whose frees are complete: (address, length), for the arena to
+    /// unmap.
+    pub(crate) fn ghosts_done(&self) -> Vec<(Addr, usize)> {
+        self.chunks
+            .iter()
+            .filter(|(_, c)| matches!(c.ghost, Some((Owner::Any, _))))
+            .map(|(&a, c)| (a, c.len))
+            .collect()
+    }
+
+    /// Forgets the ghost at `addr` (the arena unmapped it).
+    pub(crate) fn remove_ghost(&mut self, addr: Addr) {
+        let c = self.chunks.remove(&addr).expect("a ghost");
+        assert!(
+            matches!(c.ghost, Some((Owner::Any, _))),
+            "only a finished ghost goes"
+        );
+        let n = self.ghost_handles.get_mut(&(c.handle as usize)).expect("counted");
+        *n -= 1;
+        if *n == 0 {
+            self.ghost_handles.remove(&(c.handle as usize));
+        }
+    }
+}
