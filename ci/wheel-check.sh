@@ -63,3 +63,8 @@ PY
 # How the package builds its raising entry points for PyTorch (no PyTorch
 # needed: a stand-in with the two headers' worth it uses).
 "$work/venv/bin/python" "$repo/python/tests/oom_shim_check.py" "$work"
+# The PyTorch-shaped API without PyTorch or a GPU (statistics' names, the
+# shared allocator object, the up-front refusal), and traces converted to
+# PyTorch's memory snapshot.
+"$work/venv/bin/python" "$repo/python/tests/torch_api_check.py"
+"$work/venv/bin/python" "$repo/python/tests/snapshot_check.py" "$repo/benches/data"
