@@ -340,7 +340,9 @@
 //!
 //! The crate's modules form layers that only point down (a module uses
 //! only modules below it; `python3 ci/layers.py` checks this and prints the
-//! layers). From the bottom: `error` (the error type, the vendor names);
+//! layers). From the bottom: `format` (the trace file's types, reader and
+//! writer: `std` only) and [`plan`] (the placement planner, which reads
+//! traces: no device, no runtime); `error` (the error type, the vendor names);
 //! `backend`, the contract a vendor backend fulfils, with the vendor-blind
 //! values it speaks in (pointers, memory types, capture states); `common`
 //! and the one vendor backend built (`cuda` or `rocm`), which load the
@@ -368,9 +370,11 @@ mod capture;
 mod current;
 mod device;
 mod error;
+mod format;
 mod graph;
 pub mod guide;
 mod host;
+pub mod plan;
 mod pool;
 mod pool_stats;
 mod resource;

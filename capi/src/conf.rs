@@ -3,7 +3,7 @@
 //! when that was never called, from the environment variable
 //! `SOMALLOC_CONF` at the first use.
 
-use somalloc_rs::trace::plan::Sharing;
+use somalloc_rs::plan::Sharing;
 use somalloc_rs::{CacheConfig, Headroom, ReusePolicy};
 
 /// The variable read when no configuration was given.

@@ -47,7 +47,7 @@
 //! `somalloc_plan_status` tell it too.
 
 use somalloc_rs::adaptors::StreamPlans;
-use somalloc_rs::trace::plan::Sharing;
+use somalloc_rs::plan::Sharing;
 use somalloc_rs::trace::Trace;
 
 use crate::conf::Conf;

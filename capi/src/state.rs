@@ -387,7 +387,7 @@ impl DeviceState {
             return None;
         }
         let (ptr, slot) = plan.arena.allocate_ready(plan.lane, size, &entry.stream)?;
-        // Slots number fewer than `trace::plan::MAX_BLOCKS`.
+        // Slots number fewer than `plan::MAX_BLOCKS`.
         Some((ptr, Path::Plan(slot as u32)))
     }
 
@@ -398,7 +398,7 @@ impl DeviceState {
             // business (the cache tier's rules or the pool's).
             if !entry.is_capturing()? {
                 if let Some((ptr, slot)) = plan.arena.allocate(plan.lane, size, &entry.stream, pool) {
-                    // Slots number fewer than `trace::plan::MAX_BLOCKS`.
+                    // Slots number fewer than `plan::MAX_BLOCKS`.
                     return Ok((ptr, Path::Plan(slot as u32)));
                 }
             }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::plan::{PlanShare, PlannedArena};
-use crate::trace::plan::{find_step, Op, Plan, Sharing, StreamOp, MAX_SEARCHED, MAX_STREAMS};
+use crate::plan::{find_step, Op, Plan, Sharing, StreamOp, MAX_SEARCHED, MAX_STREAMS};
 
 /// What [`AutoPlanner`] records and plans with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,7 +129,7 @@ struct Recording {
 /// that keeps leaving the step it was planned for (three times), and a fork
 /// (the child records nothing). A step is planned once the recording
 /// repeats it three times in its last
-/// [`MAX_SEARCHED`](crate::trace::plan::MAX_SEARCHED) allocations.
+/// [`MAX_SEARCHED`](crate::plan::MAX_SEARCHED) allocations.
 /// Allocations made while their stream captures a graph are not recorded
 /// (the caller says so): a graph's memory is the capture's business.
 ///

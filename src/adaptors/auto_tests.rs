@@ -7,10 +7,10 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use super::*;
+use crate::plan::{find_step, Op, StreamOp};
 use crate::resource::MemoryResource;
 use crate::stream::Stream;
 use crate::testing::{FakeResource, Rng};
-use crate::trace::plan::{find_step, Op, StreamOp};
 
 /// A program of `streams` streams: a prologue of weights never freed,
 /// then steps of allocations, each freed some allocations later (some in

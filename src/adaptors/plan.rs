@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::error::{Error, InvalidReason, Result};
+use crate::plan::{round, DeviceProgram, Plan, Server, Sharing, Wait};
 use crate::resource::MemoryResource;
 use crate::stream::{Event, Stream};
 use crate::trace::device_time::is_not_ready;
-use crate::trace::plan::{round, DeviceProgram, Plan, Server, Sharing, Wait};
 use crate::trace::Trace;
 
 /// How many slots ahead an allocation looks for a slot of its size.
@@ -597,7 +597,7 @@ impl PlannedArena {
     /// `grant` could not be carried out: its slot is free again and the
     /// request refused (served elsewhere); `before`, a timing event not
     /// used, is kept for later.
-    fn cancel(&self, st: &mut ArenaState, grant: &crate::trace::plan::Grant, before: Option<Event>) {
+    fn cancel(&self, st: &mut ArenaState, grant: &crate::plan::Grant, before: Option<Event>) {
         st.server.cancel(grant);
         st.stalls.spare.extend(before);
         st.stalls.counts.failed += 1;

@@ -9,8 +9,8 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::capture::CaptureStatus;
+use crate::plan::{Op, Slot, StreamOp};
 use crate::testing::{self, FakeResource, Fault};
-use crate::trace::plan::{Op, Slot, StreamOp};
 
 const KIB: usize = 1024;
 

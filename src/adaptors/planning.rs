@@ -10,9 +10,9 @@ use std::time::Duration;
 use super::plan::{PlanShare, PlanWaits, PlannedArena, StreamPlans, LEGACY_HANDLES, PER_THREAD_HANDLE};
 use crate::device::Device;
 use crate::error::{InvalidReason, Result};
+use crate::plan::Sharing;
 use crate::resource::MemoryResource;
 use crate::stream::Stream;
-use crate::trace::plan::Sharing;
 use crate::trace::Trace;
 
 /// Serves allocations from a placement planned from a trace of an earlier
@@ -20,7 +20,7 @@ use crate::trace::Trace;
 ///
 /// Record a run with a [`RecordingAdaptor`](crate::adaptors::RecordingAdaptor),
 /// then wrap the next run's resource in a `PlanningAdaptor` made from that
-/// trace: each stream of the trace becomes a plan ([`Plan::for_program`](crate::trace::plan::Plan::for_program):
+/// trace: each stream of the trace becomes a plan ([`Plan::for_program`](crate::plan::Plan::for_program):
 /// every recorded allocation placed in one arena, the repeated step going
 /// on for every step after the recording), taken by the streams of the new
 /// run in the order they first allocate. An allocation gets its planned
@@ -79,7 +79,7 @@ impl PlanningAdaptor {
     /// As [`new`](PlanningAdaptor::new), the streams sharing one arena
     /// where `lag` is `Some`: bytes pass from a stream to another where the
     /// recorded run freed them at least `lag` before the other allocated
-    /// them (see [`Plan::for_streams`](crate::trace::plan::Plan::for_streams)); the taking stream waits for the
+    /// them (see [`Plan::for_streams`](crate::plan::Plan::for_streams)); the taking stream waits for the
     /// free with an event.
     pub fn with_lag(
         inner: Arc<dyn MemoryResource>,
@@ -162,7 +162,7 @@ impl PlanningAdaptor {
     /// ```no_run
     /// use std::sync::Arc;
     /// use somalloc::adaptors::PlanningAdaptor;
-    /// use somalloc::trace::plan::{Sharing, DEVICE_MARGIN_NS};
+    /// use somalloc::plan::{Sharing, DEVICE_MARGIN_NS};
     /// use somalloc::trace::Trace;
     /// use somalloc::{Device, MemPool};
     ///

@@ -144,8 +144,20 @@
 
 mod clock;
 pub(crate) mod device_time;
-mod format;
-pub mod plan;
+/// Moved to [`somalloc::plan`](crate::plan): the planner reads traces but is
+/// no part of recording them. This path names the same items, and is kept,
+/// deprecated, for one release.
+///
+/// ```
+/// #[allow(deprecated)]
+/// fn same(plan: somalloc::trace::plan::Plan) -> somalloc::plan::Plan {
+///     plan
+/// }
+/// ```
+#[deprecated(note = "moved to somalloc::plan")]
+pub mod plan {
+    pub use crate::plan::*;
+}
 pub(crate) mod recorder;
 mod ring;
 
@@ -154,7 +166,7 @@ mod tests;
 
 use std::path::Path;
 
-pub use format::{
+pub use crate::format::{
     Action, Event, FormatError, Source, StreamInfo, ThreadInfo, Trace, MAGIC, RMM_HEADER, VERSION,
 };
 pub(crate) use recorder::note;
@@ -188,6 +200,6 @@ impl Trace {
             message: e.to_string(),
         };
         let file = std::fs::File::create(path).map_err(io)?;
-        format::write_trace(self, file).map(drop).map_err(io)
+        crate::format::write_trace(self, file).map(drop).map_err(io)
     }
 }

@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::format::{write_trace, TraceWriter};
 use super::ring::ring;
 use super::*;
 use crate::adaptors::RecordingAdaptor;
 use crate::cache::{pause, CacheConfig, CacheTier};
 use crate::error::Error;
+use crate::format::{write_trace, TraceWriter};
 use crate::resource::MemoryResource;
 use crate::stream::Stream;
 use crate::testing::FakeResource;

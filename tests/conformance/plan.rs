@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use somalloc::adaptors::{PlanningAdaptor, RecordingAdaptor};
-use somalloc::trace::plan::{DeviceProgram, Plan, Sharing};
+use somalloc::plan::{DeviceProgram, Plan, Sharing};
 use somalloc::trace::{Action, RecordOptions, Trace};
 use somalloc::{DeviceBuffer, MemoryResource};
 

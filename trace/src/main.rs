@@ -10,22 +10,22 @@
 //! somalloc-trace steps run.trace              # the repeated step, planned and served again
 //! ```
 //!
-//! The trace format is read with the library's own code
-//! (`src/trace/format.rs`, compiled in here), so the tool builds without a
-//! GPU backend and runs anywhere.
+//! The trace format is read, and the repeated step planned, with the
+//! library's own code (`src/format.rs` and `src/plan/`, compiled in here),
+//! so the tool builds without a GPU backend and runs anywhere.
 //!
-//! Depends on that one file of the library and on clap (proptest for its
+//! Depends on those files of the library and on clap (proptest for its
 //! tests); `analysis` reads a
 //! trace into peaks and live sets, `html` draws the page, `simulate` replays
 //! a trace through models of other allocators.
 
-#[path = "../../src/trace/format.rs"]
+#[path = "../../src/format.rs"]
 #[allow(dead_code)]
 mod format;
 
 mod analysis;
 mod html;
-#[path = "../../src/trace/plan/mod.rs"]
+#[path = "../../src/plan/mod.rs"]
 #[allow(dead_code, unused_imports)]
 mod plan;
 mod simulate;

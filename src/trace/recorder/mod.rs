@@ -20,9 +20,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::clock::Clock;
 use super::device_time::DeviceClock;
-use super::format::Action;
 use super::ring::Consumer;
 use crate::error::{record_drop_error, Error, Result};
+use crate::format::Action;
 use crate::stream::Stream;
 use crate::sync;
 
@@ -66,7 +66,7 @@ pub struct RecordOptions {
     /// writer thread reads once the device has passed it. Events of a
     /// capturing stream get none. A placement planned from the trace uses
     /// them to share bytes between streams only where the device had
-    /// released them ([`Sharing::Device`](crate::trace::plan::Sharing::Device));
+    /// released them ([`Sharing::Device`](crate::plan::Sharing::Device));
     /// the events between two timed ones of their stream are bounded by
     /// them (a free by the next, an allocation by the one before).
     pub device_times: bool,

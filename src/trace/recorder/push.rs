@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use super::{lock, NewRing, RawEvent, Shared, Window, LIVE, REGISTRY};
+use crate::format::Action;
 use crate::stream::Stream;
 use crate::sync;
-use crate::trace::format::Action;
 use crate::trace::ring::{ring, Producer};
 
 /// The thread's side of one recorder.

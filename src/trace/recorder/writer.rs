@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{lock, NewRing, RawEvent, Shared, Window};
+use crate::format::{Event, TraceWriter};
 use crate::sync;
 use crate::trace::device_time::Reached;
-use crate::trace::format::{Event, TraceWriter};
 use crate::trace::ring::Consumer;
 
 /// A ring the writer drains.

@@ -38,7 +38,7 @@
 //! programs against it.
 //!
 //! ```
-//! use somalloc::trace::plan::{Op, Plan, Server};
+//! use somalloc::plan::{Op, Plan, Server};
 //! # fn main() -> Result<(), String> {
 //! // A step of four allocations (1 to 4 MiB), each freed at once; recorded
 //! // twice.
@@ -321,7 +321,7 @@ impl Plan {
     /// long: the step, or what comes before it.
     ///
     /// ```
-    /// use somalloc::trace::plan::{Op, Plan, MAX_SEARCHED};
+    /// use somalloc::plan::{Op, Plan, MAX_SEARCHED};
     /// # fn main() -> Result<(), String> {
     /// // A 64 MiB weight, then steps of four blocks (1 to 4 MiB), each
     /// // freed at once: far more of them than are searched.
@@ -356,7 +356,7 @@ impl Plan {
     /// apart for ever.
     ///
     /// ```
-    /// use somalloc::trace::plan::{Op, Plan, StreamOp};
+    /// use somalloc::plan::{Op, Plan, StreamOp};
     /// # fn main() -> Result<(), String> {
     /// // Stream 0 allocates and frees 4 MiB at 0 ms, stream 1 the same at
     /// // 10 ms.
@@ -383,7 +383,7 @@ impl Plan {
     /// another.
     ///
     /// ```
-    /// use somalloc::trace::plan::{Op, Plan, Sharing, StreamOp};
+    /// use somalloc::plan::{Op, Plan, Sharing, StreamOp};
     /// # fn main() -> Result<(), String> {
     /// // Stream 0 frees 4 MiB at 1 ms on the host, stream 1 allocates 4 MiB
     /// // at 10 ms; the device reached stream 0's free at 30 ms, stream

@@ -3,7 +3,7 @@ use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::super::format::{Action, Trace};
+use crate::format::{Action, Trace};
 
 fn rec(size: u64, at: u32, end: End) -> Rec {
     Rec { size, at, end }
@@ -427,7 +427,7 @@ fn a_repeated_steps_slot_passes_bytes_only_where_both_recorded_steps_allowed() {
 
 #[test]
 fn untimed_events_take_the_bounds_of_their_streams_timed_ones() {
-    use super::super::format::{Event, Source, StreamInfo, ThreadInfo};
+    use crate::format::{Event, Source, StreamInfo, ThreadInfo};
     let ev = |t: u64, action, stream: u32, addr: u64| Event::new(t, action, 0, 0).on(stream).at(64, addr);
     let trace = Trace {
         source: Source::Somalloc,

@@ -50,7 +50,7 @@ impl Sharing {
     /// to 10000, fractions allowed.
     ///
     /// ```
-    /// use somalloc::trace::plan::Sharing;
+    /// use somalloc::plan::Sharing;
     /// assert_eq!(Sharing::parse("10"), Ok(Sharing::HostLag(10_000_000)));
     /// assert_eq!(Sharing::parse("device+0.5"), Ok(Sharing::Device { margin_ns: 500_000 }));
     /// assert!(Sharing::parse("device+soon").is_err());

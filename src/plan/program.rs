@@ -4,9 +4,9 @@
 
 use std::collections::HashMap;
 
-use super::super::format::{Action, Trace};
 use super::server::Pieces;
 use super::{Op, Plan, StreamOp};
+use crate::format::{Action, Trace};
 
 /// A device's allocations and frees in a trace, ready to plan: its streams
 /// (the trace's stream indices) in the order they first allocated, and the
@@ -206,7 +206,7 @@ impl Plan {
     /// waits where these margins are small.
     ///
     /// ```
-    /// use somalloc::trace::plan::{Op, Plan, Sharing, StreamOp};
+    /// use somalloc::plan::{Op, Plan, Sharing, StreamOp};
     /// # fn main() -> Result<(), String> {
     /// // Stream 0 frees 1 MiB at 1 ms (the device gets there at 1.5 ms);
     /// // stream 1 allocates 1 MiB at 3 ms (the device at 9 ms).

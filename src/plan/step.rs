@@ -42,7 +42,7 @@ impl Step {
 /// sequence is longer than [`MAX_SEARCHED`].
 ///
 /// ```
-/// use somalloc::trace::plan::{find_step, Step};
+/// use somalloc::plan::{find_step, Step};
 /// let mut sizes = vec![1, 2, 3]; // a prologue
 /// for _ in 0..3 {
 ///     sizes.extend([7, 8, 9, 4, 4]); // three steps of five
@@ -128,7 +128,7 @@ fn window_keys(ops: &[StreamOp], window: usize) -> (Vec<u64>, bool) {
 /// or ending after the program's allocations.
 ///
 /// ```
-/// use somalloc::trace::plan::{cut, find_step, Op, Step, StreamOp};
+/// use somalloc::plan::{cut, find_step, Op, Step, StreamOp};
 /// # fn main() -> Result<(), String> {
 /// // A weight (never freed), then ten steps of 1, 2, 3 and 4 MiB: the
 /// // 2 MiB block lives into the next step, the others die in their own.
