@@ -46,6 +46,11 @@
 //! * Memory history ([`trace`]): record a program's allocations into a
 //!   file ([`adaptors::RecordingAdaptor`]), read it back ([`trace::Trace`]),
 //!   replay it in the benchmark and view it with the `somalloc-trace` tool.
+//! * Planned placement (experimental, feature `plan`): `somalloc::plan`
+//!   places a recorded program's allocations in one arena by their
+//!   lifetimes, and `adaptors::PlanningAdaptor` (from a trace of an earlier
+//!   run) or `adaptors::AutoPlanner` (from the first steps of the same run)
+//!   serves them from it.
 //! * Stream capture into graphs ([`Stream::begin_capture`], [`Graph`],
 //!   [`GraphExec`]): every allocation path is defined under capture (see
 //!   [Stream capture and graphs](#stream-capture-and-graphs)).
@@ -83,7 +88,8 @@
 //! | `rocm` | the AMD backend (HIP runtime, loaded at run time) |
 //! | `cudarc` | interop with the application's cudarc (implies `cuda`): `interop::cudarc`; buffers and views are cudarc's `DevicePtr`/`DevicePtrMut` (cuBLAS, cuDNN) |
 //! | `hip-sys` | typed handles of the `hip-sys` crate (implies `rocm`): `interop::hip_sys` |
-//! | `kernels` | **unstable, for this crate's own tests, examples and benchmarks only**: builds the test kernels with nvcc or hipcc; never enable it from another crate (Cargo would make every build of the dependency graph need the compiler) |
+//! | `plan` | **experimental, no semver promise yet**: the planned placement's Rust API, the planner `somalloc::plan` and the adaptors that serve a plan (`adaptors::PlanningAdaptor`, `PlannedArena`, `StreamPlans`, `AutoPlanner`, `AutoOptions`, `AutoStatus`, `PLAN_WINDOW`); pure Rust. The C ABI and the Python package turn it on |
+//! | `kernels` | **unstable, for this crate's own tests, examples and benchmarks only**: builds the test kernels with nvcc or hipcc, and turns on `plan`; never enable it from another crate (Cargo would make every build of the dependency graph need the compiler) |
 //!
 //! Exactly one of `cuda` and `rocm`; the build stops with a message otherwise.
 //!
@@ -341,8 +347,8 @@
 //! The crate's modules form layers that only point down (a module uses
 //! only modules below it; `python3 ci/layers.py` checks this and prints the
 //! layers). From the bottom: `format` (the trace file's types, reader and
-//! writer: `std` only) and [`plan`] (the placement planner, which reads
-//! traces: no device, no runtime); `error` (the error type, the vendor names);
+//! writer: `std` only) and `plan` (the placement planner, feature `plan`,
+//! which reads traces: no device, no runtime); `error` (the error type, the vendor names);
 //! `backend`, the contract a vendor backend fulfils, with the vendor-blind
 //! values it speaks in (pointers, memory types, capture states); `common`
 //! and the one vendor backend built (`cuda` or `rocm`), which load the
@@ -374,6 +380,7 @@ mod format;
 mod graph;
 pub mod guide;
 mod host;
+#[cfg(feature = "plan")]
 pub mod plan;
 mod pool;
 mod pool_stats;

@@ -154,6 +154,7 @@ static FAKE_EVENTS_DONE: Mutex<Option<HashMap<u64, bool>>> = Mutex::new(None);
 
 /// Makes the fake events of `domain` answer `done` when asked whether the
 /// device has passed them (`Event::is_complete`; `false` until set).
+#[cfg(feature = "plan")] // for the plan's tests
 pub(crate) fn set_fake_events_complete(domain: u64, done: bool) {
     FAKE_EVENTS_DONE
         .lock()
@@ -195,6 +196,7 @@ fn with_clocks<T>(f: impl FnOnce(&mut Clocks) -> T) -> T {
 /// A mark on fake stream `stream` (a point of its queue, such as a free):
 /// its number, from 1. Events recorded on the stream from now on, and the
 /// streams that wait for them, are ordered after it.
+#[cfg(feature = "plan")] // for the plan's tests
 pub(crate) fn fake_mark(stream: usize) -> u64 {
     with_clocks(|c| {
         let own = c.streams.entry(stream).or_default().entry(stream).or_insert(0);
@@ -204,6 +206,7 @@ pub(crate) fn fake_mark(stream: usize) -> u64 {
 }
 
 /// How many of `of`'s marks fake stream `stream` is ordered after.
+#[cfg(feature = "plan")] // for the plan's tests
 pub(crate) fn fake_ordered_after(stream: usize, of: usize) -> u64 {
     with_clocks(|c| {
         c.streams
@@ -216,6 +219,7 @@ pub(crate) fn fake_ordered_after(stream: usize, of: usize) -> u64 {
 /// The latest mark of fake stream `stream` that a fake event was recorded
 /// after (0: none): once the device is said to have passed the domain's
 /// events ([`set_fake_events_complete`]), the marks up to it are done.
+#[cfg(feature = "plan")] // for the plan's tests
 pub(crate) fn fake_recorded_mark(stream: usize) -> u64 {
     with_clocks(|c| {
         c.events

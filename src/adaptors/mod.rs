@@ -8,11 +8,15 @@
 //! | [`TrackingAdaptor`] | the outstanding allocations (optionally with backtraces), a leak report |
 //! | [`RetryAdaptor`] | on out of memory: recovery steps (flush a cache, trim a pool, a callback), then one retry |
 //! | [`RecordingAdaptor`] | every allocation and free into a trace file ([`trace`](crate::trace)), for replay and viewing |
-//! | [`PlanningAdaptor`] | allocations served from a placement planned from a trace of an earlier run |
+//! | `PlanningAdaptor` (feature `plan`) | allocations served from a placement planned from a trace of an earlier run |
 //!
-//! [`AutoPlanner`] plans in the same run instead (the C ABI's `plan:auto`):
-//! it records the first steps in memory, finds the repeated step, and hands
-//! the plan's arena to the caller's streams at the start of a later step.
+//! `AutoPlanner` (feature `plan`) plans in the same run instead (the C
+//! ABI's `plan:auto`): it records the first steps in memory, finds the
+//! repeated step, and hands the plan's arena to the caller's streams at the
+//! start of a later step. The planned placement is experimental, so its
+//! Rust API (`PlanningAdaptor`, `AutoPlanner`, `PlannedArena` and what goes
+//! with them, and the planner itself, `somalloc::plan`) is built only with
+//! the crate's `plan` feature; the C ABI and the Python package turn it on.
 //!
 //! Each holds its inner resource as an `Arc<dyn MemoryResource>` and is one
 //! itself, so a stack is built inside out and used through its outermost
@@ -59,18 +63,24 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "plan")]
 mod auto;
 mod limit;
+#[cfg(feature = "plan")]
 mod plan;
+#[cfg(feature = "plan")]
 mod planning;
 mod record;
 mod retry;
 mod stats;
 mod tracking;
 
+#[cfg(feature = "plan")]
 pub use auto::{AutoOptions, AutoPlanner, AutoStatus};
 pub use limit::LimitingAdaptor;
+#[cfg(feature = "plan")]
 pub use plan::{PlanShare, PlanWaits, PlannedArena, StreamPlans, PLAN_WINDOW, STALL_MS};
+#[cfg(feature = "plan")]
 pub use planning::PlanningAdaptor;
 pub use record::RecordingAdaptor;
 pub use retry::{RetryAdaptor, RetryStats};

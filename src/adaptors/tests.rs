@@ -339,6 +339,7 @@ fn adaptors_compose_over_the_cache_tier() {
 // ---------------------------------------------------------------------------
 // The planning adaptor.
 
+#[cfg(feature = "plan")]
 mod planning {
     use super::*;
     use crate::graph::CaptureStatus;

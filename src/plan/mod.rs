@@ -1,6 +1,14 @@
 //! Placement planned from a recorded program, and the server that hands it
 //! out again by order with every block checked.
 //!
+//! Experimental, built with the crate's `plan` feature only: no semver
+//! promise yet, any release may change it. The adaptors that serve a plan
+//! to a program are [`PlanningAdaptor`](crate::adaptors::PlanningAdaptor)
+//! (from a trace of an earlier run) and
+//! [`AutoPlanner`](crate::adaptors::AutoPlanner) (from the first steps of
+//! the same run). It was `somalloc::trace::plan`, which stays for
+//! one release as a deprecated alias.
+//!
 //! A training loop allocates the same sizes in the same order every step,
 //! and a program run twice allocates the same sequence twice. Once the
 //! sequence is recorded with its lifetimes (a [trace](crate::trace)), the

@@ -154,6 +154,7 @@ pub(crate) mod device_time;
 ///     plan
 /// }
 /// ```
+#[cfg(feature = "plan")]
 #[deprecated(note = "moved to somalloc::plan")]
 pub mod plan {
     pub use crate::plan::*;

@@ -66,7 +66,7 @@ pub struct RecordOptions {
     /// writer thread reads once the device has passed it. Events of a
     /// capturing stream get none. A placement planned from the trace uses
     /// them to share bytes between streams only where the device had
-    /// released them ([`Sharing::Device`](crate::plan::Sharing::Device));
+    /// released them (`somalloc::plan::Sharing::Device`, feature `plan`);
     /// the events between two timed ones of their stream are bounded by
     /// them (a free by the next, an allocation by the one before).
     pub device_times: bool,
