@@ -40,6 +40,8 @@ Modes, one process each (per workload), all in one run:
   somalloc-cache   somalloc with its cache tier (caps of 2 GiB per stream, 4 GiB in all)
   somalloc-vmm     somalloc on its virtual-memory arena (pool:vmm), no cache tier
   somalloc-vmm-cache  the arena with the cache tier in front (the caps of somalloc-cache)
+  somalloc-vmm-nomoves  the arena without moving free chunks where it grows
+                   (arena_moves:off)
   somalloc-plan    somalloc serving a placement planned from a trace of an earlier
                    run: a first process runs 3 steps with trace:, the measured one
                    runs with plan: (the cache tier, default caps, serves the rest)
@@ -118,6 +120,9 @@ MODES = {
     # tier (the caps of somalloc-cache).
     "somalloc-vmm": ("somalloc", "pool:vmm,cache:off"),
     "somalloc-vmm-cache": ("somalloc", "pool:vmm,cache:on,cache_per_stream_cap:2GiB,cache_total_cap:4GiB"),
+    # The arena without moving free chunks where it grows (what moves cost
+    # in time and save in memory).
+    "somalloc-vmm-nomoves": ("somalloc", "pool:vmm,cache:off,arena_moves:off"),
     "somalloc-default": ("somalloc", "cache:on"),
     # One run: planned in it (plan:auto).
     "somalloc-auto": ("somalloc", "cache:on,plan:auto"),

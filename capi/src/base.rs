@@ -14,7 +14,8 @@ use crate::state::DeviceState;
 use crate::{SomallocSegment, SomallocStats};
 
 /// The arena options of a configuration: `release_threshold` (`max`: keep
-/// idle chunks until a trim) and `max_size` (the most the arena maps).
+/// idle chunks until a trim), `max_size` (the most the arena maps) and
+/// `arena_moves`.
 pub fn arena_options(conf: &Conf) -> ArenaOptions {
     let threshold = match conf.release_threshold {
         u64::MAX => None,
@@ -23,6 +24,7 @@ pub fn arena_options(conf: &Conf) -> ArenaOptions {
     ArenaOptions::default()
         .release_threshold(threshold)
         .max_mapped(conf.max_size)
+        .moves(conf.arena_moves)
 }
 
 /// The arena of `pool`'s device for `pool:vmm`, with every peer that can

@@ -70,6 +70,9 @@ pub struct Conf {
     /// to it (so that copies between devices, which PyTorch makes, can read
     /// and write pool memory).
     pub peer_access: bool,
+    /// With `pool:vmm`: the arena's growth moves wholly free chunks before
+    /// it makes memory (`somalloc::ArenaOptions::moves`; on by default).
+    pub arena_moves: bool,
 }
 
 impl Default for Conf {
@@ -89,6 +92,7 @@ impl Default for Conf {
             plan_time_waits: false,
             trace_device: false,
             peer_access: true,
+            arena_moves: true,
         }
     }
 }
@@ -106,7 +110,7 @@ impl Default for Conf {
 pub const KEYS: &str = "pool, release_threshold, reuse, max_size, cache, cache_total_cap, \
                         cache_per_stream_cap, cache_max_block, cache_reuse_larger, cache_headroom, trace, \
                         trace_backtraces, trace_device, plan, plan_share, plan_divert, plan_time_waits, \
-                        peer_access";
+                        peer_access, arena_moves";
 
 impl Conf {
     /// Parses `text` over the defaults. Empty text (or only commas and
@@ -219,6 +223,7 @@ impl Conf {
                 "plan_time_waits" => conf.plan_time_waits = parse_switch(value).map_err(|e| bad(&e))?,
                 "trace_device" => conf.trace_device = parse_switch(value).map_err(|e| bad(&e))?,
                 "peer_access" => conf.peer_access = parse_switch(value).map_err(|e| bad(&e))?,
+                "arena_moves" => conf.arena_moves = parse_switch(value).map_err(|e| bad(&e))?,
                 _ => return Err(format!("unknown key `{key}` (keys: {KEYS})")),
             }
         }
@@ -468,6 +473,9 @@ mod tests {
     fn the_virtual_memory_arena() {
         let c = Conf::parse("pool:vmm,release_threshold:256MiB,max_size:8GiB,reuse:none").unwrap();
         assert_eq!(c.pool, PoolChoice::Vmm);
+        assert!(c.arena_moves);
+        assert!(!Conf::parse("pool:vmm,arena_moves:off").unwrap().arena_moves);
+        assert!(Conf::parse("arena_moves:maybe").is_err());
         assert_eq!(c.release_threshold, 256 << 20);
         assert_eq!(c.max_size, Some(8 << 30));
         assert_eq!(c.reuse, Some(ReusePolicy::NONE));
