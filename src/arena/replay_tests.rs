@@ -115,3 +115,59 @@ fn by_chunk_size() {
         }
     }
 }
+
+/// Not a test: the arena's calls when a recorded run is replayed three
+/// times over in one arena (passes 2 and 3 find it as the earlier pass
+/// left it): maps and moves per pass
+/// (`cargo test --release --lib arena::replay_tests::passes -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn passes() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data");
+    for name in ["resnet50", "gpt2", "mix"] {
+        for moves in [true, false] {
+            let trace = Trace::read(format!("{dir}/{name}.trace")).unwrap();
+            let f = FakePhys::new(usize::MAX / 4);
+            let a = Arena::new(f.clone(), 2 << 20, ArenaOptions::default().moves(moves), 1 << 40).unwrap();
+            let streams: Vec<Stream> = (0..trace.streams.len().max(1))
+                .map(|i| Stream::fake(0x5b_0000 + 16 * i, 0))
+                .collect();
+            let mut line = format!("{name} moves {moves}:");
+            for pass in 0..3 {
+                let before = a.stats();
+                let mut live: HashMap<u64, (usize, usize)> = HashMap::new();
+                for (i, e) in trace.events.iter().filter(|e| e.device == 0).enumerate() {
+                    let s = &streams[e.stream.unwrap_or(0) as usize];
+                    match e.action {
+                        Action::Allocate => {
+                            let x = a.allocate(e.bytes as usize, s).unwrap();
+                            live.insert(e.addr, (x, e.bytes as usize));
+                        }
+                        Action::Free => {
+                            if let Some((x, b)) = live.remove(&e.addr) {
+                                a.deallocate(x, b, s).unwrap();
+                            }
+                        }
+                        _ => {}
+                    }
+                    if i % 64 == 0 {
+                        for s in &streams {
+                            f.complete(s);
+                        }
+                    }
+                }
+                for (_, (x, b)) in live {
+                    a.deallocate(x, b, &streams[0]).unwrap();
+                }
+                let st = a.stats();
+                line += &format!(
+                    "  pass {pass}: maps {} moves {} peak {:.0} MiB",
+                    st.maps - before.maps,
+                    st.moves - before.moves,
+                    st.peak_mapped as f64 / 1048576.0
+                );
+            }
+            println!("{line}");
+        }
+    }
+}
