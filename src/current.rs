@@ -22,6 +22,10 @@
 //! a resource for a device and allocates through `DeviceBuffer::new`, or
 //! reads the slot back with [`current_resource`].
 //!
+//! [`fast_path`] installs what the C interface uses by default (a cache
+//! tier over a pool of somalloc's own that keeps freed memory) in one call;
+//! the example below builds a tier by hand over the default pool instead.
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use somalloc::{CacheConfig, CacheTier, Device, DeviceBuffer, MemPool, Stream};
@@ -73,8 +77,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use crate::cache::{CacheConfig, CacheTier};
 use crate::device::Device;
 use crate::error::{Error, InvalidReason, Result};
+use crate::pool::{MemPool, PoolProperties};
 use crate::resource::MemoryResource;
 
 type Slots = Vec<Option<Arc<dyn MemoryResource>>>;
@@ -223,6 +229,89 @@ pub fn reset_current_resource(device: &Device) -> Option<Arc<dyn MemoryResource>
         SET.fetch_sub(1, Ordering::Relaxed);
     }
     previous
+}
+
+/// The fast path for [`DeviceBuffer::new`](crate::DeviceBuffer::new) on
+/// `device`, as somalloc's C interface sets it up by default: a pool of
+/// somalloc's own ([`MemPool::create`] with [`PoolProperties::device`]) that
+/// keeps the memory freed into it (release threshold `usize::MAX`), a
+/// [`CacheTier`] with [`CacheConfig::default`] in front of it, and that tier
+/// installed as the device's current resource ([`set_current_resource`]).
+/// Returns the tier, for its statistics ([`CacheTier::stats`]) and for
+/// [`flush`](CacheTier::flush), [`trim`](CacheTier::trim) and
+/// [`remove_stream`](CacheTier::remove_stream).
+///
+/// From then on `DeviceBuffer::new` (and `zeroed`, `from_slice`) on a
+/// stream of `device` allocates from that stream's cache: the first
+/// allocation of a size class on a stream asks the pool, and a block freed
+/// on the stream serves its later allocations of that class with no driver
+/// call. Without it, `new` asks the vendor's current pool every time (a
+/// driver call each), and that pool (the default pool, unless the program
+/// changed it) gives freed memory back to the system at each
+/// synchronisation unless its release threshold is raised for the whole
+/// process.
+///
+/// ```no_run
+/// use somalloc::{Device, DeviceBuffer, Stream};
+///
+/// # fn main() -> somalloc::Result<()> {
+/// let dev = Device::get(0)?;
+/// let tier = somalloc::fast_path(&dev)?; // once, at start-up
+/// let stream = Stream::new(&dev)?;
+/// for _ in 0..1000 {
+///     let buf = DeviceBuffer::<f32>::new(1 << 20, &stream)?; // from `stream`'s cache after the first
+///     drop(buf); // back into `stream`'s cache, no driver call
+/// }
+/// println!("{}", tier.stats()); // 999 hits, 1 miss
+/// somalloc::reset_current_resource(&dev); // undo: `new` uses the vendor's current pool again
+/// # Ok(()) }
+/// ```
+///
+/// **What is process-wide**: the installation, as for
+/// [`set_current_resource`]: every thread and every caller of
+/// `DeviceBuffer::new` in the process, for `device`. It replaces any current
+/// resource of the device. Nothing else changes: the pool is somalloc's own,
+/// so the vendor's default and current pools, their release thresholds, and
+/// other libraries' allocations (cudarc, PyTorch) are as before, and so are
+/// allocations that name their pool or resource
+/// ([`DeviceBuffer::new_in`](crate::DeviceBuffer::new_in),
+/// [`new_with`](crate::DeviceBuffer::new_with)).
+///
+/// **Undo** with [`reset_current_resource`]: `new` then allocates from the
+/// vendor's current pool again. Buffers allocated before keep the tier (and
+/// its pool) alive, and their frees go back to it; the tier returns its
+/// cached blocks to the pool when its last handle and buffer are gone (or on
+/// [`flush`](CacheTier::flush)), and the pool is destroyed after that.
+///
+/// The tier keeps each stream it has served alive until
+/// [`remove_stream`](CacheTier::remove_stream): a program that makes
+/// streams as it goes removes each from the tier when it is done with it.
+/// For other settings (a size cap on the pool, a reuse policy, peer access,
+/// another [`CacheConfig`]), build the same by hand:
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use somalloc::{CacheConfig, CacheTier, Device, MemPool, PeerAccess, PoolProperties};
+///
+/// # fn main() -> somalloc::Result<()> {
+/// let dev = Device::get(0)?;
+/// let pool = MemPool::create(&dev, PoolProperties::device().max_size(8 << 30))?;
+/// pool.set_release_threshold(usize::MAX)?;
+/// # let peer = Device::get(1)?;
+/// pool.set_access(&peer, PeerAccess::ReadWrite)?; // the C interface: for every peer that can
+/// let tier = Arc::new(CacheTier::new(Arc::new(pool), CacheConfig::default())?);
+/// somalloc::set_current_resource(&dev, tier.clone())?;
+/// # Ok(()) }
+/// ```
+///
+/// Fails as [`MemPool::create`] does (a device or runtime without memory
+/// pools: [`Error::Unsupported`]), installing nothing.
+pub fn fast_path(device: &Device) -> Result<Arc<CacheTier>> {
+    let pool = MemPool::create(device, PoolProperties::device())?;
+    pool.set_release_threshold(usize::MAX)?;
+    let tier = Arc::new(CacheTier::new(Arc::new(pool), CacheConfig::default())?);
+    set_current_resource(device, tier.clone())?;
+    Ok(tier)
 }
 
 #[cfg(test)]

@@ -42,7 +42,9 @@
 //! * A current resource per device ([`set_current_resource`]): install a
 //!   cache tier or an adaptor stack once, and [`DeviceBuffer::new`]
 //!   allocates from it on that device's streams (a process-wide setting,
-//!   like RMM's `set_current_device_resource`).
+//!   like RMM's `set_current_device_resource`). [`fast_path`] installs the
+//!   C interface's default in one call: a cache tier over a pool of
+//!   somalloc's own that keeps freed memory.
 //! * Memory history ([`trace`]): record a program's allocations into a
 //!   file ([`adaptors::RecordingAdaptor`]), read it back ([`trace::Trace`]),
 //!   replay it in the benchmark and view it with the `somalloc-trace` tool.
@@ -61,22 +63,26 @@
 //! ([`Error::InvalidArgument`]), or any other vendor code ([`Error::Vendor`]).
 //!
 //! ```no_run
-//! use somalloc::{Device, DeviceBuffer, MemPool, Stream};
+//! use somalloc::{Device, DeviceBuffer, Stream};
 //!
 //! # fn main() -> somalloc::Result<()> {
 //! let dev = Device::get(0)?;
+//! // Once, at start-up: `DeviceBuffer::new` on device 0 allocates from a
+//! // cache tier over a pool of somalloc's own that keeps freed memory (what
+//! // the C interface does by default). Process-wide for device 0; other
+//! // libraries' pools are untouched; `reset_current_resource` undoes it.
+//! let tier = somalloc::fast_path(&dev)?;
 //! let stream = Stream::new(&dev)?;
-//! let pool = MemPool::default_for(&dev)?;
-//! // Process-wide: the default pool is every library's in the process.
-//! pool.set_release_threshold(usize::MAX)?; // keep freed memory for reuse
 //!
 //! let mut a = DeviceBuffer::<u32>::new(1 << 20, &stream)?; // enqueued, no sync
 //! a.memset(0)?;
 //! let other = Stream::new(&dev)?;
 //! a.use_on(&other)?; // `other` may now use `a`; the free will wait for it
-//! drop(a); // the free is enqueued on `stream` after `other`'s work
+//! drop(a); // the free is enqueued on `stream` after `other`'s work, into `stream`'s cache
+//! let b = DeviceBuffer::<u32>::new(1 << 20, &stream)?; // the same block again: no driver call
+//! drop(b);
 //! stream.synchronize()?;
-//! println!("{}", pool.stats()?);
+//! println!("{}", tier.stats()); // 1 hit, 1 miss
 //! # Ok(()) }
 //! ```
 //!
@@ -426,7 +432,7 @@ pub use backend::MemoryType;
 pub use buffer::{AsDeviceView, AsDeviceViewMut, DeviceBuffer, DeviceView, DeviceViewMut, ExportedBuffer};
 pub use bytemuck::Pod;
 pub use cache::{CacheConfig, CacheStats, CacheTier, Headroom, StreamCache, StreamCacheStats};
-pub use current::{current_resource, reset_current_resource, set_current_resource};
+pub use current::{current_resource, fast_path, reset_current_resource, set_current_resource};
 pub use device::Device;
 pub use error::{drop_errors, DropErrors, Error, InvalidReason, Result, Vendor, VendorCode};
 pub use graph::{

@@ -100,3 +100,61 @@ fn buffers_keep_the_resource_they_came_from() {
     assert_eq!(second.stats().deallocations, 1, "b went back to the second stack");
     stream.synchronize().unwrap();
 }
+
+/// `fast_path`: a tier over a pool of its own, installed for device 0. The
+/// second allocation of a size on a stream is a hit of the tier, the memory
+/// works, the vendor's default pool is neither used nor reconfigured, and a
+/// reset takes `new` back to the vendor's current pool.
+#[test]
+fn fast_path_serves_new_from_a_tier_over_an_own_pool() {
+    let _turn = exclusive();
+    let Some(dev) = device_or_skip("current_resource::fast_path_serves_new_from_a_tier_over_an_own_pool")
+    else {
+        return;
+    };
+    let default_pool = MemPool::default_for(&dev).unwrap();
+    let threshold = default_pool.release_threshold().unwrap();
+    let default_used = default_pool.stats().unwrap().used_current;
+
+    let tier = somalloc::fast_path(&dev).unwrap();
+    let current = somalloc::current_resource(&dev).expect("installed");
+    assert!(
+        std::ptr::addr_eq(Arc::as_ptr(&current), Arc::as_ptr(&tier)),
+        "the tier is the device's current resource"
+    );
+    drop(current);
+
+    let stream = Stream::new(&dev).unwrap();
+    let data: Vec<u32> = (0..1 << 18).collect();
+    let first = DeviceBuffer::from_slice(&data, &stream).unwrap();
+    assert_eq!(first.to_vec().unwrap(), data);
+    drop(first);
+    let second = DeviceBuffer::<u32>::new(1 << 18, &stream).unwrap();
+    let stats = tier.stats();
+    assert_eq!(
+        (stats.total.hits, stats.total.misses),
+        (1, 1),
+        "the second allocation of the size came from the stream's cache: {stats}"
+    );
+    assert_eq!(
+        default_pool.stats().unwrap().used_current,
+        default_used,
+        "nothing came from the default pool"
+    );
+    assert_eq!(default_pool.release_threshold().unwrap(), threshold);
+    drop(second);
+
+    assert!(somalloc::reset_current_resource(&dev).is_some());
+    assert!(somalloc::current_resource(&dev).is_none());
+    drop(DeviceBuffer::<u8>::new(4096, &stream).unwrap());
+    let after = tier.stats();
+    assert_eq!(
+        (after.total.hits, after.total.misses),
+        (1, 1),
+        "after the reset, new does not reach the tier"
+    );
+    stream.synchronize().unwrap();
+    drop(tier); // its cached block goes back to its pool, and the pool is destroyed
+    stream.synchronize().unwrap();
+    assert_eq!(somalloc::drop_errors().last.map(|e| e.to_string()), None);
+}
