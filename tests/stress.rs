@@ -26,7 +26,8 @@ use somalloc::adaptors::RecordingAdaptor;
 use somalloc::testkit::TestKernels;
 use somalloc::trace::RecordOptions;
 use somalloc::{
-    CacheConfig, CacheTier, Device, DeviceBuffer, Error, MemPool, MemoryResource, PoolProperties, Stream,
+    ArenaOptions, CacheConfig, CacheTier, Device, DeviceBuffer, Error, MemPool, MemoryResource, PoolProperties,
+    Stream, VmmArena,
 };
 
 mod support;
@@ -71,7 +72,17 @@ impl Rng {
 
 #[test]
 fn threads_streams_random_sizes_cross_stream_use() {
-    let name = "stress::threads_streams_random_sizes_cross_stream_use";
+    stress("stress::threads_streams_random_sizes_cross_stream_use", false);
+}
+
+/// The same on a virtual-memory arena (the arena as the resource of every
+/// buffer; skipped where the device has no virtual-memory management).
+#[test]
+fn threads_streams_random_sizes_cross_stream_use_on_the_arena() {
+    stress("stress::threads_streams_random_sizes_cross_stream_use_on_the_arena", true);
+}
+
+fn stress(name: &str, on_arena: bool) {
     let dev = match Device::get(0) {
         Ok(d) => d,
         Err(e @ (Error::RuntimeNotFound { .. } | Error::NoDevice { .. })) => {
@@ -86,10 +97,32 @@ fn threads_streams_random_sizes_cross_stream_use() {
     let used_at_start = pool.stats().unwrap().used_current;
     // With SOMALLOC_STRESS_TRACE: every allocation through a recording
     // adaptor over the pool (else straight from the pool).
+    let arena = if on_arena {
+        match VmmArena::new(&dev, ArenaOptions::default()) {
+            Ok(a) => Some(Arc::new(a)),
+            Err(e @ Error::Unsupported { .. }) => {
+                say(&format!("SKIP {name}: {e}"));
+                return;
+            }
+            Err(e) => panic!("{name}: {e}"),
+        }
+    } else {
+        None
+    };
+    let upstream: Arc<dyn MemoryResource> = match &arena {
+        Some(a) => a.clone(),
+        None => Arc::new(pool.clone()),
+    };
     let recording: Option<Arc<RecordingAdaptor>> = std::env::var_os("SOMALLOC_STRESS_TRACE").map(|path| {
         let options = RecordOptions::default().buffer_events(1 << 16);
-        Arc::new(RecordingAdaptor::to_file(Arc::new(pool.clone()), path, options).unwrap())
+        Arc::new(RecordingAdaptor::to_file(upstream.clone(), path, options).unwrap())
     });
+    // Every buffer through the recording adaptor, else the arena, else the
+    // pool itself.
+    let via: Option<Arc<dyn MemoryResource>> = match &recording {
+        Some(r) => Some(r.clone()),
+        None => arena.clone().map(|a| a as Arc<dyn MemoryResource>),
+    };
     let seed_base: u64 = std::env::var("SOMALLOC_STRESS_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -108,8 +141,7 @@ fn threads_streams_random_sizes_cross_stream_use() {
     let start = Instant::now();
     let handles: Vec<_> = (0..threads)
         .map(|t| {
-            let recording: Option<Arc<dyn MemoryResource>> =
-                recording.clone().map(|r| r as Arc<dyn MemoryResource>);
+            let recording = via.clone();
             let (k, pool, seeds, corrupt, ops, cross, streams) = (
                 k.clone(),
                 pool.clone(),
@@ -201,6 +233,13 @@ fn threads_streams_random_sizes_cross_stream_use() {
         used, used_at_start,
         "pool used bytes did not return to their start"
     );
+    if let Some(a) = &arena {
+        let st = a.stats();
+        say(&format!("{name}: arena {st}"));
+        assert_eq!(st.live_bytes, 0, "arena blocks left live");
+        a.trim(0);
+        assert_eq!(a.stats().mapped_bytes, 0, "the arena gives everything back");
+    }
     assert!(ops > 0);
 }
 
