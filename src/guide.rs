@@ -1,7 +1,9 @@
-//! The guide: everything the README leaves out, one page per subject. The
+//! The guide: everything the API docs leave out, one page per subject. The
 //! pages are the files of `docs/` in the repository, included here so that
 //! their Rust examples compile as doc tests.
 //!
+//! * [`getting_started`]: a first program, devices and streams, the fast
+//!   path, buffers, resources and statistics.
 //! * [`deployment`]: what a machine needs to run a program built with
 //!   somalloc, and what works on which vendor and runtime.
 //! * [`features`]: the crate's features, API stability, dependencies.
@@ -11,14 +13,20 @@
 //! * [`resources`]: memory resources, adaptors and the stream cache tier.
 //! * [`memory_history`]: recording a program's allocations, replaying and
 //!   looking at them.
+//! * [`plan`]: planned placement (experimental).
 //! * [`cudarc`] and [`hip_sys`]: working with those crates.
-//! * [`c_abi`]: somalloc from C, C++, PyTorch and CuPy, and the real-model
-//!   benchmark.
-//! * [`measured`]: the benchmark's recorded figures.
-//! * [`proofs`]: what is model-checked, property-tested and stress-tested.
+//! * [`c`]: somalloc from C and C++.
+//! * [`pytorch`]: somalloc under PyTorch and CuPy.
+//! * [`configuration`]: the C library's and the Python package's
+//!   configuration keys (`SOMALLOC_CONF`).
 //! * [`bad_input`]: what every kind of bad input and bad environment gives.
-//! * [`development`]: the bindings, running the GPU suite without cargo,
-//!   the repository's layout.
+//!
+//! The measurements, what is proven and tested, and the notes for working
+//! on somalloc itself are pages of the repository:
+//! [Measured](https://github.com/somalloc/somalloc/blob/main/docs/measured.md),
+//! [benches/RESULTS.md](https://github.com/somalloc/somalloc/blob/main/benches/RESULTS.md),
+//! [What is proven and what is tested](https://github.com/somalloc/somalloc/blob/main/docs/proofs.md)
+//! and [Development](https://github.com/somalloc/somalloc/blob/main/docs/development.md).
 
 // Links between the pages. On GitHub a page of docs/ links to another as a
 // relative file, so the pages use reference links labelled with the file:
@@ -34,18 +42,22 @@ macro_rules! links {
     () => {
         concat!(
             "[bad_input.md]: crate::guide::bad_input\n",
-            "[c_abi.md]: crate::guide::c_abi\n",
+            "[c.md]: crate::guide::c\n",
+            "[configuration.md]: crate::guide::configuration\n",
             "[cudarc.md]: crate::guide::cudarc\n",
             "[deployment.md]: crate::guide::deployment\n",
-            "[development.md]: crate::guide::development\n",
             "[features.md]: crate::guide::features\n",
+            "[getting_started.md]: crate::guide::getting_started\n",
             "[graphs.md]: crate::guide::graphs\n",
             "[hip_sys.md]: crate::guide::hip_sys\n",
-            "[measured.md]: crate::guide::measured\n",
             "[memory_history.md]: crate::guide::memory_history\n",
-            "[proofs.md]: crate::guide::proofs\n",
+            "[plan.md]: crate::guide::plan\n",
+            "[pytorch.md]: crate::guide::pytorch\n",
             "[resources.md]: crate::guide::resources\n",
             "[semantics.md]: crate::guide::semantics\n",
+            "[development.md]: https://github.com/somalloc/somalloc/blob/main/docs/development.md\n",
+            "[measured.md]: https://github.com/somalloc/somalloc/blob/main/docs/measured.md\n",
+            "[proofs.md]: https://github.com/somalloc/somalloc/blob/main/docs/proofs.md\n",
             "[../CHANGELOG.md]: https://github.com/somalloc/somalloc/blob/main/CHANGELOG.md\n",
             "[../README.md]: https://github.com/somalloc/somalloc/blob/main/README.md\n",
             "[../benches/RESULTS.md]: https://github.com/somalloc/somalloc/blob/main/benches/RESULTS.md\n",
@@ -60,6 +72,9 @@ macro_rules! page {
         concat!(links!(), include_str!(concat!("../docs/", $file)))
     };
 }
+
+#[doc = page!("getting_started.md")]
+pub mod getting_started {}
 
 #[doc = page!("deployment.md")]
 pub mod deployment {}
@@ -79,6 +94,9 @@ pub mod resources {}
 #[doc = page!("memory_history.md")]
 pub mod memory_history {}
 
+#[doc = page!("plan.md")]
+pub mod plan {}
+
 #[cfg_attr(feature = "cudarc", doc = links!())]
 /// With cudarc (feature `cudarc`; the page's example is compiled when the
 /// feature is on).
@@ -91,17 +109,21 @@ pub mod cudarc {}
 #[cfg_attr(feature = "hip-sys", doc = include_str!("../docs/hip_sys.md"))]
 pub mod hip_sys {}
 
-#[doc = page!("c_abi.md")]
-pub mod c_abi {}
+#[doc = page!("c.md")]
+pub mod c {}
 
-#[doc = page!("measured.md")]
-pub mod measured {}
+#[doc = page!("pytorch.md")]
+pub mod pytorch {}
 
-#[doc = page!("proofs.md")]
-pub mod proofs {}
+#[doc = page!("configuration.md")]
+pub mod configuration {}
 
 #[doc = page!("bad_input.md")]
 pub mod bad_input {}
 
-#[doc = page!("development.md")]
-pub mod development {}
+/// Measured: the benchmark's recorded figures are pages of the repository,
+/// [docs/measured.md](https://github.com/somalloc/somalloc/blob/main/docs/measured.md)
+/// (the allocation benchmark) and
+/// [benches/RESULTS.md](https://github.com/somalloc/somalloc/blob/main/benches/RESULTS.md)
+/// (real models under PyTorch).
+pub mod measured {}
