@@ -77,6 +77,7 @@ cell layers quiet python3 ci/layers.py
 # Every relative link of the Markdown pages names a file (and heading) that
 # exists, on GitHub and, for the guide's pages, in the crate docs.
 cell doc-links quiet python3 ci/doc-links.py
+cell readme quiet bash ci/readme-check.sh # the README's Rust, C and Python quick starts: the guide's compiled program, built through pkg-config and run, names the package has
 # No source file of 800 lines or more, but the exemptions the script lists
 # (tests, generated bindings, the backends' shared macro, the HIP-ABI library).
 cell file-sizes quiet python3 ci/file-sizes.py
