@@ -376,7 +376,9 @@ impl Stream {
             return Err(InvalidReason::SpecialStreamHandle.error(format!(
                 "{what} cannot be borrowed: somalloc tells streams apart by their handle; create a \
                  stream with Stream::new, or wrap a stream from cudarc's ctx.new_stream() with \
-                 Stream::from_cudarc"
+                 Stream::from_cudarc; the default streams themselves are \
+                 unsafe {{ Stream::legacy_default(&device) }} and \
+                 unsafe {{ Stream::per_thread_default(&device) }} (see their safety rules)"
             )));
         }
         Ok(Stream {

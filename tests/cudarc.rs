@@ -259,15 +259,30 @@ fn default_and_per_thread_streams_are_refused() {
     let Some(env) = setup("cudarc::default_and_per_thread_streams_are_refused") else {
         return;
     };
-    for (name, cs) in [
-        ("default_stream", env.ctx.default_stream()),
-        ("per_thread_stream", env.ctx.per_thread_stream()),
+    // The refusal says what to use instead: the stream's own constructor
+    // (as the docs of `Stream::legacy_default` say, the legacy default
+    // stream is one stream per device) or a stream of one's own.
+    for (name, cs, instead) in [
+        (
+            "default_stream",
+            env.ctx.default_stream(),
+            "Stream::legacy_default",
+        ),
+        (
+            "per_thread_stream",
+            env.ctx.per_thread_stream(),
+            "Stream::per_thread_default",
+        ),
     ] {
         match Stream::from_cudarc(&cs) {
             Err(Error::InvalidArgument {
                 reason: InvalidReason::SpecialStreamHandle,
                 why,
-            }) => assert!(why.contains("new_stream"), "{name}: {why}"),
+            }) => {
+                for words in [instead, "bind_to_thread", "new_stream"] {
+                    assert!(why.contains(words), "{name}: {words:?} in {why}");
+                }
+            }
             other => panic!("{name} was accepted: {other:?}"),
         }
         assert!(

@@ -179,6 +179,23 @@ fn driver_error(call: &'static str, e: DriverError) -> Error {
     }
 }
 
+/// Why `Stream::from_cudarc` refuses `raw`, if it is one of the special
+/// handles: what it is, and what to use instead.
+fn special_stream_refusal(raw: *mut c_void) -> Option<Error> {
+    let what = special_handle(raw)?;
+    let instead = if raw as usize == crate::stream::PER_THREAD {
+        "cudarc's per_thread_stream() cannot be wrapped as one stream; use unsafe { \
+         Stream::per_thread_default(&device) } on one thread, with that device current \
+         (ctx.bind_to_thread()), or a stream of your own: Stream::from_cudarc(&ctx.new_stream()?)"
+    } else {
+        "cudarc's default_stream() is the legacy default stream of whichever device is current \
+         on the calling thread, not of one device, so from_cudarc cannot wrap it; use unsafe { \
+         Stream::legacy_default(&device) } on threads that keep that device current \
+         (ctx.bind_to_thread()), or a stream of your own: Stream::from_cudarc(&ctx.new_stream()?)"
+    };
+    Some(InvalidReason::SpecialStreamHandle.error(format!("{what}: {instead}")))
+}
+
 impl Stream {
     /// Wraps a cudarc stream, keeping it alive: the `Stream` holds a clone of
     /// the `Arc`, and so does every clone of the `Stream` and every buffer
@@ -188,10 +205,16 @@ impl Stream {
     /// The device is the cudarc context's. Refused with
     /// [`Error::InvalidArgument`]:
     ///
-    /// * cudarc's `ctx.default_stream()` (the null handle) and
-    ///   `ctx.per_thread_stream()` (a handle that names another stream on
-    ///   every thread), which are not one stream that buffers can live on:
-    ///   create one with `ctx.new_stream()`;
+    /// * cudarc's `ctx.default_stream()` and `ctx.per_thread_stream()`.
+    ///   Their handles do not name one stream by themselves: the null handle
+    ///   is the legacy default stream of whichever device is current on the
+    ///   calling thread, and `0x2` is another stream on every thread. Buffers
+    ///   can live on both, through [`Stream::legacy_default`] and
+    ///   [`Stream::per_thread_default`], which are `unsafe` because the
+    ///   caller keeps the device current on every thread that uses the
+    ///   stream (cudarc's `ctx.bind_to_thread()`), and the per-thread stream
+    ///   on its one thread. A stream of its own (`ctx.new_stream()`) needs
+    ///   neither promise, and the cache tier serves it;
     /// * a stream of a non-primary context (`CudaContext::new_non_primary`):
     ///   somalloc works in each device's primary context, the one
     ///   `CudaContext::new` uses.
@@ -220,11 +243,8 @@ impl Stream {
     /// ```
     pub fn from_cudarc(stream: &Arc<CudaStream>) -> Result<Stream> {
         let raw = stream.cu_stream() as *mut c_void;
-        if let Some(what) = special_handle(raw) {
-            return Err(InvalidReason::SpecialStreamHandle.error(format!(
-                "{what} cannot be wrapped: cudarc's default_stream() and per_thread_stream() are not \
-                 one stream that buffers can live on; create a stream with ctx.new_stream()"
-            )));
+        if let Some(refused) = special_stream_refusal(raw) {
+            return Err(refused);
         }
         let ctx = stream.context();
         if !ctx.is_primary() {
@@ -305,5 +325,36 @@ impl Stream {
         // as long (the contract of `Stream::from_raw`).
         let handle = unsafe { ctx.wrap_borrowed_stream(self.as_raw() as CUstream) };
         Ok(self.inner_cudarc().get_or_init(|| handle))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The refusal of a default stream's handle says what to use instead,
+    /// as the docs of `Stream::legacy_default` and `per_thread_default` do.
+    #[test]
+    fn the_default_streams_refusal_names_what_to_use_instead() {
+        for raw in [0usize, 1] {
+            let e = special_stream_refusal(raw as *mut c_void).expect("refused");
+            assert_eq!(e.invalid_reason(), Some(InvalidReason::SpecialStreamHandle));
+            let why = e.to_string();
+            for words in [
+                "legacy default stream",
+                "Stream::legacy_default",
+                "bind_to_thread",
+                "new_stream",
+            ] {
+                assert!(why.contains(words), "{raw:#x}: {words:?} in {why}");
+            }
+            assert!(!why.contains("not one stream"), "{why}");
+        }
+        let e = special_stream_refusal(crate::stream::PER_THREAD as *mut c_void).expect("refused");
+        let why = e.to_string();
+        for words in ["per_thread_stream", "Stream::per_thread_default", "new_stream"] {
+            assert!(why.contains(words), "{words:?} in {why}");
+        }
+        assert!(special_stream_refusal(0x1234 as *mut c_void).is_none());
     }
 }

@@ -21,6 +21,9 @@ fn special_handles_are_refused_without_a_runtime_call() {
         let why = refused(raw);
         assert!(why.contains("Stream::new"), "{why}");
         assert!(why.contains("Stream::from_cudarc"), "{why}");
+        // The default streams have constructors of their own.
+        assert!(why.contains("Stream::legacy_default"), "{why}");
+        assert!(why.contains("Stream::per_thread_default"), "{why}");
     }
     assert!(refused(0).contains("null"));
     assert!(refused(1).contains("cudaStreamLegacy"));
