@@ -2,7 +2,7 @@
 # Builds what python/tests/gpu-run.sh needs into DIR: the wheel (CPython
 # >= 3.8, abi3), libsomalloc.so and the C programs and the C ABI's cost
 # benchmark linked against it (found beside it), the PyTorch and CuPy test
-# scripts, and the model benchmark.
+# scripts (the two-GPU ones too), and the model benchmark.
 #
 #   bash python/tests/gpu-bundle.sh DIR [cuda|rocm]
 set -euo pipefail
@@ -23,6 +23,8 @@ cc -std=c11 -O1 -Wall -Wextra -Werror -Icapi/include -Icapi/tests/c capi/tests/c
 cc -std=c11 -O2 -Wall -Wextra -Werror -Icapi/include -Icapi/tests/c benches/capi_cost.c -o "$dir/capi_cost" \
   -L"$dir" -lsomalloc -Wl,-rpath,'$ORIGIN' -ldl
 cp python/tests/torch_gpu.py python/tests/cupy_gpu.py python/tests/plan_gpu.py python/tests/vmm_gpu.py python/tests/mempool_gpu.py python/tests/snapshot_gpu.py python/tests/gpu-run.sh benches/models.py "$dir/"
+# The two-GPU scripts (gpu-run.sh runs them where two GPUs are visible).
+cp python/tests/ddp_gpu.py python/tests/ddp_gpu_check.py python/tests/nccl_reg_gpu.py "$dir/"
 # The trace tool, to read the C program's recorded trace back.
 cargo build --release --quiet -p somalloc-trace
 cp "$target/somalloc-trace" "$dir/"

@@ -5,8 +5,12 @@
 #
 #   bash python/tests/gpu-bundle.sh DIR              # here: wheel, C program, scripts -> DIR
 #   bash DIR/gpu-run.sh DIR OUT [--bench]            # there
+#   bash DIR/gpu-run.sh DIR OUT --two-gpu            # there: only the two-GPU parts
 #
-# Prints each part's verdict line ("N passed, N failed") and a summary.
+# Prints each part's verdict line ("N passed, N failed") and a summary. The
+# two-GPU parts (DDP over NCCL, NCCL's buffer registration; torchrun with two
+# processes) run only where two GPUs are visible, and print one SKIP line
+# otherwise, so a one-GPU run is the same as without them.
 set -uo pipefail
 dir=$(cd "$1" && pwd)
 out=$2
@@ -35,6 +39,49 @@ part() {
   echo "=== $name: exit $rc"
   [ "$rc" -eq 0 ] || status=1
 }
+# (A line from a process under torchrun may come with a "[rank0]:"-like prefix.)
+verdicts() {
+  echo "=== verdicts"
+  grep -hE '^(\[[a-z]*[0-9]+\]: ?)?([0-9]+ passed, [0-9]+ failed|SKIP|nccl-reg )|^loss checks|^capi_cost' "$out"/*.log
+}
+# GPUs this run can use: nvidia-smi's count (quick, no PyTorch import on a
+# one-GPU machine), then, where it says two or more, PyTorch's (which honours
+# CUDA_VISIBLE_DEVICES).
+gpu_count() {
+  local n
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+    [ "${n:-0}" -ge 2 ] || { echo "${n:-0}"; return; }
+  fi
+  python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0
+}
+# Two GPUs (nvidia-h200-x2): DDP over NCCL under PyTorch's allocator and each
+# way of plugging somalloc in, compared (ddp_gpu_check.py), then NCCL's
+# buffer registration of somalloc's arena against ncclMemAlloc. NVLink
+# multicast (NVLS) stays off in every process started here: NCCL_NVLS_ENABLE=0
+# is exported, and each script sets it again before importing PyTorch.
+two_gpu_parts() {
+  local n
+  n=$(gpu_count)
+  if [ "$n" -lt 2 ]; then
+    echo "SKIP two-GPU parts (ddp, nccl-reg): $n GPU visible, two needed" | tee "$out/two-gpu.log"
+    return
+  fi
+  export NCCL_NVLS_ENABLE=0
+  local trun=(timeout -k 30 900 python3 -m torch.distributed.run --standalone --nproc_per_node=2)
+  rm -rf "$out/ddp" "$out/nccl-reg"
+  local m
+  for m in torch enable enable-avoid mempool enable-vmm; do
+    part "ddp-$m" "${trun[@]}" "$dir/ddp_gpu.py" "$m" "$out/ddp"
+  done
+  part ddp-check python3 "$dir/ddp_gpu_check.py" "$out/ddp"
+  part nccl-reg "${trun[@]}" "$dir/nccl_reg_gpu.py" "$out/nccl-reg"
+}
+if [ "$bench" = --two-gpu ]; then
+  two_gpu_parts
+  verdicts
+  exit $status
+fi
 part capi "$dir/capi_program"
 # The C program again, recording (SOMALLOC_CONF's trace key through its
 # configuration): the trace must read back whole, with allocations in it.
@@ -79,6 +126,7 @@ part plan-serve-timed python3 "$dir/plan_gpu.py" plan "$out/plan.trace" plan_sha
 part plan-record-device python3 "$dir/plan_gpu.py" record "$out/plan-device.trace" trace_device:on
 part plan-serve-device python3 "$dir/plan_gpu.py" plan "$out/plan-device.trace" plan_share:device
 part plan-device-times bash -c '"$2/somalloc-trace" summary "$1" | tee /dev/stderr | grep -q "device times: [1-9]" && echo "1 passed, 0 failed"' _ "$out/plan-device.trace" "$dir"
+two_gpu_parts
 if [ "$bench" = --bench ]; then
   # The C ABI's cost per allocation and free, beside the runtime's own
   # calls: the pool, the cache tier, and a plan (recorded first).
@@ -93,6 +141,5 @@ if [ "$bench" = --bench ]; then
   part capi-cost cost
   part models python3 "$dir/models.py" --out "$out"
 fi
-echo "=== verdicts"
-grep -hE '^[0-9]+ passed, [0-9]+ failed|^SKIP|^loss checks|^capi_cost' "$out"/*.log
+verdicts
 exit $status
