@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use somalloc::interop::cudarc::Launch;
-use somalloc::{Device, DeviceBuffer, Error, MemPool, Stream};
+use somalloc::{Device, DeviceBuffer, Error, Stream};
 
 /// `scale(float* data, unsigned n, float factor)`: `data[i] *= factor` for
 /// `i < n`, one thread per element.
@@ -103,9 +103,10 @@ fn run(ctx: &std::sync::Arc<CudaContext>) -> Result<(), Box<dyn std::error::Erro
     // cudarc streams as somalloc streams: safe, and the Stream keeps them alive.
     let stream_a = Stream::from_cudarc(&a)?;
     let stream_b = Stream::from_cudarc(&b)?;
-    let pool = MemPool::default_for(&stream_a.device())?;
-    // Process-wide: cudarc's own allocations use the default pool too.
-    pool.set_release_threshold(usize::MAX)?;
+    // `DeviceBuffer::new` (and `from_slice`) on device 0: from a cache tier
+    // over a pool of somalloc's own that keeps freed memory. Process-wide
+    // for device 0; cudarc's own allocations keep using the vendor's pool.
+    let tier = somalloc::fast_path(&stream_a.device())?;
 
     // Allocate and fill on A; B may use the buffer after `use_on`.
     let host: Vec<f32> = (0..N).map(|i| i as f32).collect();
@@ -147,7 +148,7 @@ fn run(ctx: &std::sync::Arc<CudaContext>) -> Result<(), Box<dyn std::error::Erro
 
     drop(buf); // freed on A after B's work (use_on)
     a.synchronize()?;
-    println!("pool after the free: {}", pool.stats()?);
+    println!("after the free: {}", tier.stats()); // the block waits in A's cache
     if wrong != 0 {
         return Err(format!("{wrong} elements are wrong").into());
     }
