@@ -148,7 +148,7 @@ if [ "$only" = all ] || [ "$only" = cuda ]; then
   cell check-cudarc quiet cargo check --features cuda,cudarc,cudarc/cuda-13000
   cell clippy-cudarc quiet cargo clippy --features cuda,cudarc,kernels --all-targets
   cell test-cudarc show bash -c 'cargo test --features cuda,cudarc,kernels --test cudarc && cargo test --features cuda,cudarc,kernels --doc -- interop guide::cudarc'
-  cell doc-cudarc quiet cargo doc --no-deps --features cuda,cudarc,cudarc/cuda-13000
+  cell doc-cudarc quiet cargo doc --no-deps --features cuda,cudarc,cudarc/cuda-13000,plan
   for v in 12080 13000; do
     cell "downstream-$v" quiet env CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/downstream/cudarc-$v" \
       cargo build --manifest-path "ci/downstream/cudarc-$v/Cargo.toml"
