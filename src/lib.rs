@@ -171,7 +171,7 @@
 //!   with an `Option` or a `bool`; the misses, the caps and capture go
 //!   through `#[cold]` functions.
 //!
-//! The guide's [Measured](crate::guide::measured) page gives the costs on a real device.
+//! The guide's [Measured](https://github.com/somalloc/somalloc/blob/main/docs/measured.md) page gives the costs on a real device.
 //!
 //! ## Size classes and waste
 //!
@@ -336,7 +336,7 @@
 //! ## Which streams are asked
 //!
 //! Asking whether a stream is capturing costs more than a whole cached
-//! allocation of the cache tier (see the guide's [Measured](crate::guide::measured) page). somalloc
+//! allocation of the cache tier (see the guide's [Measured](https://github.com/somalloc/somalloc/blob/main/docs/measured.md) page). somalloc
 //! counts the captures begun through [`Stream::begin_capture`]; an owned
 //! stream ([`Stream::new`]) is asked only while that count is not zero or
 //! after it waited on an event recorded during a capture. A borrowed stream

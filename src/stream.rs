@@ -195,7 +195,7 @@ impl Drop for StreamInner {
 ///   (HIP, or a runtime that cannot give the driver's entry point) to the
 ///   runtime. A cached allocate + free pair then costs about two questions
 ///   more than on an owned stream (figures on the guide's
-///   [Measured](crate::guide::measured) page);
+///   [Measured](https://github.com/somalloc/somalloc/blob/main/docs/measured.md) page);
 /// * a borrowed stream whose program promised, with
 ///   [`Stream::assume_captured_only_by_somalloc`], that it captures the
 ///   stream only through [`Stream::begin_capture`] is treated as an owned

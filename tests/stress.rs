@@ -26,8 +26,8 @@ use somalloc::adaptors::RecordingAdaptor;
 use somalloc::testkit::TestKernels;
 use somalloc::trace::RecordOptions;
 use somalloc::{
-    ArenaOptions, CacheConfig, CacheTier, Device, DeviceBuffer, Error, MemPool, MemoryResource, PoolProperties,
-    Stream, VmmArena,
+    ArenaOptions, CacheConfig, CacheTier, Device, DeviceBuffer, Error, MemPool, MemoryResource,
+    PoolProperties, Stream, VmmArena,
 };
 
 mod support;
@@ -79,7 +79,10 @@ fn threads_streams_random_sizes_cross_stream_use() {
 /// buffer; skipped where the device has no virtual-memory management).
 #[test]
 fn threads_streams_random_sizes_cross_stream_use_on_the_arena() {
-    stress("stress::threads_streams_random_sizes_cross_stream_use_on_the_arena", true);
+    stress(
+        "stress::threads_streams_random_sizes_cross_stream_use_on_the_arena",
+        true,
+    );
 }
 
 fn stress(name: &str, on_arena: bool) {

@@ -225,7 +225,7 @@ extern "C" {
 #endif // __cplusplus
 
 // Sets the configuration from `conf`, a string of `key:value` pairs
-// separated by commas (the keys are in the library's guide, `somalloc::guide::c_abi`, and `docs/c_abi.md`), or, for NULL, from the
+// separated by commas (the keys are in the library's guide, `somalloc::guide::configuration`, and `docs/configuration.md`), or, for NULL, from the
 // environment variable `SOMALLOC_CONF` again. Without any call the
 // configuration comes from `SOMALLOC_CONF` at the first use. Only before
 // the first allocation or statistics call: afterwards the configuration in

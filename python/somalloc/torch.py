@@ -27,7 +27,7 @@ Every CUDA (or ROCm) tensor of the process is then allocated by somalloc on
 the stream that is current when it is made, and freed on that stream when
 PyTorch drops it: the cache tier and the plan serve each tensor. PyTorch's
 own memory tools do not reach a pluggable allocator: ``Tensor.record_stream``
-does nothing (see ``docs/c_abi.md`` in the repository for what that means,
+does nothing (see ``docs/pytorch.md`` in the repository for what that means,
 and for ``TORCH_NCCL_AVOID_RECORD_STREAMS``), and ``torch.cuda.memory_stats()``
 and snapshots raise; :func:`memory_stats` and the functions beside it give
 somalloc's counters under PyTorch's names, and :func:`trace_to_snapshot`

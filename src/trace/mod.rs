@@ -53,7 +53,7 @@
 //! thread writes), one sequentially consistent fence (a full memory
 //! barrier) and a load of whether the recorder is finished: no lock, no
 //! atomic read-modify-write, no system call (the
-//! [Measured](crate::guide::measured) page gives the cost over the cache
+//! [Measured](https://github.com/somalloc/somalloc/blob/main/docs/measured.md) page gives the cost over the cache
 //! tier). A thread's first event into a recorder also registers its
 //! buffer, under a lock. An event recorded while
 //! [`finish`](Recorder::finish) runs is either written or counted as
