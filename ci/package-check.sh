@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 list=$(cargo package --list --allow-dirty 2>/dev/null)
 echo "$list"
-bad=$(grep -vE '^(src/.+\.rs|backends/.+\.rs|kernels/.+\.cu|docs/[a-z_]+\.md|build\.rs|Cargo\.toml|Cargo\.toml\.orig|Cargo\.lock|\.cargo_vcs_info\.json|README\.md|CHANGELOG\.md|LICENSE-MIT|LICENSE-APACHE)$' <<<"$list" || true)
+bad=$(grep -vE '^(src/.+\.rs|backends/.+\.rs|kernels/.+\.cu|docs/[a-z_]+\.md|docs/README\.md|backends/README\.md|build\.rs|Cargo\.toml|Cargo\.toml\.orig|Cargo\.lock|\.cargo_vcs_info\.json|README\.md|CHANGELOG\.md|LICENSE-MIT|LICENSE-APACHE)$' <<<"$list" || true)
 if [ -n "$bad" ]; then
   echo "package-check: files that do not belong in the package:" >&2
   echo "$bad" >&2
