@@ -14,8 +14,8 @@ use crate::state::DeviceState;
 use crate::{SomallocSegment, SomallocStats};
 
 /// The arena options of a configuration: `release_threshold` (`max`: keep
-/// idle chunks until a trim), `max_size` (the most the arena maps) and
-/// `arena_moves`.
+/// idle chunks until a trim), `max_size` (the most the arena maps),
+/// `arena_moves` and `arena_whole_blocks`.
 pub fn arena_options(conf: &Conf) -> ArenaOptions {
     let threshold = match conf.release_threshold {
         u64::MAX => None,
@@ -25,6 +25,7 @@ pub fn arena_options(conf: &Conf) -> ArenaOptions {
         .release_threshold(threshold)
         .max_mapped(conf.max_size)
         .moves(conf.arena_moves)
+        .whole_blocks(conf.arena_whole_blocks)
 }
 
 /// The arena of `pool`'s device for `pool:vmm`, with every peer that can

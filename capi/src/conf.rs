@@ -73,6 +73,10 @@ pub struct Conf {
     /// With `pool:vmm`: the arena's growth moves wholly free chunks before
     /// it makes memory (`somalloc::ArenaOptions::moves`; on by default).
     pub arena_moves: bool,
+    /// With `pool:vmm`: every block within one physical allocation
+    /// (`somalloc::ArenaOptions::whole_blocks`; off by default), for NCCL's
+    /// buffer registration before NCCL 2.29.2.
+    pub arena_whole_blocks: bool,
 }
 
 impl Default for Conf {
@@ -93,6 +97,7 @@ impl Default for Conf {
             trace_device: false,
             peer_access: true,
             arena_moves: true,
+            arena_whole_blocks: false,
         }
     }
 }
@@ -110,7 +115,7 @@ impl Default for Conf {
 pub const KEYS: &str = "pool, release_threshold, reuse, max_size, cache, cache_total_cap, \
                         cache_per_stream_cap, cache_max_block, cache_reuse_larger, cache_headroom, trace, \
                         trace_backtraces, trace_device, plan, plan_share, plan_divert, plan_time_waits, \
-                        peer_access, arena_moves";
+                        peer_access, arena_moves, arena_whole_blocks";
 
 impl Conf {
     /// Parses `text` over the defaults. Empty text (or only commas and
@@ -224,6 +229,7 @@ impl Conf {
                 "trace_device" => conf.trace_device = parse_switch(value).map_err(|e| bad(&e))?,
                 "peer_access" => conf.peer_access = parse_switch(value).map_err(|e| bad(&e))?,
                 "arena_moves" => conf.arena_moves = parse_switch(value).map_err(|e| bad(&e))?,
+                "arena_whole_blocks" => conf.arena_whole_blocks = parse_switch(value).map_err(|e| bad(&e))?,
                 _ => return Err(format!("unknown key `{key}` (keys: {KEYS})")),
             }
         }
@@ -475,6 +481,8 @@ mod tests {
         assert_eq!(c.pool, PoolChoice::Vmm);
         assert!(c.arena_moves);
         assert!(!Conf::parse("pool:vmm,arena_moves:off").unwrap().arena_moves);
+        assert!(!c.arena_whole_blocks);
+        assert!(Conf::parse("pool:vmm,arena_whole_blocks:on").unwrap().arena_whole_blocks);
         assert!(Conf::parse("arena_moves:maybe").is_err());
         assert_eq!(c.release_threshold, 256 << 20);
         assert_eq!(c.max_size, Some(8 << 30));

@@ -366,8 +366,10 @@ def run(out, sizes, iters, trials):
 
     # The pools and every buffer, all live at once (their addresses apart).
     pools = {
-        "b": somalloc.torch.mem_pool("pool:vmm"),
-        "a": somalloc.torch.mem_pool("pool:vmm"),
+        # Whole blocks: NCCL before 2.29.2 registers only a buffer that one
+        # physical allocation holds (PyTorch 2.11's wheel has NCCL 2.28).
+        "b": somalloc.torch.mem_pool("pool:vmm,arena_whole_blocks:on"),
+        "a": somalloc.torch.mem_pool("pool:vmm,arena_whole_blocks:on"),
         "c": torch.cuda.MemPool(backend.mem_allocator),
     }
     bufs = {"d": make_buffers(torch, dev, sizes, world)}

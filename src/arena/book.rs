@@ -402,20 +402,57 @@ impl Book {
         }
     }
 
+    /// The best fit for `len` bytes of `kind` that `slot` may use now and
+    /// that lies within one chunk (one physical allocation): the free range
+    /// and the address in it, trying ranges from the shortest up.
+    pub(crate) fn find_whole(&self, len: usize, kind: Kind, slot: u32) -> Option<(Addr, Addr)> {
+        let mut best: Option<(usize, Addr, Addr)> = None;
+        for owner in [Owner::Stream(slot), Owner::Any] {
+            for &(_, _, l, a) in self.index.range((kind, owner, len, 0)..=(kind, owner, usize::MAX, usize::MAX)) {
+                if best.is_some_and(|b| b.0 <= l) {
+                    break;
+                }
+                let from = self.chunks.range(..=a).next_back().map_or(a, |(&c, _)| c);
+                let fits = self.chunks.range(from..a + l).find_map(|(&c, ch)| {
+                    let start = c.max(a);
+                    let end = (c + ch.len).min(a + l);
+                    (ch.ghost.is_none() && end >= start + len).then_some(start)
+                });
+                if let Some(at) = fits {
+                    best = Some((l, a, at));
+                    break;
+                }
+            }
+        }
+        best.map(|(_, a, at)| (a, at))
+    }
+
     /// Hands out `len` bytes from the start of the free range at `addr`
     /// (from [`find`](Book::find)); the rest stays free as it was.
     pub(crate) fn take(&mut self, addr: Addr, len: usize) {
-        let f = self.take_free(addr);
-        assert!(f.len >= len);
-        if f.len > len {
+        self.take_at(addr, addr, len);
+    }
+
+    /// Hands out `[at, at + len)` from the free range at `range` (from
+    /// [`find_whole`](Book::find_whole)); what is left on either side stays
+    /// free as it was.
+    pub(crate) fn take_at(&mut self, range: Addr, at: Addr, len: usize) {
+        let f = self.take_free(range);
+        assert!(at >= range && at + len <= range + f.len);
+        if at > range {
+            self.insert_free(range, Free { len: at - range, ..f });
+        }
+        let end = range + f.len;
+        if end > at + len {
             self.insert_free(
-                addr + len,
+                at + len,
                 Free {
-                    len: f.len - len,
+                    len: end - at - len,
                     ..f
                 },
             );
         }
+        let addr = at;
         self.live.insert(
             addr,
             Block {
@@ -615,13 +652,14 @@ impl Book {
         slot: u32,
         chunk: usize,
         min: usize,
+        extend: bool,
     ) -> Option<Vec<Grow>> {
         let g = self.granule;
         // At least `min` bytes (a multiple of the granule) are mapped.
         let min = round_up(min.max(g), g)?;
         // Extending a free range that ends where unmapped space begins.
         let mut best: Option<(usize, Addr)> = None;
-        for (&a, f) in &self.free {
+        for (&a, f) in self.free.iter().filter(|_| extend) {
             let usable = f.kind == kind && (f.owner == Owner::Any || f.owner == Owner::Stream(slot));
             if !usable || f.len >= len {
                 continue;

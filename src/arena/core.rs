@@ -135,8 +135,7 @@ impl<P: Phys> Arena<P> {
             Self::peaks(state);
             return Ok(a);
         }
-        if let Some(a) = state.book.find(len, kind, slot) {
-            state.book.take(a, len);
+        if let Some(a) = self.place(state, len, kind, slot) {
             Self::peaks(state);
             return Ok(a);
         }
@@ -148,8 +147,7 @@ impl<P: Phys> Arena<P> {
             // Parked blocks merge into free ranges before anything else.
             state.book.flush_all();
             self.collect(state, slot, effort == Effort::Wait);
-            if let Some(a) = state.book.find(len, kind, slot) {
-                state.book.take(a, len);
+            if let Some(a) = self.place(state, len, kind, slot) {
                 Self::peaks(state);
                 return Ok(a);
             }
@@ -162,11 +160,9 @@ impl<P: Phys> Arena<P> {
             }
             match self.grow(state, len, kind, slot) {
                 Ok(()) => {
-                    let a = state
-                        .book
-                        .find(len, kind, slot)
+                    let a = self
+                        .place(state, len, kind, slot)
                         .expect("the grown range holds the block");
-                    state.book.take(a, len);
                     Self::peaks(state);
                     return Ok(a);
                 }
@@ -280,19 +276,36 @@ impl<P: Phys> Arena<P> {
         }
     }
 
+    /// Takes `len` bytes of `kind` for `slot` from the free ranges, if they
+    /// hold them (within one chunk with `whole_blocks`).
+    fn place(&self, state: &mut State<P::Fence>, len: usize, kind: Kind, slot: u32) -> Option<Addr> {
+        if self.opts.whole_blocks {
+            let (range, at) = state.book.find_whole(len, kind, slot)?;
+            state.book.take_at(range, at, len);
+            Some(at)
+        } else {
+            let a = state.book.find(len, kind, slot)?;
+            state.book.take(a, len);
+            Some(a)
+        }
+    }
+
     /// Maps chunks so that `len` bytes of `kind` fit for `slot`.
     fn grow(&self, state: &mut State<P::Fence>, len: usize, kind: Kind, slot: u32) -> Result<()> {
+        let whole = self.opts.whole_blocks;
         let chunk = match kind {
+            // A block in one chunk: the chunk is as large as the block.
+            _ if whole => usize::MAX,
             Kind::Small => state.book.granule(),
             Kind::Large => self.opts.chunk_bytes.max(state.book.granule()),
         };
-        let plan = match state.book.plan_growth(len, kind, slot, chunk, self.opts.min_grow) {
+        let plan = match state.book.plan_growth(len, kind, slot, chunk, self.opts.min_grow, !whole) {
             Some(p) => p,
             None => {
                 self.reserve_more(state, len)?;
                 state
                     .book
-                    .plan_growth(len, kind, slot, chunk, self.opts.min_grow)
+                    .plan_growth(len, kind, slot, chunk, self.opts.min_grow, !whole)
                     .ok_or_else(|| Error::OutOfMemory {
                         requested: len,
                         stats: None,
@@ -306,7 +319,7 @@ impl<P: Phys> Arena<P> {
         // handles mapped there too): the arena grows its addresses, not
         // its memory. Larger ones first; none from the range it extends.
         let mut at = start;
-        if self.opts.moves {
+        if self.opts.moves && !whole {
             let mut movable = state.book.movable(slot, start);
             movable.sort_by_key(|(a, c)| (std::cmp::Reverse(c.len), *a));
             for (from, c) in movable {

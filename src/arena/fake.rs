@@ -194,6 +194,14 @@ impl FakePhys {
         }
     }
 
+    /// How many physical allocations hold `[addr, addr + len)`.
+    pub(crate) fn pieces(&self, addr: usize, len: usize) -> usize {
+        let vm = self.vm();
+        let mut handles: Vec<u64> = vm.phys(addr, len).into_iter().map(|p| p.0).collect();
+        handles.dedup();
+        handles.len()
+    }
+
     fn call(&self, op: Op) -> Result<()> {
         let mut vm = self.vm();
         *vm.calls.entry(op).or_insert(0) += 1;

@@ -119,6 +119,8 @@ pub struct ArenaOptions {
     /// Growth moves wholly free chunks before it makes memory (see
     /// [`ArenaOptions::moves`]).
     pub(crate) moves: bool,
+    /// Every block within one chunk (see [`ArenaOptions::whole_blocks`]).
+    pub(crate) whole_blocks: bool,
 }
 
 impl Default for ArenaOptions {
@@ -132,6 +134,7 @@ impl Default for ArenaOptions {
             keep_chunks: false,
             min_grow: 0,
             moves: true,
+            whole_blocks: false,
         }
     }
 }
@@ -179,6 +182,18 @@ impl ArenaOptions {
     /// map and, later, an unmap, no more than making a chunk.
     pub fn moves(mut self, on: bool) -> Self {
         self.moves = on;
+        self
+    }
+
+    /// Whether every block lies within one chunk, that is one physical
+    /// allocation of the vendor (off by default). NCCL before 2.29.2
+    /// registers a buffer for zero-copy transfers only when one physical
+    /// allocation holds all of it; with this on, the arena grows by one
+    /// chunk of the block's size instead of extending free ranges or moving
+    /// chunks, and places blocks only where one chunk holds them, which
+    /// costs memory.
+    pub fn whole_blocks(mut self, on: bool) -> Self {
+        self.whole_blocks = on;
         self
     }
 

@@ -342,10 +342,12 @@ fn random_runs_keep_stream_order_and_lose_nothing() {
         let opts = ArenaOptions::default()
             .chunk_bytes([4 * MIB, 20 * MIB][rng.usize(0..2)])
             .release_threshold([None, Some(0), Some(8 * MIB)][rng.usize(0..3)]);
+        let whole = seed % 6 >= 4;
         let opts = ArenaOptions {
             min_grow: [0, 8 * MIB][seed as usize % 4 / 2],
             ..opts
-        };
+        }
+        .whole_blocks(whole);
         let (a, f) = arena(cap, opts);
         if seed % 2 == 1 {
             f.fail_randomly(seed, 25);
@@ -367,6 +369,9 @@ fn random_runs_keep_stream_order_and_lose_nothing() {
                         Ok(x) => {
                             f.handed(x, n, &streams[si]);
                             f.enqueue(&streams[si]);
+                            if whole {
+                                assert_eq!(f.pieces(x, n), 1, "seed {seed}: a block across chunks");
+                            }
                             held.push((x, n, si));
                         }
                         Err(Error::OutOfMemory { .. }) => refused += 1,
@@ -610,4 +615,35 @@ fn a_forgotten_stream_leaves_nothing_of_its_own() {
     assert!(a.forget(&s).unwrap());
     free(&a, &f, z, 5 * MIB, &t);
     clean(&a, &f);
+}
+
+#[test]
+fn whole_blocks_lie_in_one_physical_allocation() {
+    let (a, f) = arena(1 << 30, ArenaOptions::default().whole_blocks(true));
+    let s = stream(600);
+    let mut held = Vec::new();
+    for (i, n) in [30 * MIB, 5 * MIB, 100 * MIB, 700 << 10, 3 * MIB, 64 * MIB].into_iter().enumerate() {
+        let x = alloc(&a, &f, n, &s);
+        assert_eq!(f.pieces(x, n), 1, "block {i} of {n} bytes spans chunks");
+        held.push((x, n));
+    }
+    // Freed and merged, the ranges span chunks; new blocks still do not.
+    for (x, n) in held.drain(..) {
+        free(&a, &f, x, n, &s);
+    }
+    a.trim(usize::MAX);
+    for n in [40 * MIB, 90 * MIB, 6 * MIB] {
+        let x = alloc(&a, &f, n, &s);
+        assert_eq!(f.pieces(x, n), 1);
+        held.push((x, n));
+    }
+    for (x, n) in held {
+        free(&a, &f, x, n, &s);
+    }
+    clean(&a, &f);
+    // Without the option a block may span chunks (what the option is for).
+    let (b, g) = arena(1 << 30, ArenaOptions::default());
+    let x = alloc(&b, &g, 100 * MIB, &s);
+    assert!(g.pieces(x, 100 * MIB) > 1);
+    free(&b, &g, x, 100 * MIB, &s);
 }
