@@ -482,7 +482,11 @@ mod tests {
         assert!(c.arena_moves);
         assert!(!Conf::parse("pool:vmm,arena_moves:off").unwrap().arena_moves);
         assert!(!c.arena_whole_blocks);
-        assert!(Conf::parse("pool:vmm,arena_whole_blocks:on").unwrap().arena_whole_blocks);
+        assert!(
+            Conf::parse("pool:vmm,arena_whole_blocks:on")
+                .unwrap()
+                .arena_whole_blocks
+        );
         assert!(Conf::parse("arena_moves:maybe").is_err());
         assert_eq!(c.release_threshold, 256 << 20);
         assert_eq!(c.max_size, Some(8 << 30));

@@ -408,7 +408,10 @@ impl Book {
     pub(crate) fn find_whole(&self, len: usize, kind: Kind, slot: u32) -> Option<(Addr, Addr)> {
         let mut best: Option<(usize, Addr, Addr)> = None;
         for owner in [Owner::Stream(slot), Owner::Any] {
-            for &(_, _, l, a) in self.index.range((kind, owner, len, 0)..=(kind, owner, usize::MAX, usize::MAX)) {
+            for &(_, _, l, a) in self
+                .index
+                .range((kind, owner, len, 0)..=(kind, owner, usize::MAX, usize::MAX))
+            {
                 if best.is_some_and(|b| b.0 <= l) {
                     break;
                 }

@@ -299,7 +299,10 @@ impl<P: Phys> Arena<P> {
             Kind::Small => state.book.granule(),
             Kind::Large => self.opts.chunk_bytes.max(state.book.granule()),
         };
-        let plan = match state.book.plan_growth(len, kind, slot, chunk, self.opts.min_grow, !whole) {
+        let plan = match state
+            .book
+            .plan_growth(len, kind, slot, chunk, self.opts.min_grow, !whole)
+        {
             Some(p) => p,
             None => {
                 self.reserve_more(state, len)?;

@@ -622,7 +622,10 @@ fn whole_blocks_lie_in_one_physical_allocation() {
     let (a, f) = arena(1 << 30, ArenaOptions::default().whole_blocks(true));
     let s = stream(600);
     let mut held = Vec::new();
-    for (i, n) in [30 * MIB, 5 * MIB, 100 * MIB, 700 << 10, 3 * MIB, 64 * MIB].into_iter().enumerate() {
+    for (i, n) in [30 * MIB, 5 * MIB, 100 * MIB, 700 << 10, 3 * MIB, 64 * MIB]
+        .into_iter()
+        .enumerate()
+    {
         let x = alloc(&a, &f, n, &s);
         assert_eq!(f.pieces(x, n), 1, "block {i} of {n} bytes spans chunks");
         held.push((x, n));
