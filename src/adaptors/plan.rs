@@ -514,8 +514,11 @@ impl PlannedArena {
             match (size > 0).then(|| upstream.allocate(size, stream)) {
                 Some(Ok(ptr)) => {
                     // Other streams use it without waiting for this one.
-                    if shared && stream.synchronize().is_err() {
+                    if let Err(e) = shared.then(|| stream.synchronize()).transpose() {
                         st.closed = true;
+                        eprintln!(
+                            "somalloc: a planned arena could not be made ready ({e}); served without it"
+                        );
                         // SAFETY: just allocated on this stream, unused.
                         if unsafe { upstream.deallocate(ptr, size, stream) }.is_err() {
                             // Kept, unused, for `release` to give back.
@@ -525,7 +528,14 @@ impl PlannedArena {
                         st.base = Some(ptr as usize);
                     }
                 }
-                _ => st.closed = true,
+                other => {
+                    st.closed = true;
+                    if let Some(Err(e)) = other {
+                        eprintln!(
+                            "somalloc: a planned arena of {size} bytes was refused ({e}); served without it"
+                        );
+                    }
+                }
             }
         }
         if st.closed {
