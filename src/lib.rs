@@ -287,6 +287,15 @@
 //! call that enqueues work on a stream, whose program orders the beginning
 //! of the stream's capture with that work.
 //!
+//! An allocation that runs out of memory does the same for **every other
+//! stream of the tier** (it frees their cached blocks on their streams,
+//! then retries): while a thread may run out of memory allocating through
+//! a tier, another thread must not begin a capture of one of the tier's
+//! streams. A program that captures on one thread while others allocate
+//! through the same tier either keeps its captured streams on a tier of
+//! their own, or begins their captures where no other thread allocates
+//! (at a barrier).
+//!
 //! Knowing that the stream captures costs two relaxed loads for an owned
 //! stream while no capture is in progress (see
 //! [Stream capture](crate::Stream#stream-capture)); a borrowed stream is

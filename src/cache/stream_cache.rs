@@ -220,7 +220,10 @@ impl StreamCache {
 
     /// Returns every cached block, with stream-ordered frees on this
     /// stream: the bytes returned. While the stream captures, the blocks
-    /// stay and 0 is returned.
+    /// stay and 0 is returned. Called for other streams by an allocation
+    /// that ran out of memory: the rule of `let_go` (no capture of this
+    /// stream may begin meanwhile) reaches programs through the crate
+    /// docs' section on the cache tier under capture.
     pub(super) fn release_all(&self) -> Result<usize> {
         if self.stream.capturing()?.is_some() {
             return Ok(0);
