@@ -49,7 +49,13 @@
 //! * **Capture.** An allocation on a capturing stream is graph memory from
 //!   the device's default pool (the vendor's graph-memory path, as for a
 //!   pool); an arena block freed during a capture is freed once the graph
-//!   and its executables are gone.
+//!   and its executables are gone. The arena records its events on a
+//!   stream only after asking whether it captures (a capturing stream is
+//!   skipped), and does so from whichever thread allocates: as for the
+//!   cache tier's recovery from out of memory, a capture of one of its
+//!   streams should not begin while another thread allocates from the
+//!   arena (if one does begin in between, the event becomes a node of the
+//!   graph, and the arena treats it as never complete).
 //! * **NCCL and IPC.** Chunks are made shareable as POSIX file descriptors
 //!   (and GPUDirect-RDMA-capable where the device says so), so the vendor
 //!   can name the physical allocation behind any arena address
