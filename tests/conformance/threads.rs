@@ -39,3 +39,31 @@ fn eight_threads_with_own_streams_never_overlap() {
     });
     ctx.finish(&[]);
 }
+
+/// The same on a virtual-memory arena (a SKIP line where the device has no
+/// virtual-memory management): blocks of one arena, split and merged from
+/// shared chunks, never overlap, and every buffer keeps its pattern.
+#[test]
+fn eight_threads_never_overlap_on_the_arena() {
+    let name = "threads::eight_threads_never_overlap_on_the_arena";
+    let Some(ctx) = setup(name) else {
+        return;
+    };
+    let arena = match somalloc::VmmArena::new(&ctx.dev, somalloc::ArenaOptions::default()) {
+        Ok(a) => Arc::new(a),
+        Err(e @ somalloc::Error::Unsupported { .. }) => {
+            crate::common::say(&format!("SKIP {name}: {e}"));
+            return;
+        }
+        Err(e) => panic!("{name}: {e}"),
+    };
+    let ctx = Arc::new(ctx);
+    let res: Arc<dyn somalloc::MemoryResource> = arena.clone();
+    let streams = eight_threads_never_overlap(&ctx, move |stream: &Stream| -> ThreadAlloc {
+        let (res, stream) = (res.clone(), stream.clone());
+        Box::new(move |bytes| DeviceBuffer::<u8>::new_with(bytes, &res, &stream).unwrap())
+    });
+    drop(streams);
+    ctx.finish(&[]);
+    assert_eq!(arena.stats().live_bytes, 0, "every arena block came back");
+}
