@@ -109,8 +109,8 @@ impl Default for Conf {
 /// keeps mapped when it grows (above them it gives idle chunks back first;
 /// `max` keeps them until a trim), and the threshold of the own pool behind
 /// it too; `max_size`, the most memory the arena maps (an allocation past
-/// it comes from the own pool behind the arena) and that pool's largest
-/// size; `reuse`, the reuse policy of that own pool (which serves the
+/// it is out of memory, after the arena's recovery) and that pool's
+/// largest size; `reuse`, the reuse policy of that own pool (which serves the
 /// allocations of capturing streams and what the arena cannot serve).
 pub const KEYS: &str = "pool, release_threshold, reuse, max_size, cache, cache_total_cap, \
                         cache_per_stream_cap, cache_max_block, cache_reuse_larger, cache_headroom, trace, \
