@@ -70,7 +70,8 @@ pub struct ArenaStats {
     pub peak_live: usize,
     /// Chunks mapped so far.
     pub maps: u64,
-    /// Chunks unmapped so far.
+    /// Chunks unmapped and given back so far (`maps - unmaps` is the
+    /// chunks held; moves change neither).
     pub unmaps: u64,
     /// Events recorded to learn that frees completed.
     pub fences: u64,

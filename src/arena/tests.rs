@@ -407,6 +407,11 @@ fn random_runs_keep_stream_order_and_lose_nothing() {
         f.stop_failing();
         let st: ArenaStats = a.stats();
         assert!(st.peak_live <= cap, "seed {seed}");
+        assert_eq!(
+            st.maps - st.unmaps,
+            st.chunks as u64,
+            "seed {seed}: maps - unmaps is the chunks held"
+        );
         for (x, n, si) in held {
             free(&a, &f, x, n, &streams[si]);
         }
