@@ -302,7 +302,7 @@ impl Book {
             .range(..=addr)
             .next_back()
             .map(|(&s, &f)| (s, f))
-            .expect("an idle chunk is covered by a free range");
+            .expect("an idle chunk is covered by a free range"); // ok: `idle` just checked that one free range covers the chunk
         self.take_free(start);
         if start < addr {
             self.insert_free(
@@ -342,7 +342,7 @@ impl Book {
     }
 
     pub(super) fn take_free(&mut self, addr: Addr) -> Free {
-        let f = self.free.remove(&addr).expect("a free range starts here");
+        let f = self.free.remove(&addr).expect("a free range starts here"); // ok: callers pass a start from `free` or the index, which agree
         self.index.remove(&(f.kind, f.owner, f.len, addr));
         if let Owner::Stream(s) = f.owner {
             self.slots[s as usize].ranges -= 1;
@@ -487,7 +487,7 @@ impl Book {
 
     /// Gives back the live block at `addr`, freed on `slot`.
     pub(crate) fn give(&mut self, addr: Addr, slot: u32) {
-        let b = self.live.remove(&addr).expect("a live block");
+        let b = self.live.remove(&addr).expect("a live block"); // ok: the arena checked `live(addr)` before giving it back
         assert!(!b.parked);
         self.live_bytes -= b.len;
         self.give_range(addr, b.len, b.kind, slot);
@@ -510,7 +510,7 @@ impl Book {
 
     /// Parks the live block at `addr`, freed on `slot`.
     pub(crate) fn park(&mut self, addr: Addr, slot: u32) {
-        let b = self.live.get_mut(&addr).expect("a live block");
+        let b = self.live.get_mut(&addr).expect("a live block"); // ok: the arena checked `live(addr)` before parking it
         assert!(!b.parked);
         b.parked = true;
         let len = b.len;
@@ -529,7 +529,7 @@ impl Book {
     #[inline]
     pub(crate) fn unpark(&mut self, len: usize, slot: u32) -> Option<Addr> {
         let addr = self.parked[slot as usize].get_mut(&len)?.pop()?;
-        let b = self.live.get_mut(&addr).expect("a parked block is booked");
+        let b = self.live.get_mut(&addr).expect("a parked block is booked"); // ok: parked lists hold only booked, parked blocks (the tests' `check`)
         b.parked = false;
         self.parked_bytes -= len;
         self.parked_of[slot as usize] -= len;
@@ -541,7 +541,7 @@ impl Book {
     pub(crate) fn flush(&mut self, slot: u32) {
         let parked = std::mem::take(&mut self.parked[slot as usize]);
         for addr in parked.into_values().flatten() {
-            let b = self.live.remove(&addr).expect("a parked block is booked");
+            let b = self.live.remove(&addr).expect("a parked block is booked"); // ok: parked lists hold only booked, parked blocks (the tests' `check`)
             self.parked_bytes -= b.len;
             self.parked_of[slot as usize] -= b.len;
             self.give_range(addr, b.len, b.kind, slot);

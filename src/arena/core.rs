@@ -162,7 +162,7 @@ impl<P: Phys> Arena<P> {
                 Ok(()) => {
                     let a = self
                         .place(state, len, kind, slot)
-                        .expect("the grown range holds the block");
+                        .expect("the grown range holds the block"); // ok: growth mapped a usable range of at least `len` bytes
                     Self::peaks(state);
                     return Ok(a);
                 }
@@ -261,7 +261,7 @@ impl<P: Phys> Arena<P> {
                     Err(_) => continue,
                 }
             }
-            let f = entry.fence.as_ref().expect("made above");
+            let f = entry.fence.as_ref().expect("made above"); // ok: set just above when it was `None`
             if self.phys.record(f, &entry.stream).is_ok() {
                 state.counters.fences += 1;
                 entry.pending = Some(frees);
@@ -470,7 +470,7 @@ impl<P: Phys> Arena<P> {
                 None => false,
             };
             if retire {
-                let e = state.entries[s as usize].take().expect("checked");
+                let e = state.entries[s as usize].take().expect("checked"); // ok: `retire` was computed from `Some` just above
                 state.by_raw.remove(&(e.stream.as_raw() as usize));
                 state.retired.push(s);
             }
@@ -494,11 +494,11 @@ impl<P: Phys> Arena<P> {
             let frees = state.book.frees(s);
             let entry = state.entries[s as usize]
                 .as_mut()
-                .expect("a known slot has an entry");
+                .expect("a known slot has an entry"); // ok: every slot in `by_raw` has an entry
             if entry.fence.is_none() {
                 entry.fence = Some(self.phys.new_fence(&entry.stream)?);
             }
-            let f = entry.fence.as_ref().expect("made above");
+            let f = entry.fence.as_ref().expect("made above"); // ok: set just above when it was `None`
             self.phys.record(f, &entry.stream)?;
             state.counters.fences += 1;
             state.counters.waits += 1;

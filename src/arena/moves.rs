@@ -46,7 +46,7 @@ impl Book {
             .range(..=from)
             .next_back()
             .map(|(&s, &f)| (s, f))
-            .expect("a movable chunk is covered by a free range");
+            .expect("a movable chunk is covered by a free range"); // ok: `movable` returns only chunks inside a free range
         debug_assert!(start + f.len >= from + c.len);
         self.take_free(start);
         if start < from {
@@ -71,7 +71,7 @@ impl Book {
             // The ghost is the slot's until its fence completes.
             self.slots[s as usize].ranges += 1;
         }
-        self.chunks.get_mut(&from).expect("checked").ghost = Some((f.owner, f.seq));
+        self.chunks.get_mut(&from).expect("checked").ghost = Some((f.owner, f.seq)); // ok: `from` was read from `chunks` above
         *self.ghost_handles.entry(c.handle as usize).or_insert(0) += 1;
         self.chunks.insert(
             to,
@@ -127,12 +127,12 @@ impl Book {
 
     /// Forgets the ghost at `addr` (the arena unmapped it).
     pub(crate) fn remove_ghost(&mut self, addr: Addr) {
-        let c = self.chunks.remove(&addr).expect("a ghost");
+        let c = self.chunks.remove(&addr).expect("a ghost"); // ok: `ghosts_done` lists only chunks of the map
         assert!(
             matches!(c.ghost, Some((Owner::Any, _))),
             "only a finished ghost goes"
         );
-        let n = self.ghost_handles.get_mut(&(c.handle as usize)).expect("counted");
+        let n = self.ghost_handles.get_mut(&(c.handle as usize)).expect("counted"); // ok: every ghost's handle is counted when it is made
         *n -= 1;
         if *n == 0 {
             self.ghost_handles.remove(&(c.handle as usize));

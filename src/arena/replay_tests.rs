@@ -94,7 +94,7 @@ fn recorded_training_steps_map_little_beyond_their_live_peak() {
 /// Not a test: the footprint by chunk size and with moves off
 /// (`cargo test --release --lib arena::replay_tests::by_chunk_size -- --ignored --nocapture`).
 #[test]
-#[ignore]
+#[ignore = "a measurement to read, not a check: prints the footprint by chunk size"]
 fn by_chunk_size() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data");
     for name in ["resnet50", "gpt2", "mix"] {
@@ -121,7 +121,7 @@ fn by_chunk_size() {
 /// left it): maps and moves per pass
 /// (`cargo test --release --lib arena::replay_tests::passes -- --ignored --nocapture`).
 #[test]
-#[ignore]
+#[ignore = "a measurement to read, not a check: prints maps, moves and peaks per pass"]
 fn passes() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data");
     for name in ["resnet50", "gpt2", "mix"] {

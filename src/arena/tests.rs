@@ -552,38 +552,6 @@ fn a_failed_map_steps_aside_to_the_pool() {
     }
 }
 
-/// Not a test: the host cost of a pair on the fake device
-/// (`cargo test --release --lib arena::tests::pair_cost -- --ignored --nocapture`).
-#[test]
-#[ignore]
-fn pair_cost() {
-    let (a, _f) = arena(1 << 34, ArenaOptions::default());
-    let s = stream(900);
-    for (label, sizes) in [
-        ("pair 4 KiB", vec![4096usize]),
-        ("churn mixed", vec![256, 4096, 65536, 1 << 20, 3 << 20, 8 << 20]),
-    ] {
-        let n = 200_000;
-        let t = std::time::Instant::now();
-        let mut held = Vec::new();
-        for i in 0..n {
-            let b = sizes[i % sizes.len()];
-            held.push((a.allocate(b, &s).unwrap(), b));
-            if held.len() > 4 {
-                let (x, b) = held.remove(0);
-                a.deallocate(x, b, &s).unwrap();
-            }
-        }
-        for (x, b) in held {
-            a.deallocate(x, b, &s).unwrap();
-        }
-        println!(
-            "{label}: {:.0} ns per allocation + free",
-            t.elapsed().as_nanos() as f64 / n as f64
-        );
-    }
-}
-
 #[test]
 fn the_per_thread_default_stream_is_served_by_the_pool() {
     let (fr, _f, pool) = front(1 << 30);
