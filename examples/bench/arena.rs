@@ -284,15 +284,7 @@ pub fn checks(rows: &[Row], timelines: &[Timeline]) -> Vec<Check> {
             format!("churn {name}: mapped peak / live peak"),
             p.pool_reserved as f64 / p.live.max(1) as f64,
         ));
-        if let (Some(cached), Some(cap)) = (p.cached, p.cache_cap) {
-            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-            checks.push(Check::at_most(
-                format!("churn {name}: cached MiB, peak of the samples"),
-                mib(cached),
-                mib(cap),
-                " MiB",
-            ));
-        }
+        checks.extend(crate::results::cached_under_cap(name, &p));
     }
     checks
 }

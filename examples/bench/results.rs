@@ -376,15 +376,7 @@ pub fn compute_tier_checks(rows: &[Row], timelines: &[Timeline], tiered: &[&str]
             format!("churn {name}: pool reserved peak / live peak"),
             p.pool_reserved as f64 / p.live.max(1) as f64,
         ));
-        if let (Some(cached), Some(cap)) = (p.cached, p.cache_cap) {
-            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-            checks.push(Check::at_most(
-                format!("churn {name}: cached MiB, peak of the samples"),
-                mib(cached),
-                mib(cap),
-                " MiB",
-            ));
-        }
+        checks.extend(cached_under_cap(name, &p));
     }
     checks
 }
@@ -396,6 +388,19 @@ pub struct Borrowed<'a> {
     pub name: &'a str,
     pub base: &'a str,
     pub promised: bool,
+}
+
+/// A churn timeline's cached bytes at most the cache's cap (where a cache
+/// sampled them).
+pub fn cached_under_cap(name: &str, p: &Peaks) -> Option<Check> {
+    let (cached, cap) = (p.cached?, p.cache_cap?);
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    Some(Check::at_most(
+        format!("churn {name}: cached MiB, peak of the samples"),
+        mib(cached),
+        mib(cap),
+        " MiB",
+    ))
 }
 
 /// The targets of the rows on borrowed streams (the owned rows' checks,
