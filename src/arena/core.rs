@@ -146,7 +146,7 @@ impl<P: Phys> Arena<P> {
             }
             // Parked blocks merge into free ranges before anything else.
             state.book.flush_all();
-            self.collect(state, slot, effort == Effort::Wait);
+            self.collect(state, effort == Effort::Wait);
             if let Some(a) = self.place(state, len, kind, slot) {
                 Self::peaks(state);
                 return Ok(a);
@@ -216,11 +216,12 @@ impl<P: Phys> Arena<P> {
     }
 
     /// Turns the frees that completed fences cover into reusable memory, and
-    /// records a fence on every other stream whose frees no fence covers
+    /// records a fence on every stream (the allocating one too) whose frees
+    /// no fence covers
     /// (skipping a stream that captures: a fence there would be a graph
     /// node). With `wait`, waits for every fence first. Failures only mean
     /// that less memory is reusable now.
-    fn collect(&self, state: &mut State<P::Fence>, current: u32, wait: bool) {
+    fn collect(&self, state: &mut State<P::Fence>, wait: bool) {
         for s in 0..state.entries.len() as u32 {
             let frees = state.book.frees(s);
             let waiting = state.book.waiting(s);
@@ -245,10 +246,9 @@ impl<P: Phys> Arena<P> {
                 }
             }
             let covered = entry.pending.is_some();
-            // The current stream too: its fences turn its own frees into
+            // The allocating stream too: its fences turn its own frees into
             // anyone's (so that whole chunks become idle) and let the
             // addresses its moved chunks left be unmapped.
-            let _ = current;
             if !waiting || covered {
                 continue;
             }
@@ -461,7 +461,7 @@ impl<P: Phys> Arena<P> {
         let mut state = self.lock();
         let state = &mut *state;
         state.book.flush_all();
-        self.collect(state, u32::MAX, true);
+        self.collect(state, true);
         self.unmap_ghosts(state);
         let given = self.give_back(state, keep);
         for s in 0..state.entries.len() as u32 {
@@ -606,7 +606,7 @@ impl<P: Phys> Drop for Arena<P> {
             },
         );
         state_taken.book.flush_all();
-        self.collect(&mut state_taken, u32::MAX, true);
+        self.collect(&mut state_taken, true);
         self.unmap_ghosts(&mut state_taken);
         self.unmap_idle(&mut state_taken, 0);
         let all_back = state_taken.book.mapped_bytes == 0 && state_taken.unreleased.is_empty();
