@@ -255,14 +255,7 @@ impl<P: Phys> Arena<P> {
             if !matches!(entry.stream.capturing(), Ok(None)) {
                 continue;
             }
-            if entry.fence.is_none() {
-                match self.phys.new_fence(&entry.stream) {
-                    Ok(f) => entry.fence = Some(f),
-                    Err(_) => continue,
-                }
-            }
-            let f = entry.fence.as_ref().expect("made above"); // ok: set just above when it was `None`
-            if self.phys.record(f, &entry.stream).is_ok() {
+            if let Ok(f) = self.record_fence(&mut entry.fence, &entry.stream) {
                 state.counters.fences += 1;
                 entry.pending = Some(frees);
                 if wait {
@@ -274,6 +267,17 @@ impl<P: Phys> Arena<P> {
                 }
             }
         }
+    }
+
+    /// Records a stream's fence (made on first use) at the end of its
+    /// queue.
+    fn record_fence<'f>(&self, fence: &'f mut Option<P::Fence>, stream: &Stream) -> Result<&'f P::Fence> {
+        let f = match fence {
+            Some(f) => f,
+            None => fence.insert(self.phys.new_fence(stream)?),
+        };
+        self.phys.record(f, stream)?;
+        Ok(f)
     }
 
     /// Takes `len` bytes of `kind` for `slot` from the free ranges, if they
@@ -495,11 +499,7 @@ impl<P: Phys> Arena<P> {
             let entry = state.entries[s as usize]
                 .as_mut()
                 .expect("a known slot has an entry"); // ok: every slot in `by_raw` has an entry
-            if entry.fence.is_none() {
-                entry.fence = Some(self.phys.new_fence(&entry.stream)?);
-            }
-            let f = entry.fence.as_ref().expect("made above"); // ok: set just above when it was `None`
-            self.phys.record(f, &entry.stream)?;
+            let f = self.record_fence(&mut entry.fence, &entry.stream)?;
             state.counters.fences += 1;
             state.counters.waits += 1;
             self.phys.wait(f)?;
