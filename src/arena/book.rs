@@ -297,12 +297,33 @@ impl Book {
     pub(crate) fn remove_chunk(&mut self, addr: Addr) -> Chunk {
         let chunk = self.chunks[&addr];
         assert!(self.idle(addr, chunk.len), "only idle chunks are unmapped");
+        self.cut_chunk(addr, chunk)
+    }
+
+    /// Takes a chunk mapped by a growth that then failed out of the books:
+    /// it was booked as its slot's free bytes and nothing was handed out
+    /// from it since (the caller holds the arena's lock throughout), so no
+    /// use of its bytes exists, whichever slot's range covers it.
+    pub(crate) fn remove_unused_chunk(&mut self, addr: Addr) -> Chunk {
+        let chunk = self.chunks[&addr];
+        let covered = self
+            .free
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&s, f)| s + f.len >= addr + chunk.len);
+        assert!(covered, "a chunk just mapped is wholly free");
+        self.cut_chunk(addr, chunk)
+    }
+
+    /// Takes the chunk at `addr`, wholly inside one free range, out of the
+    /// books: the free range keeps what lies on either side of it.
+    fn cut_chunk(&mut self, addr: Addr, chunk: Chunk) -> Chunk {
         let (start, f) = self
             .free
             .range(..=addr)
             .next_back()
             .map(|(&s, &f)| (s, f))
-            .expect("an idle chunk is covered by a free range"); // ok: `idle` just checked that one free range covers the chunk
+            .expect("the chunk is covered by a free range"); // ok: both callers just checked that one free range covers the chunk
         self.take_free(start);
         if start < addr {
             self.insert_free(

@@ -357,12 +357,39 @@ impl<P: Phys> Arena<P> {
                 });
             }
         }
+        // Chunks made for this growth: if a later one fails, they go back
+        // to the device at once (nothing was handed out from them), so a
+        // refused request holds no memory it did not hold before.
+        let fresh = at;
         while at < end {
             let piece = chunk.min(end - at);
-            self.map_chunk(state, Grow { addr: at, len: piece }, kind, slot)?;
+            if let Err(e) = self.map_chunk(state, Grow { addr: at, len: piece }, kind, slot) {
+                self.unmap_fresh(state, fresh, at);
+                return Err(e);
+            }
             at += piece;
         }
         Ok(())
+    }
+
+    /// Unmaps and releases the chunks a failed growth mapped in
+    /// `[from, to)`. A failed unmap keeps its chunk (free, in the books); a
+    /// failed release keeps the handle for the next try.
+    fn unmap_fresh(&self, state: &mut State<P::Fence>, from: Addr, to: Addr) {
+        let made: Vec<(Addr, usize)> = state.book.chunks.range(from..to).map(|(&a, c)| (a, c.len)).collect();
+        for (addr, len) in made {
+            // SAFETY: one mapping, made by this growth; nothing was handed
+            // out from it (the lock is held), so no use of it exists.
+            if unsafe { self.phys.unmap(addr, len) }.is_err() {
+                continue;
+            }
+            state.counters.unmaps += 1;
+            let c = state.book.remove_unused_chunk(addr);
+            // SAFETY: made by `create`, now unmapped.
+            if unsafe { self.phys.release(c.handle) }.is_err() {
+                state.unreleased.push((c.handle, c.len));
+            }
+        }
     }
 
     /// Unmaps the ghosts whose frees are complete (a failure keeps one for

@@ -251,6 +251,36 @@ fn out_of_memory_waits_for_other_streams_frees_then_refuses_with_a_report() {
 }
 
 #[test]
+fn a_refused_growth_gives_back_the_chunks_it_made() {
+    let (a, f) = arena(100 * MIB, ArenaOptions::default());
+    let s = stream(12);
+    let x = alloc(&a, &f, 8 * MIB, &s);
+    let before = a.stats().mapped_bytes;
+    // More than the device holds: chunks are made one by one until the
+    // device refuses; none of them may stay (before, they stayed mapped,
+    // and the device was left with nothing for anyone else).
+    assert!(matches!(a.allocate(300 * MIB, &s), Err(Error::OutOfMemory { .. })));
+    let st = a.stats();
+    assert_eq!(st.mapped_bytes, before, "{st:?}");
+    assert_eq!(f.vm().created.values().sum::<usize>(), before);
+    clean(&a, &f);
+    // A map that fails in the middle of a growth of several chunks: the
+    // chunks made before it go back too, and the error is the map's.
+    f.fail(Op::Map, 2);
+    assert!(a.allocate(70 * MIB, &s).is_err());
+    assert_eq!(a.stats().mapped_bytes, before);
+    assert_eq!(f.vm().created.values().sum::<usize>(), before);
+    clean(&a, &f);
+    // And the arena grows normally afterwards, into the same device memory.
+    let y = alloc(&a, &f, 70 * MIB, &s);
+    free(&a, &f, y, 70 * MIB, &s);
+    free(&a, &f, x, 8 * MIB, &s);
+    clean(&a, &f);
+    drop(a);
+    assert_all_back(&f);
+}
+
+#[test]
 fn max_mapped_caps_growth() {
     let (a, f) = arena(1 << 30, ArenaOptions::default().max_mapped(Some(8 * MIB)));
     let s = stream(11);
