@@ -21,7 +21,6 @@ fn a_free_deferred_without_a_graph_waits_for_its_stream() {
     s.set_fake_capture(CaptureStatus::Invalidated, 7);
     let done = Arc::new(AtomicUsize::new(0));
     let d = done.clone();
-    let before = pending_graph_frees();
     defer(
         Deferred {
             stream: s.clone(),
@@ -34,7 +33,8 @@ fn a_free_deferred_without_a_graph_waits_for_its_stream() {
         &[s.capturing().unwrap().unwrap()],
     )
     .unwrap();
-    assert!(pending_graph_frees() > before || done.load(Ordering::Relaxed) == 1);
+    // (The count is the process's: other tests' frees may finish at the
+    // same time, so it says nothing of this one. Its own checks follow.)
     // Still capturing: not done.
     reclaim_graph_frees().unwrap();
     assert_eq!(done.load(Ordering::Relaxed), 0);
