@@ -376,7 +376,12 @@ impl<P: Phys> Arena<P> {
     /// `[from, to)`. A failed unmap keeps its chunk (free, in the books); a
     /// failed release keeps the handle for the next try.
     fn unmap_fresh(&self, state: &mut State<P::Fence>, from: Addr, to: Addr) {
-        let made: Vec<(Addr, usize)> = state.book.chunks.range(from..to).map(|(&a, c)| (a, c.len)).collect();
+        let made: Vec<(Addr, usize)> = state
+            .book
+            .chunks
+            .range(from..to)
+            .map(|(&a, c)| (a, c.len))
+            .collect();
         for (addr, len) in made {
             // SAFETY: one mapping, made by this growth; nothing was handed
             // out from it (the lock is held), so no use of it exists.

@@ -259,7 +259,10 @@ fn a_refused_growth_gives_back_the_chunks_it_made() {
     // More than the device holds: chunks are made one by one until the
     // device refuses; none of them may stay (before, they stayed mapped,
     // and the device was left with nothing for anyone else).
-    assert!(matches!(a.allocate(300 * MIB, &s), Err(Error::OutOfMemory { .. })));
+    assert!(matches!(
+        a.allocate(300 * MIB, &s),
+        Err(Error::OutOfMemory { .. })
+    ));
     let st = a.stats();
     assert_eq!(st.mapped_bytes, before, "{st:?}");
     assert_eq!(f.vm().created.values().sum::<usize>(), before);
