@@ -71,7 +71,7 @@ pub fn upstream(pool: &MemPool, arena: &Option<Arc<VmmArena>>) -> Arc<dyn Memory
 impl DeviceState {
     /// What serves the allocations that go past the cache tier
     /// (`Path::Pool`): the arena if there is one, else the pool.
-    fn base(&self) -> &dyn MemoryResource {
+    pub(crate) fn base(&self) -> &dyn MemoryResource {
         match &self.arena {
             Some(a) => a.as_ref(),
             None => &self.pool,

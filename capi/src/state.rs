@@ -392,12 +392,15 @@ impl DeviceState {
     }
 
     fn allocate_on(&self, entry: &Entry, size: usize) -> Result<(*mut c_void, Path), CapiError> {
-        let pool = &self.pool;
         if let Some(plan) = entry.plan.get() {
             // Not during a capture: a graph's memory is the capture's
-            // business (the cache tier's rules or the pool's).
+            // business (the cache tier's rules or the pool's). The plan's
+            // arena comes from the virtual-memory arena where there is one
+            // (`pool:vmm`): with `plan:auto`, the chunks the blocks before
+            // the switch held are remapped into it rather than kept beside
+            // it.
             if !entry.is_capturing()? {
-                if let Some((ptr, slot)) = plan.arena.allocate(plan.lane, size, &entry.stream, pool) {
+                if let Some((ptr, slot)) = plan.arena.allocate(plan.lane, size, &entry.stream, self.base()) {
                     // Slots number fewer than `plan::MAX_BLOCKS`.
                     return Ok((ptr, Path::Plan(slot as u32)));
                 }
@@ -535,7 +538,7 @@ impl DeviceState {
             .get(&key)
             .cloned();
         if let Some((entry, plan)) = entry.as_ref().and_then(|e| Some((e, e.plan.get()?))) {
-            if !plan.arena.release(plan.lane, &entry.stream, &self.pool)? {
+            if !plan.arena.release(plan.lane, &entry.stream, self.base())? {
                 return Err(CapiError::new(
                     Status::Busy,
                     "the stream has live allocations from its plan's arena: free them before forgetting it",
