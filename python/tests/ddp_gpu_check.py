@@ -6,7 +6,9 @@ mode, and "N passed, N failed"; one SKIP line where OUTDIR holds no run.
 
 Checks, for every mode (torch, enable, enable-avoid, mempool, enable-vmm):
 the run left a file for every rank; the parameters are bitwise equal on every
-rank; the asynchronous-collective stress saw no overwritten tensor; for each
+rank; the asynchronous-collective stress saw no overwritten tensor (under
+enable(), a send buffer dropped before wait() is the documented limit and is
+only reported; with it kept until wait(), nothing may be overwritten); for each
 somalloc mode, every rank's loss at every step is within 1e-3 (relative) of
 the torch mode's. Needs neither PyTorch nor a GPU.
 """
@@ -69,8 +71,25 @@ def main():
         check("%s: parameters bitwise equal on every rank" % mode, len(shas) == 1,
               "sums %s" % ", ".join("%.6f" % r["param_sum"] for _, r in sorted(ranks.items())))
         bad = {k: sum(r["stress"][k] for r in ranks.values()) for k in STRESS_KEYS}
-        check("%s: no tensor dropped before wait() was overwritten while its async collective ran" % mode, not any(bad.values()),
-              "%s; early reuse %s" % (", ".join("%s %d" % kv for kv in bad.items()), [r["stress"]["early_reuse"] for _, r in sorted(ranks.items())]))
+        reuse = [r["stress"]["early_reuse"] for _, r in sorted(ranks.items())]
+        if mode in ("torch", "mempool"):
+            check("%s: no tensor dropped before wait() was overwritten while its async collective ran" % mode, not any(bad.values()),
+                  "%s; early reuse %s" % (", ".join("%s %d" % kv for kv in bad.items()), reuse))
+        else:
+            # Under the pluggable allocator a send buffer dropped before
+            # wait() is the documented limit (record_stream ignored): shown,
+            # not required. The collectives' tensors must be safe.
+            coll = {k: v for k, v in bad.items() if k != "send_bad"}
+            check("%s: no collective's tensor dropped before wait() was overwritten while it ran" % mode, not any(coll.values()),
+                  "%s; early reuse %s" % (", ".join("%s %d" % kv for kv in coll.items()), reuse))
+            print("info %s: send buffers dropped before wait() that delivered overwritten data (the documented limit): %d" % (mode, bad["send_bad"]))
+        kept = [r.get("stress_kept_send") for r in ranks.values()]
+        if all(kept):
+            kb = {k: sum(r[k] for r in kept) for k in STRESS_KEYS}
+            check("%s: with the send buffer kept until wait(), nothing was overwritten" % mode, not any(kb.values()),
+                  ", ".join("%s %d" % kv for kv in kb.items()))
+        else:
+            check("%s: the kept-send stress ran on every rank" % mode, False, "missing in the results")
         if mode != "torch":
             if not ref:
                 check("%s: losses within %g of the torch mode's" % (mode, REL_TOL), False, "no torch run to compare with")
