@@ -393,12 +393,9 @@ impl DeviceState {
 
     fn allocate_on(&self, entry: &Entry, size: usize) -> Result<(*mut c_void, Path), CapiError> {
         if let Some(plan) = entry.plan.get() {
-            // Not during a capture: a graph's memory is the capture's
-            // business (the cache tier's rules or the pool's). The plan's
-            // arena comes from the virtual-memory arena where there is one
-            // (`pool:vmm`): with `plan:auto`, the chunks the blocks before
-            // the switch held are remapped into it rather than kept beside
-            // it.
+            // Not during a capture (the cache tier's or the pool's rules).
+            // The plan's arena comes from `base()`: with `pool:vmm` the
+            // chunks of the blocks before a `plan:auto` switch remap into it.
             if !entry.is_capturing()? {
                 if let Some((ptr, slot)) = plan.arena.allocate(plan.lane, size, &entry.stream, self.base()) {
                     // Slots number fewer than `plan::MAX_BLOCKS`.
