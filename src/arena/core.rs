@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use super::book::{round_up, Addr, Book, Grow, Kind, ALIGN};
+use super::book::{round_up, Addr, Book, Chunk, Grow, Kind, ALIGN};
 use super::phys::Phys;
 use super::{ArenaOptions, ArenaStats};
 use crate::error::{record_drop_error, Error, InvalidReason, Result};
@@ -385,16 +385,35 @@ impl<P: Phys> Arena<P> {
         for (addr, len) in made {
             // SAFETY: one mapping, made by this growth; nothing was handed
             // out from it (the lock is held), so no use of it exists.
-            if unsafe { self.phys.unmap(addr, len) }.is_err() {
-                continue;
-            }
-            state.counters.unmaps += 1;
-            let c = state.book.remove_unused_chunk(addr);
-            // SAFETY: made by `create`, now unmapped.
-            if unsafe { self.phys.release(c.handle) }.is_err() {
-                state.unreleased.push((c.handle, c.len));
-            }
+            unsafe { self.drop_chunk(state, addr, len, Book::remove_unused_chunk) };
         }
+    }
+
+    /// Unmaps the chunk at `addr` (of `len` bytes), takes it out of the
+    /// books with `take` and releases its handle (a failed release keeps
+    /// the handle for the next try). `false`: the unmap failed, and the
+    /// chunk stays as it was.
+    ///
+    /// # Safety
+    /// The chunk is one mapping that no work in flight uses.
+    unsafe fn drop_chunk(
+        &self,
+        state: &mut State<P::Fence>,
+        addr: Addr,
+        len: usize,
+        take: fn(&mut Book, Addr) -> Chunk,
+    ) -> bool {
+        // SAFETY: the caller's guarantee.
+        if unsafe { self.phys.unmap(addr, len) }.is_err() {
+            return false;
+        }
+        state.counters.unmaps += 1;
+        let c = take(&mut state.book, addr);
+        // SAFETY: made by `create`, now unmapped.
+        if unsafe { self.phys.release(c.handle) }.is_err() {
+            state.unreleased.push((c.handle, c.len));
+        }
+        true
     }
 
     /// Unmaps the ghosts whose frees are complete (a failure keeps one for
@@ -476,16 +495,9 @@ impl<P: Phys> Arena<P> {
             }
             // SAFETY: one mapping; idle means every free in it completed
             // and nothing is live there.
-            if unsafe { self.phys.unmap(addr, chunk.len) }.is_err() {
-                continue;
-            }
-            state.counters.unmaps += 1;
-            state.book.remove_chunk(addr);
-            left -= chunk.len;
-            given += chunk.len;
-            // SAFETY: made by `create`, now unmapped.
-            if unsafe { self.phys.release(chunk.handle) }.is_err() {
-                state.unreleased.push((chunk.handle, chunk.len));
+            if unsafe { self.drop_chunk(state, addr, chunk.len, Book::remove_chunk) } {
+                left -= chunk.len;
+                given += chunk.len;
             }
         }
         given
