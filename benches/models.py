@@ -42,6 +42,8 @@ Modes, one process each (per workload), all in one run:
   somalloc-vmm-cache  the arena with the cache tier in front (the caps of somalloc-cache)
   somalloc-vmm-nomoves  the arena without moving free chunks where it grows
                    (arena_moves:off)
+  somalloc-vmm-nowaits  the arena without device waits for other streams' frees
+                   (arena_stream_waits:off)
   somalloc-plan    somalloc serving a placement planned from a trace of an earlier
                    run: a first process runs 3 steps with trace:, the measured one
                    runs with plan: (the cache tier, default caps, serves the rest)
@@ -125,6 +127,9 @@ MODES = {
     # The arena without moving free chunks where it grows (what moves cost
     # in time and save in memory).
     "somalloc-vmm-nomoves": ("somalloc", "pool:vmm,cache:off,arena_moves:off"),
+    # The arena without device waits: a stream reuses another's frees only
+    # once they are known complete (what the waits cost and save).
+    "somalloc-vmm-nowaits": ("somalloc", "pool:vmm,cache:off,arena_stream_waits:off"),
     "somalloc-default": ("somalloc", "cache:on"),
     # One run: planned in it (plan:auto).
     "somalloc-auto": ("somalloc", "cache:on,plan:auto"),

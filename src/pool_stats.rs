@@ -84,6 +84,10 @@ pub struct ArenaStats {
     /// Wholly free chunks moved to where the arena grew, instead of new
     /// memory.
     pub moves: u64,
+    /// Device waits one stream made for another's fence, to reuse that
+    /// stream's frees instead of growing
+    /// ([`ArenaOptions::stream_waits`](crate::ArenaOptions::stream_waits)).
+    pub stream_waits: u64,
     /// Allocations the device's pool served because a virtual-memory call
     /// of the arena failed.
     pub pool_allocations: u64,

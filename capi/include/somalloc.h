@@ -209,6 +209,11 @@ typedef struct {
   // memory where the pool was not); those of capturing streams are not
   // counted.
   uint64_t arena_pool_allocations;
+  // Wholly free chunks the arena moved to where it grew instead of
+  // mapping new memory, and the device waits one stream made for
+  // another's frees instead of growing (`arena_stream_waits`).
+  uint64_t arena_moves;
+  uint64_t arena_stream_waits;
 } SomallocStats;
 
 // One mapped chunk of a device's virtual-memory arena (`pool:vmm`): see

@@ -15,7 +15,7 @@ use crate::{SomallocSegment, SomallocStats};
 
 /// The arena options of a configuration: `release_threshold` (`max`: keep
 /// idle chunks until a trim), `max_size` (the most the arena maps),
-/// `arena_moves` and `arena_whole_blocks`.
+/// `arena_moves`, `arena_whole_blocks` and `arena_stream_waits`.
 pub fn arena_options(conf: &Conf) -> ArenaOptions {
     let threshold = match conf.release_threshold {
         u64::MAX => None,
@@ -26,6 +26,7 @@ pub fn arena_options(conf: &Conf) -> ArenaOptions {
         .max_mapped(conf.max_size)
         .moves(conf.arena_moves)
         .whole_blocks(conf.arena_whole_blocks)
+        .stream_waits(conf.arena_stream_waits)
 }
 
 /// The arena of `pool`'s device for `pool:vmm`, with every peer that can
@@ -124,6 +125,8 @@ impl DeviceState {
         s.arena_maps = a.maps;
         s.arena_unmaps = a.unmaps;
         s.arena_pool_allocations = a.pool_allocations;
+        s.arena_moves = a.moves;
+        s.arena_stream_waits = a.stream_waits;
     }
 
     /// The arena's mapped chunks in address order (none without an arena).

@@ -77,6 +77,10 @@ pub struct Conf {
     /// (`somalloc::ArenaOptions::whole_blocks`; off by default), for NCCL's
     /// buffer registration before NCCL 2.29.2.
     pub arena_whole_blocks: bool,
+    /// With `pool:vmm`: a stream that would grow the arena first takes
+    /// another stream's frees by a device wait
+    /// (`somalloc::ArenaOptions::stream_waits`; on by default).
+    pub arena_stream_waits: bool,
 }
 
 impl Default for Conf {
@@ -98,6 +102,7 @@ impl Default for Conf {
             peer_access: true,
             arena_moves: true,
             arena_whole_blocks: false,
+            arena_stream_waits: true,
         }
     }
 }
@@ -115,7 +120,7 @@ impl Default for Conf {
 pub const KEYS: &str = "pool, release_threshold, reuse, max_size, cache, cache_total_cap, \
                         cache_per_stream_cap, cache_max_block, cache_reuse_larger, cache_headroom, trace, \
                         trace_backtraces, trace_device, plan, plan_share, plan_divert, plan_time_waits, \
-                        peer_access, arena_moves, arena_whole_blocks";
+                        peer_access, arena_moves, arena_whole_blocks, arena_stream_waits";
 
 impl Conf {
     /// Parses `text` over the defaults. Empty text (or only commas and
@@ -230,6 +235,7 @@ impl Conf {
                 "peer_access" => conf.peer_access = parse_switch(value).map_err(|e| bad(&e))?,
                 "arena_moves" => conf.arena_moves = parse_switch(value).map_err(|e| bad(&e))?,
                 "arena_whole_blocks" => conf.arena_whole_blocks = parse_switch(value).map_err(|e| bad(&e))?,
+                "arena_stream_waits" => conf.arena_stream_waits = parse_switch(value).map_err(|e| bad(&e))?,
                 _ => return Err(format!("unknown key `{key}` (keys: {KEYS})")),
             }
         }
@@ -481,6 +487,12 @@ mod tests {
         assert_eq!(c.pool, PoolChoice::Vmm);
         assert!(c.arena_moves);
         assert!(!Conf::parse("pool:vmm,arena_moves:off").unwrap().arena_moves);
+        assert!(c.arena_stream_waits);
+        assert!(
+            !Conf::parse("pool:vmm,arena_stream_waits:off")
+                .unwrap()
+                .arena_stream_waits
+        );
         assert!(!c.arena_whole_blocks);
         assert!(
             Conf::parse("pool:vmm,arena_whole_blocks:on")

@@ -166,6 +166,11 @@ pub struct SomallocStats {
     /// memory where the pool was not); those of capturing streams are not
     /// counted.
     pub arena_pool_allocations: u64,
+    /// Wholly free chunks the arena moved to where it grew instead of
+    /// mapping new memory, and the device waits one stream made for
+    /// another's frees instead of growing (`arena_stream_waits`).
+    pub arena_moves: u64,
+    pub arena_stream_waits: u64,
 }
 
 /// One mapped chunk of a device's virtual-memory arena (`pool:vmm`): see

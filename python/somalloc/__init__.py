@@ -139,8 +139,11 @@ def stats(device=None):
     arena serves the device; ``arena_mapped_bytes`` and
     ``arena_mapped_peak_bytes``, ``arena_reserved_bytes``,
     ``arena_largest_free_bytes``, ``arena_fragmentation_ppm`` in parts per
-    million, ``arena_idle_bytes``, ``arena_maps``, ``arena_unmaps`` and
-    ``arena_pool_allocations``, the allocations its pool served instead)."""
+    million, ``arena_idle_bytes``, ``arena_maps``, ``arena_unmaps``,
+    ``arena_pool_allocations``, the allocations its pool served instead,
+    ``arena_moves``, the free chunks it moved instead of mapping memory, and
+    ``arena_stream_waits``, the device waits a stream made to take another
+    stream's frees instead of growing)."""
     return _native.stats(_device(device))
 
 

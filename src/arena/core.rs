@@ -15,10 +15,30 @@ use crate::stream::Stream;
 const PARK_MAX_BLOCK: usize = 32 << 20;
 const PARK_MAX_PER_STREAM: usize = 256 << 20;
 
+/// The entries of slots `a` and `b` (two different known slots), both
+/// mutable.
+fn two<F>(entries: &mut [Option<Entry<F>>], a: u32, b: u32) -> (&mut Entry<F>, &mut Entry<F>) {
+    let (a, b) = (a as usize, b as usize);
+    let (x, y) = if a < b {
+        let (l, r) = entries.split_at_mut(b);
+        (&mut l[a], &mut r[0])
+    } else {
+        let (l, r) = entries.split_at_mut(a);
+        (&mut r[0], &mut l[b])
+    };
+    (
+        x.as_mut().expect("a known slot"), // ok: both slots are known (callers checked)
+        y.as_mut().expect("a known slot"), // ok: both slots are known (callers checked)
+    )
+}
+
 /// A stream the arena has seen, with its fence.
 struct Entry<F> {
     stream: Stream,
     fence: Option<F>,
+    /// A second fence, recorded when another stream takes this one's
+    /// frees by a device wait and `fence` does not cover them yet.
+    handoff: Option<F>,
     /// The slot's free count the fence's last record covers, while it has
     /// not been seen complete.
     pending: Option<u64>,
@@ -34,6 +54,7 @@ pub(crate) struct Counters {
     pub recoveries: u64,
     pub refusals: u64,
     pub moves: u64,
+    pub handovers: u64,
     pub peak_mapped: usize,
     pub peak_live: usize,
 }
@@ -111,6 +132,7 @@ impl<P: Phys> Arena<P> {
         let entry = Entry {
             stream: stream.clone(),
             fence: None,
+            handoff: None,
             pending: None,
         };
         match reuse {
@@ -157,6 +179,10 @@ impl<P: Phys> Arena<P> {
                 if state.book.idle_bytes() > keep {
                     self.give_back(state, keep);
                 }
+            }
+            if let Some(a) = self.hand_over(state, len, kind, slot) {
+                Self::peaks(state);
+                return Ok(a);
             }
             match self.grow(state, len, kind, slot) {
                 Ok(()) => {
@@ -267,6 +293,69 @@ impl<P: Phys> Arena<P> {
                 }
             }
         }
+    }
+
+    /// Before growing: another stream's frees that a pending fence covers
+    /// and that would hold the request, taken by making `slot`'s stream
+    /// wait on the device for that fence (see `handover.rs`). `None`: no
+    /// such frees, the option is off, or the wait could not be made (a
+    /// capturing stream refuses it).
+    fn hand_over(&self, state: &mut State<P::Fence>, len: usize, kind: Kind, slot: u32) -> Option<Addr> {
+        if !self.opts.stream_waits || self.opts.whole_blocks {
+            return None;
+        }
+        let State {
+            book,
+            entries,
+            counters,
+            ..
+        } = state;
+        // First the frees a pending fence covers (recorded earlier: the
+        // wait is likely short); then all of a stream's frees, under a
+        // fence recorded now at the end of its queue.
+        for fresh in [false, true] {
+            for s in 0..entries.len() as u32 {
+                if s == slot || !book.waiting(s) {
+                    continue;
+                }
+                let Some(e) = entries[s as usize].as_ref() else {
+                    continue;
+                };
+                let upto = match (fresh, e.pending) {
+                    (false, Some(upto)) if e.fence.is_some() => upto,
+                    (true, _) => book.frees(s),
+                    _ => continue,
+                };
+                let Some((start, end)) = book.window_with(len, kind, slot, s, upto) else {
+                    continue;
+                };
+                let (me, other) = two(entries, slot, s);
+                let fence = if fresh {
+                    // Never a record on a capturing stream (it would be a
+                    // node of the graph).
+                    if !matches!(other.stream.capturing(), Ok(None)) {
+                        continue;
+                    }
+                    match self.record_fence(&mut other.handoff, &other.stream) {
+                        Ok(f) => {
+                            counters.fences += 1;
+                            f
+                        }
+                        Err(_) => continue,
+                    }
+                } else {
+                    other.fence.as_ref().expect("checked above") // ok: the first pass takes only entries with a fence
+                };
+                if self.phys.wait_on(&me.stream, fence).is_err() {
+                    return None;
+                }
+                debug_assert!(end - start >= len);
+                counters.handovers += 1;
+                book.adopt_and_take(s, upto, slot, start, len);
+                return Some(start);
+            }
+        }
+        None
     }
 
     /// Records a stream's fence (made on first use) at the end of its
@@ -610,6 +699,7 @@ impl<P: Phys> Arena<P> {
             recoveries: c.recoveries,
             refusals: c.refusals,
             moves: c.moves,
+            stream_waits: c.handovers,
             pool_allocations: 0,
         }
     }

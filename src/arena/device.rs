@@ -92,6 +92,12 @@ unsafe impl Phys for DevicePhys {
     fn wait(&self, fence: &Event) -> Result<()> {
         fence.synchronize()
     }
+
+    fn wait_on(&self, stream: &Stream, fence: &Event) -> Result<()> {
+        // A capturing stream refuses (`Error::Capture`): the arena then
+        // grows instead.
+        stream.wait_event(fence)
+    }
 }
 
 /// Device memory owned through the vendor's virtual-memory API: see [the

@@ -2,7 +2,10 @@
 //! chunks with a capacity, fences whose completion the test decides, and a
 //! failure at any call. It also checks what a device could not: that no
 //! chunk is unmapped or handed out to another stream while a free in it is
-//! still pending on the device.
+//! still pending on the device, unless that stream was made to wait on the
+//! device for the free (a device wait orders the waiting stream's later
+//! work after the fence, and completing that work completes what it waited
+//! for).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,6 +28,7 @@ pub(crate) enum Op {
     Record,
     Done,
     Wait,
+    WaitOn,
 }
 
 /// A free the test told the fake about: `[addr, addr + len)` freed on
@@ -53,6 +57,9 @@ pub(crate) struct FakeVm {
     completed: HashMap<usize, u64>,
     /// Fence id → (stream, mark at the record), or `None` before a record.
     fences: HashMap<u64, Option<(usize, u64)>>,
+    /// Device waits: (waiting stream, its mark at the wait, stream waited
+    /// for, the mark waited for).
+    device_waits: Vec<(usize, u64, usize, u64)>,
     next_fence: u64,
     pending: Vec<PendingFree>,
     /// Live blocks' physical memory: (handle, offset, length, address).
@@ -63,6 +70,9 @@ pub(crate) struct FakeVm {
     random: Option<(fastrand::Rng, u32)>,
     pub calls: HashMap<Op, u32>,
     pub violations: Vec<String>,
+    /// A broken device for the tests of the checks: `wait_on` succeeds
+    /// and orders nothing.
+    pub drop_waits: bool,
 }
 
 /// A fake device (see the module docs); clones share it.
@@ -118,6 +128,7 @@ impl FakePhys {
         let mut vm = self.vm();
         let m = vm.marks.get(&key(stream)).copied().unwrap_or(0);
         vm.completed.insert(key(stream), m);
+        vm.propagate();
     }
 
     /// The block `[addr, addr + len)` was freed on `stream` (after its last
@@ -151,10 +162,12 @@ impl FakePhys {
         };
         // Another stream's pending free of the same memory, at this address
         // or at another one mapping it.
+        let after = vm.ordered_after(s);
         let bad: Vec<_> = vm
             .pending
             .iter()
-            .filter(|p| p.stream != s && (overlaps(p.addr, p.len, addr, len) || touches(&p.phys)))
+            .filter(|p| p.stream != s && after.get(&p.stream).is_none_or(|&m| m < p.mark))
+            .filter(|p| overlaps(p.addr, p.len, addr, len) || touches(&p.phys))
             .cloned()
             .collect();
         for p in bad {
@@ -260,8 +273,44 @@ impl FakeVm {
         out
     }
 
+    /// What the work enqueued on `stream` from now on is ordered after, by
+    /// device waits (transitively): stream → the mark up to which its work
+    /// comes first.
+    fn ordered_after(&self, stream: usize) -> HashMap<usize, u64> {
+        let mut after = HashMap::new();
+        let mut todo = vec![(stream, self.marks.get(&stream).copied().unwrap_or(0))];
+        while let Some((x, xm)) = todo.pop() {
+            for &(w, wm, y, ym) in &self.device_waits {
+                if w == x && wm <= xm && after.get(&y).is_none_or(|&m| m < ym) {
+                    after.insert(y, ym);
+                    todo.push((y, ym));
+                }
+            }
+        }
+        after
+    }
+
+    /// Completed work completes what it waited for on the device.
+    fn propagate(&mut self) {
+        loop {
+            let mut changed = false;
+            for &(w, wm, y, ym) in &self.device_waits {
+                let done = self.completed.get(&w).copied().unwrap_or(0) >= wm;
+                let c = self.completed.entry(y).or_insert(0);
+                if done && *c < ym {
+                    *c = ym;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+    }
+
     /// Forgets the pending frees the device has completed.
     fn settle(&mut self) {
+        self.propagate();
         let completed = &self.completed;
         self.pending
             .retain(|p| completed.get(&p.stream).copied().unwrap_or(0) < p.mark);
@@ -403,7 +452,8 @@ unsafe impl Phys for FakePhys {
 
     fn done(&self, fence: &u64) -> Result<bool> {
         self.call(Op::Done)?;
-        let vm = self.vm();
+        let mut vm = self.vm();
+        vm.propagate();
         Ok(match vm.fences.get(fence).copied().flatten() {
             Some((s, m)) => vm.completed.get(&s).copied().unwrap_or(0) >= m,
             None => true,
@@ -416,6 +466,26 @@ unsafe impl Phys for FakePhys {
         if let Some((s, m)) = vm.fences.get(fence).copied().flatten() {
             let c = vm.completed.entry(s).or_insert(0);
             *c = (*c).max(m);
+            vm.propagate();
+        }
+        Ok(())
+    }
+
+    fn wait_on(&self, stream: &Stream, fence: &u64) -> Result<()> {
+        self.call(Op::WaitOn)?;
+        let mut vm = self.vm();
+        if vm.drop_waits {
+            return Ok(());
+        }
+        if let Some((s, m)) = vm.fences.get(fence).copied().flatten() {
+            // The wait is a piece of the waiting stream's work.
+            let w = key(stream);
+            let wm = {
+                let e = vm.marks.entry(w).or_insert(0);
+                *e += 1;
+                *e
+            };
+            vm.device_waits.push((w, wm, s, m));
         }
         Ok(())
     }

@@ -26,11 +26,15 @@
 //!   `benches/data`, the arena then maps 1.02 to 1.04 times the live peak
 //!   (1.03 to 1.09 without moves).
 //! * **Stream order.** A block freed on stream S is reused by S at once.
-//!   Another stream reuses it only once the free is known complete: when a
-//!   stream finds nothing it can use, the arena records an event on each
-//!   stream whose frees are not yet known complete and queries it at the
-//!   next miss. Nothing makes one stream wait for another (no cross-stream
-//!   dependency is added to your work), and nothing synchronizes the device.
+//!   Another stream T reuses it once the free is known complete, or after
+//!   T is made to wait for it on the device: when a stream finds nothing it
+//!   can use, the arena records an event on each stream whose frees are not
+//!   yet known complete and queries it at the next miss; and before T grows
+//!   the arena it takes S's frees that such an event covers, if they would
+//!   hold its request, by making T wait for the event (a device-side wait,
+//!   as `cudaStreamWaitEvent`; [`ArenaOptions::stream_waits`] turns it
+//!   off). The host never waits, and nothing synchronizes the device, on
+//!   any path but [`VmmArena::trim`] and running out of memory.
 //! * **Giving memory back.** A chunk whose bytes are all free, with every
 //!   free complete, is *idle*. [`VmmArena::trim`] waits for every stream's
 //!   frees (host waits on events, not on the device) and unmaps and
@@ -92,6 +96,7 @@ mod book;
 mod core;
 mod device;
 mod front;
+mod handover;
 mod moves;
 mod phys;
 
@@ -127,6 +132,9 @@ pub struct ArenaOptions {
     pub(crate) moves: bool,
     /// Every block within one chunk (see [`ArenaOptions::whole_blocks`]).
     pub(crate) whole_blocks: bool,
+    /// Growth first takes other streams' frees by a device wait (see
+    /// [`ArenaOptions::stream_waits`]).
+    pub(crate) stream_waits: bool,
 }
 
 impl Default for ArenaOptions {
@@ -141,6 +149,7 @@ impl Default for ArenaOptions {
             min_grow: 0,
             moves: true,
             whole_blocks: false,
+            stream_waits: true,
         }
     }
 }
@@ -200,6 +209,24 @@ impl ArenaOptions {
     /// costs memory.
     pub fn whole_blocks(mut self, on: bool) -> Self {
         self.whole_blocks = on;
+        self
+    }
+
+    /// Whether a stream that would grow the arena first takes another
+    /// stream's frees by waiting for them on the device (on by default).
+    /// When another stream's frees, not yet known complete, would hold the
+    /// request, the allocating stream is made to wait (as
+    /// `cudaStreamWaitEvent` / `hipStreamWaitEvent` do) for the event the
+    /// arena recorded on that stream after them, and reuses them at once;
+    /// the host never waits. This keeps programs that free on one stream
+    /// and allocate on another from mapping memory for each stream's
+    /// share, at the cost of that ordering between the streams; off, a
+    /// stream reuses another's frees only once an event query finds them
+    /// complete, and grows meanwhile. A capturing stream never waits
+    /// (its allocations are graph memory anyway), and with
+    /// [`whole_blocks`](ArenaOptions::whole_blocks) it is off.
+    pub fn stream_waits(mut self, on: bool) -> Self {
+        self.stream_waits = on;
         self
     }
 

@@ -16,7 +16,9 @@ use crate::stream::Stream;
 /// bytes)` backed by the handle's memory and usable by the arena's device
 /// (and the peers named), and a fence's `done` may answer `true` only once
 /// every piece of work enqueued on its stream before the record has
-/// completed on the device.
+/// completed on the device; after `wait_on` succeeds, no work enqueued on
+/// the waiting stream afterwards may begin on the device before the
+/// fence's last record has completed.
 pub(crate) unsafe trait Phys: Send + Sync + 'static {
     /// A reusable fence.
     type Fence: Send;
@@ -59,4 +61,8 @@ pub(crate) unsafe trait Phys: Send + Sync + 'static {
     fn done(&self, fence: &Self::Fence) -> Result<bool>;
     /// Waits on the host until it has.
     fn wait(&self, fence: &Self::Fence) -> Result<()>;
+    /// Makes the work enqueued on `stream` from now on wait, on the device,
+    /// until everything before the fence's last record has completed (the
+    /// host does not wait).
+    fn wait_on(&self, stream: &Stream, fence: &Self::Fence) -> Result<()>;
 }

@@ -87,7 +87,8 @@ fn a_stream_reuses_its_own_free_at_once() {
 
 #[test]
 fn another_stream_waits_for_the_fence() {
-    let (a, f) = arena(1 << 30, ArenaOptions::default());
+    // Device waits off: the other stream learns of the free by a query.
+    let (a, f) = arena(1 << 30, ArenaOptions::default().stream_waits(false));
     let (s, t) = (stream(2), stream(3));
     // Fill one small chunk exactly, so the next block needs the freed one
     // or a new chunk.
@@ -323,6 +324,7 @@ fn a_failed_call_anywhere_leaks_nothing_and_corrupts_nothing() {
         Op::Record,
         Op::Done,
         Op::Wait,
+        Op::WaitOn,
     ];
     for op in ops {
         for skip in 0..12 {
@@ -369,6 +371,7 @@ fn a_failed_call_anywhere_leaks_nothing_and_corrupts_nothing() {
 /// checks every hand-out and every unmap.
 #[test]
 fn random_runs_keep_stream_order_and_lose_nothing() {
+    let mut device_waits = 0;
     for seed in 0..60u64 {
         let mut rng = fastrand::Rng::with_seed(seed);
         let cap = [32 * MIB, 96 * MIB, 1 << 30][seed as usize % 3];
@@ -439,6 +442,7 @@ fn random_runs_keep_stream_order_and_lose_nothing() {
         clean(&a, &f);
         f.stop_failing();
         let st: ArenaStats = a.stats();
+        device_waits += st.stream_waits;
         assert!(st.peak_live <= cap, "seed {seed}");
         assert_eq!(
             st.maps - st.unmaps,
@@ -454,6 +458,7 @@ fn random_runs_keep_stream_order_and_lose_nothing() {
         drop(a);
         assert_all_back(&f);
     }
+    assert!(device_waits > 0, "the runs took frees by device waits");
 }
 
 /// A device of `cap` bytes holds its capacity in blocks whatever their
@@ -655,4 +660,86 @@ fn whole_blocks_lie_in_one_physical_allocation() {
     let x = alloc(&b, &g, 100 * MIB, &s);
     assert!(g.pieces(x, 100 * MIB) > 1);
     free(&b, &g, x, 100 * MIB, &s);
+}
+
+/// Stream T would grow while stream S's free of a block that fits is
+/// pending: T waits for S's fence on the device and takes the block, the
+/// host waiting for nothing; a third stream takes it from T the same way,
+/// ordered after S through T's wait. Off, or with the wait refused, T
+/// grows instead. A device that dropped the wait would be caught by the
+/// fake's check.
+#[test]
+fn a_growing_stream_takes_another_streams_pending_frees_by_a_device_wait() {
+    let (a, f) = arena(1 << 30, ArenaOptions::default());
+    let (s, t, u) = (stream(40), stream(41), stream(42));
+    let x = alloc(&a, &f, 16 * MIB, &s);
+    free(&a, &f, x, 16 * MIB, &s);
+    let maps = a.stats().maps;
+    let y = alloc(&a, &f, 16 * MIB, &t);
+    let st = a.stats();
+    assert_eq!(y, x, "T reuses S's pending free");
+    assert_eq!(st.maps, maps, "no growth");
+    assert_eq!(st.stream_waits, 1);
+    assert_eq!(st.waits, 0, "the host waited for nothing");
+    assert_eq!(f.vm().calls.get(&Op::WaitOn), Some(&1));
+    // S still has not completed: U's use is ordered after S's through T.
+    free(&a, &f, y, 16 * MIB, &t);
+    let z = alloc(&a, &f, 16 * MIB, &u);
+    assert_eq!(z, x);
+    assert_eq!(a.stats().stream_waits, 2);
+    free(&a, &f, z, 16 * MIB, &u);
+    clean(&a, &f);
+    // Completing U's work completes what it waited for: everything idles.
+    f.complete(&u);
+    a.trim(0);
+    assert_eq!(a.stats().mapped_bytes, 0);
+    clean(&a, &f);
+
+    // Off: T grows.
+    let (a, f) = arena(1 << 30, ArenaOptions::default().stream_waits(false));
+    let x = alloc(&a, &f, 16 * MIB, &s);
+    free(&a, &f, x, 16 * MIB, &s);
+    let y = alloc(&a, &f, 16 * MIB, &t);
+    assert_ne!(y, x);
+    assert_eq!(a.stats().stream_waits, 0);
+    clean(&a, &f);
+
+    // The wait refused: T grows, nothing is booked as waited.
+    let (a, f) = arena(1 << 30, ArenaOptions::default());
+    let x = alloc(&a, &f, 16 * MIB, &s);
+    free(&a, &f, x, 16 * MIB, &s);
+    f.fail(Op::WaitOn, 0);
+    let y = alloc(&a, &f, 16 * MIB, &t);
+    assert_ne!(y, x);
+    assert_eq!(a.stats().stream_waits, 0);
+    free(&a, &f, y, 16 * MIB, &t);
+    let _ = alloc(&a, &f, 16 * MIB, &t);
+    clean(&a, &f);
+
+    // A device that drops the wait: the fake sees S's free handed to T.
+    let (a, f) = arena(1 << 30, ArenaOptions::default());
+    f.vm().drop_waits = true;
+    let x = alloc(&a, &f, 16 * MIB, &s);
+    free(&a, &f, x, 16 * MIB, &s);
+    let _ = alloc(&a, &f, 16 * MIB, &t);
+    assert!(
+        f.vm().violations.iter().any(|v| v.contains("is pending")),
+        "the check sees a missing wait"
+    );
+}
+
+/// Frees that do not hold the request are not waited for: a device wait
+/// is made only when it saves the growth.
+#[test]
+fn no_device_wait_for_frees_that_would_not_hold_the_request() {
+    let (a, f) = arena(1 << 30, ArenaOptions::default());
+    let (s, t) = (stream(43), stream(44));
+    let x = alloc(&a, &f, 4 * MIB, &s);
+    let keep = alloc(&a, &f, 4 * MIB, &s);
+    free(&a, &f, x, 4 * MIB, &s);
+    let _ = alloc(&a, &f, 12 * MIB, &t);
+    assert_eq!(a.stats().stream_waits, 0);
+    assert_eq!(f.vm().calls.get(&Op::WaitOn), None);
+    free(&a, &f, keep, 4 * MIB, &s);
+    clean(&a, &f);
 }
