@@ -371,7 +371,7 @@ fn a_failed_call_anywhere_leaks_nothing_and_corrupts_nothing() {
 /// checks every hand-out and every unmap.
 #[test]
 fn random_runs_keep_stream_order_and_lose_nothing() {
-    let mut device_waits = 0;
+    let (mut device_waits, mut moved) = (0, 0);
     for seed in 0..60u64 {
         let mut rng = fastrand::Rng::with_seed(seed);
         let cap = [32 * MIB, 96 * MIB, 1 << 30][seed as usize % 3];
@@ -381,6 +381,8 @@ fn random_runs_keep_stream_order_and_lose_nothing() {
         let whole = seed % 6 >= 4;
         let opts = ArenaOptions {
             min_grow: [0, 8 * MIB][seed as usize % 4 / 2],
+            // Moves for every growth (this run's growths are small).
+            move_min: 0,
             ..opts
         }
         .whole_blocks(whole);
@@ -443,6 +445,7 @@ fn random_runs_keep_stream_order_and_lose_nothing() {
         f.stop_failing();
         let st: ArenaStats = a.stats();
         device_waits += st.stream_waits;
+        moved += st.moves;
         assert!(st.peak_live <= cap, "seed {seed}");
         assert_eq!(
             st.maps - st.unmaps,
@@ -459,6 +462,7 @@ fn random_runs_keep_stream_order_and_lose_nothing() {
         assert_all_back(&f);
     }
     assert!(device_waits > 0, "the runs took frees by device waits");
+    assert!(moved > 0, "the runs moved chunks");
 }
 
 /// A device of `cap` bytes holds its capacity in blocks whatever their
@@ -741,5 +745,37 @@ fn no_device_wait_for_frees_that_would_not_hold_the_request() {
     assert_eq!(a.stats().stream_waits, 0);
     assert_eq!(f.vm().calls.get(&Op::WaitOn), None);
     free(&a, &f, keep, 4 * MIB, &s);
+    clean(&a, &f);
+}
+
+/// A growth of 64 MiB or more maps the memory of a wholly free chunk
+/// elsewhere instead of making memory; a smaller one makes memory.
+#[test]
+fn large_growths_move_free_chunks_and_small_ones_do_not() {
+    let (a, f) = arena(1 << 30, ArenaOptions::default().chunk_bytes(16 * MIB));
+    let s = stream(45);
+    // Two chunks' worth, then a block after them that stays live, so the
+    // freed range cannot be extended in place.
+    let x = alloc(&a, &f, 32 * MIB, &s);
+    let _wall = alloc(&a, &f, 8 * MIB, &s);
+    free(&a, &f, x, 32 * MIB, &s);
+    let before = a.stats();
+    let small = alloc(&a, &f, 48 * MIB, &s);
+    let st = a.stats();
+    assert_eq!(st.moves, before.moves, "a 48 MiB growth moves nothing");
+    assert_eq!(st.mapped_bytes, before.mapped_bytes + 48 * MIB);
+    free(&a, &f, small, 48 * MIB, &s);
+    let before = a.stats();
+    // 160 MiB: the free range at the end (48 MiB or more) grows by at
+    // least 64 MiB.
+    let large = alloc(&a, &f, 160 * MIB, &s);
+    let st = a.stats();
+    assert!(st.moves > before.moves, "a large growth moves the free chunks");
+    assert_eq!(
+        st.mapped_bytes,
+        before.mapped_bytes + 160 * MIB - before.free_bytes,
+        "and makes only what no free chunk holds"
+    );
+    free(&a, &f, large, 160 * MIB, &s);
     clean(&a, &f);
 }
