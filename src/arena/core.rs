@@ -423,11 +423,10 @@ impl<P: Phys> Arena<P> {
         // Only for a growth of at least `move_min` (64 MiB): a move leaves a
         // hole in the address space that no later block spans, and for
         // small growths those holes cost more than the moves save (on the
-        // recorded steps of `benches/data` replayed eight times over, in
-        // 20 MiB chunks: ResNet-50 mapped 1.029 times its live peak moving
-        // for every growth, 1.018 with this bound; GPT-2, whose large
-        // growths are the 785 MiB logits, 1.023 either way, and 1.07
-        // without moves).
+        // recorded steps of `benches/data` replayed eight times over:
+        // ResNet-50 mapped 1.029 times its live peak moving for every
+        // growth, 1.018 with this bound; GPT-2, whose large growths are
+        // the 785 MiB logits, 1.023 either way, and 1.07 without moves).
         let mut at = start;
         if self.opts.moves && !whole && end - start >= self.opts.move_min {
             let mut movable = state.book.movable(slot, start);

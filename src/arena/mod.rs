@@ -12,7 +12,7 @@
 //! * **Placement.** Blocks are carved from free ranges by best fit and merge
 //!   with their free neighbours when freed. Blocks of at most 1 MiB live in
 //!   small chunks (one device page, 2 MiB on current GPUs), larger ones in
-//!   large chunks ([`ArenaOptions::chunk_bytes`], 8 MiB by default), so
+//!   large chunks ([`ArenaOptions::chunk_bytes`], 20 MiB by default), so
 //!   long-lived small blocks never split the ranges large blocks need. A
 //!   large block that does not fit extends a free range that ends where
 //!   unmapped address space begins, mapping only what it lacks.
@@ -144,7 +144,7 @@ pub struct ArenaOptions {
 impl Default for ArenaOptions {
     fn default() -> Self {
         ArenaOptions {
-            chunk_bytes: 8 << 20,
+            chunk_bytes: 20 << 20,
             release_threshold: None,
             max_mapped: None,
             reserve_bytes: None,
@@ -161,16 +161,11 @@ impl Default for ArenaOptions {
 
 impl ArenaOptions {
     /// The most a large chunk holds (rounded up to the device's
-    /// granularity; 8 MiB by default). Making and mapping a chunk costs
+    /// granularity; 20 MiB by default). Making and mapping a chunk costs
     /// the same whatever its size (about 51 µs on an H200, 2 MiB or 20
     /// MiB alike), so larger chunks make growth cheaper; but a chunk is
-    /// given back only when all of it is free, and a block that ends
-    /// inside a chunk keeps the rest of it mapped, so smaller chunks hold
-    /// less memory beyond the live bytes. 8 MiB: on the recorded GPT-2
-    /// steps of `benches/data`, replayed eight times over, the arena maps
-    /// 1.018 times the live peak (1.023 with 20 MiB chunks), for twice the
-    /// calls while it grows (about 50 ms more in all over GPT-2's first
-    /// step on an H200) and none once it stops growing.
+    /// given back only when all of it is free, so smaller chunks give
+    /// memory back sooner.
     pub fn chunk_bytes(mut self, bytes: usize) -> Self {
         self.chunk_bytes = bytes;
         self
