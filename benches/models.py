@@ -58,7 +58,8 @@ Modes, one process each (per workload), all in one run:
                    says at which step it switched (the cache tier, default caps,
                    serves before); somalloc-auto-shared: with plan_share:10
   somalloc-vmm-auto  plan:auto on the virtual-memory arena (pool:vmm): the
-                   plan's arena drawn from it
+                   plan's arena drawn from it; somalloc-vmm-auto-shared: with
+                   plan_share:10
 --plan-mode NAME=CONF adds a plan mode with its own keys (recorded, then
   served), e.g. --plan-mode "plan-share-5=cache:on,plan_share:5" or
   --plan-mode "timed=cache:on,plan_share:device,plan_time_waits:on".
@@ -137,6 +138,7 @@ MODES = {
     # The same on the virtual-memory arena: the plan's arena drawn from it,
     # so the chunks of the blocks before the switch are remapped into it.
     "somalloc-vmm-auto": ("somalloc", "pool:vmm,cache:on,plan:auto"),
+    "somalloc-vmm-auto-shared": ("somalloc", "pool:vmm,cache:on,plan:auto,plan_share:10"),
     # Run twice: recorded (trace:), then served from the plan (plan:).
     "somalloc-plan": ("plan", "cache:on"),
     # The same, the streams sharing one arena: bytes pass from a stream to
