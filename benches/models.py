@@ -128,8 +128,7 @@ MODES = {
     # The arena without moving free chunks where it grows (what moves cost
     # in time and save in memory).
     "somalloc-vmm-nomoves": ("somalloc", "pool:vmm,cache:off,arena_moves:off"),
-    # The arena without device waits: a stream reuses another's frees only
-    # once they are known complete (what the waits cost and save).
+    # The arena without device waits (what the waits cost and save).
     "somalloc-vmm-nowaits": ("somalloc", "pool:vmm,cache:off,arena_stream_waits:off"),
     "somalloc-default": ("somalloc", "cache:on"),
     # One run: planned in it (plan:auto).
