@@ -8,10 +8,11 @@
 //! streams synchronized, trim: at the switch and again a step later, once
 //! the step before the switch has freed its blocks). Until then, and for every allocation the plan has
 //! no slot for, the cache tier or the pool serve as they would without
-//! it. `plan_share:MS` lets the streams' blocks share bytes as a trace's
-//! plan does (`off`, the default: streams apart); `plan_share:device`
-//! needs device times, which the same-run recording has not: it shares
-//! nothing.
+//! it. The streams' blocks share one arena as a trace's plan does with
+//! `plan_share:10` (the default with `plan:auto`; `plan_share:MS` sets
+//! another lag, `plan_share:off` keeps an arena per stream);
+//! `plan_share:device` needs device times, which the same-run recording
+//! has not: it shares nothing.
 
 use std::sync::Arc;
 

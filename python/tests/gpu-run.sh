@@ -111,8 +111,10 @@ part torch-on-vmm python3 "$dir/torch_gpu.py" pool:vmm
 rm -f "$out"/plan.trace*
 part plan-record python3 "$dir/plan_gpu.py" record "$out/plan.trace"
 part plan-serve python3 "$dir/plan_gpu.py" plan "$out/plan.trace"
-# Planned in the run itself (plan:auto), alone and with the streams sharing.
+# Planned in the run itself (plan:auto): its default (the streams sharing
+# one arena, plan_share:10), an arena per stream, and sharing at no lag.
 part plan-auto python3 "$dir/plan_gpu.py" auto "$out/plan.trace"
+part plan-auto-apart python3 "$dir/plan_gpu.py" auto "$out/plan.trace" plan_share:off
 part plan-auto-shared python3 "$dir/plan_gpu.py" auto "$out/plan.trace" plan_share:0
 # The same, the two streams sharing one arena (bytes passing between them
 # with events).
