@@ -53,13 +53,12 @@ Modes, one process each (per workload), all in one run:
                    them 15 ms before (the recording run has trace_device:on)
   somalloc-default somalloc with its cache tier at its default caps (what plan modes
                    serve with before their plan and beside it)
-  somalloc-auto    plan:auto, one process: the first steps recorded in memory, the
-                   repeated step planned and served from a later step; the run
-                   says at which step it switched (the cache tier, default caps,
-                   serves before); somalloc-auto-shared: with plan_share:10
-  somalloc-vmm-auto  plan:auto on the virtual-memory arena (pool:vmm): the
-                   plan's arena drawn from it; somalloc-vmm-auto-shared: with
-                   plan_share:10
+  somalloc-auto    plan:auto with an arena per stream (plan_share:off), one process:
+                   the first steps recorded in memory, the repeated step planned and
+                   served from a later step (the cache tier serves before); -shared:
+                   with plan_share:10, plan:auto's default
+  somalloc-vmm-auto  the same on the virtual-memory arena (pool:vmm), the plan's
+                   arena drawn from it; somalloc-vmm-auto-shared: with plan_share:10
 --plan-mode NAME=CONF adds a plan mode with its own keys (recorded, then
   served), e.g. --plan-mode "plan-share-5=cache:on,plan_share:5" or
   --plan-mode "timed=cache:on,plan_share:device,plan_time_waits:on".
@@ -132,11 +131,11 @@ MODES = {
     "somalloc-vmm-nowaits": ("somalloc", "pool:vmm,cache:off,arena_stream_waits:off"),
     "somalloc-default": ("somalloc", "cache:on"),
     # One run: planned in it (plan:auto).
-    "somalloc-auto": ("somalloc", "cache:on,plan:auto"),
+    "somalloc-auto": ("somalloc", "cache:on,plan:auto,plan_share:off"),
     "somalloc-auto-shared": ("somalloc", "cache:on,plan:auto,plan_share:10"),
     # The same on the virtual-memory arena: the plan's arena drawn from it,
     # so the chunks of the blocks before the switch are remapped into it.
-    "somalloc-vmm-auto": ("somalloc", "pool:vmm,cache:on,plan:auto"),
+    "somalloc-vmm-auto": ("somalloc", "pool:vmm,cache:on,plan:auto,plan_share:off"),
     "somalloc-vmm-auto-shared": ("somalloc", "pool:vmm,cache:on,plan:auto,plan_share:10"),
     # Run twice: recorded (trace:), then served from the plan (plan:).
     "somalloc-plan": ("plan", "cache:on"),
