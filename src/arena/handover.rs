@@ -18,7 +18,7 @@ use super::book::{Addr, Book, Free, Kind, Owner};
 impl Book {
     /// Where `len` bytes of `kind` would fit for `slot` if some of
     /// `other`'s frees up to its free number `upto` were `slot`'s own: the
-    /// shortest window `[start, end)` of adjacent free ranges, each `Any`,
+    /// start of the shortest window of adjacent free ranges, each `Any`,
     /// the slot's or such a free of `other`, that holds `len` bytes (best
     /// fit, so that `other` gives up no more than the request needs).
     pub(crate) fn window_with(
@@ -28,7 +28,7 @@ impl Book {
         slot: u32,
         other: u32,
         upto: u64,
-    ) -> Option<(Addr, Addr)> {
+    ) -> Option<Addr> {
         let usable = |f: &Free| {
             f.kind == kind
                 && match f.owner {
@@ -36,30 +36,36 @@ impl Book {
                     Owner::Stream(s) => s == slot || (s == other && f.seq <= upto),
                 }
         };
-        let mut best: Option<(Addr, Addr)> = None;
-        // The current run of adjacent usable ranges: (start, end) of each.
-        let mut run: Vec<(Addr, Addr)> = Vec::new();
+        // (window length, start) of the best window so far.
+        let mut best: Option<(usize, Addr)> = None;
+        // The starts of the current run of adjacent usable ranges, the
+        // run's end, and the first range of the shortest window ending at
+        // the run's end.
+        let mut run: Vec<Addr> = Vec::new();
+        let mut run_end = 0;
         let mut first = 0;
         for (&a, f) in &self.free {
-            if !usable(f) || run.last().is_some_and(|&(_, e)| e != a) {
-                run.clear();
-                first = 0;
-            }
             if !usable(f) {
+                run.clear();
                 continue;
             }
-            run.push((a, a + f.len));
-            let end = a + f.len;
-            // The shortest window of the run ending here that holds `len`.
-            while first + 1 < run.len() && end - run[first + 1].0 >= len {
+            if run_end != a {
+                run.clear();
+            }
+            if run.is_empty() {
+                first = 0;
+            }
+            run.push(a);
+            run_end = a + f.len;
+            while first + 1 < run.len() && run_end - run[first + 1] >= len {
                 first += 1;
             }
-            let start = run[first].0;
-            if end - start >= len && best.is_none_or(|(bs, be)| end - start < be - bs) {
-                best = Some((start, end));
+            let window = run_end - run[first];
+            if window >= len && best.is_none_or(|(w, _)| window < w) {
+                best = Some((window, run[first]));
             }
         }
-        best
+        best.map(|(_, start)| start)
     }
 
     /// Hands `[start, start + len)` (the start of a window from
