@@ -64,6 +64,25 @@ pub enum AutoStatus {
     Off(String),
 }
 
+/// What a switch to the plan would bring, for the caller to weigh
+/// ([`AutoPlanner::switch_due_unless`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SwitchPreview {
+    /// The bytes of the plan's arena (one allocation of the caller's
+    /// upstream resource, made at the first planned allocation).
+    pub arena_bytes: u64,
+    /// The recorded streams the plan serves.
+    pub streams: usize,
+    /// The blocks allocated before the step that just ended and still live
+    /// (address, bytes): what the program keeps across its steps, which
+    /// stays where it is after the switch.
+    pub kept: Vec<(usize, usize)>,
+}
+
+/// The bits of a recorded key that hold the allocation's size (the lane
+/// is in the top byte).
+const KEY_SIZE: u64 = (1 << 56) - 1;
+
 /// The planner's phases (the fast check of `AutoPlanner::phase`).
 const RECORDING: u8 = 0;
 const READY: u8 = 1;
@@ -392,13 +411,45 @@ impl AutoPlanner {
     /// shares from now on (allocations the plan has no slot for go where
     /// they went before), and stops reporting allocations and frees.
     pub fn switch_due(&self) -> Option<Vec<(usize, PlanShare)>> {
+        self.switch_due_unless(|_| None)
+    }
+
+    /// [`switch_due`](AutoPlanner::switch_due), asking `decline` first
+    /// when the switch is due: given what the switch would bring
+    /// ([`SwitchPreview`]), it returns a reason not to switch (the caller
+    /// knows its memory: a plan that would hold more than the caller
+    /// already serves with is not worth it), and the planner then steps
+    /// aside for good with that reason in its [`status`](AutoPlanner::status).
+    pub fn switch_due_unless(
+        &self,
+        decline: impl FnOnce(&SwitchPreview) -> Option<String>,
+    ) -> Option<Vec<(usize, PlanShare)>> {
         if self.phase.load(Ordering::Relaxed) != READY {
             return None;
         }
         let mut rec = lock(&self.rec);
         let n = rec.keys.len() as u64;
+        let (len, phase) = rec.found.as_ref().map(|f| (f.len, f.phase))?;
+        if n % len != phase || !self.same_process(&mut rec) {
+            return None;
+        }
         let f = rec.found.as_ref()?;
-        if n % f.len != f.phase || !self.same_process(&mut rec) {
+        // Blocks allocated before the step that just ended and still live
+        // (the weights, an optimizer's state): they stay where they are.
+        let last_step = n.saturating_sub(len) as usize;
+        let kept = rec
+            .live
+            .iter()
+            .filter(|&(_, &k)| k < last_step)
+            .map(|(&addr, &k)| (addr, (rec.keys[k] & KEY_SIZE) as usize))
+            .collect();
+        let preview = SwitchPreview {
+            arena_bytes: f.plan.arena,
+            streams: f.lanes.len(),
+            kept,
+        };
+        if let Some(why) = decline(&preview) {
+            self.off(&mut rec, why);
             return None;
         }
         let f = rec.found.take()?;

@@ -30,6 +30,10 @@ struct Program {
     after: (u64, u64),
     /// Times `settle_due` said yes.
     settled: u32,
+    /// What the switch is told when it is due (`None`: it goes ahead), and
+    /// the previews it was shown.
+    decline: Option<String>,
+    previews: Vec<SwitchPreview>,
 }
 
 impl Program {
@@ -44,14 +48,22 @@ impl Program {
             planned: 0,
             after: (0, 0),
             settled: 0,
+            decline: None,
+            previews: Vec::new(),
         }
     }
 
     fn alloc(&mut self, stream: usize, bytes: usize, life: u64, capturing: bool) {
-        if let Some(shares) = self.auto.switch_due() {
+        let mut shown = None;
+        let decline = self.decline.clone();
+        if let Some(shares) = self.auto.switch_due_unless(|p| {
+            shown = Some(p.clone());
+            decline
+        }) {
             assert!(self.shares.is_empty(), "switched twice");
             self.shares = shares.into_iter().collect();
         }
+        self.previews.extend(shown);
         if self.auto.settle_due() {
             self.settled += 1;
         }
@@ -193,6 +205,41 @@ fn a_repeated_step_is_planned_and_served_from_the_start_of_a_step() {
     assert!(p.after.0 > 800);
     assert!(arena_bytes <= 16 << 20, "{arena_bytes}");
     assert_eq!(p.settled, 1, "settled once, a step after the switch");
+    p.end();
+}
+
+#[test]
+fn a_declined_switch_steps_aside_with_the_reason_given() {
+    let mut p = Program::new(AutoOptions::default(), 1, 0x4c00_0000);
+    p.decline = Some("the caller maps less without it".into());
+    let mut weights = Vec::new();
+    for k in 0..5 {
+        let bytes = (64 << 20) + k * 512;
+        p.alloc(0, bytes, u64::MAX / 2, false);
+        weights.push((p.live.last().unwrap().1, bytes));
+    }
+    run_steps(&mut p, 200, &STEP);
+    assert_eq!(
+        p.auto.status(),
+        AutoStatus::Off("the caller maps less without it".into())
+    );
+    assert!(!p.auto.recording());
+    assert!(p.shares.is_empty(), "declined, yet switched");
+    assert_eq!(p.planned, 0);
+    // Shown once, at a step's start: the plan's arena, its one stream, and
+    // the blocks kept across steps (the weights; a step's own blocks live
+    // six allocations at most, less than a step).
+    assert_eq!(p.previews.len(), 1);
+    let shown = &p.previews[0];
+    assert_eq!(shown.streams, 1);
+    assert!(
+        shown.arena_bytes >= 3 << 20 && shown.arena_bytes <= 16 << 20,
+        "{shown:?}"
+    );
+    let mut kept = shown.kept.clone();
+    kept.sort();
+    weights.sort();
+    assert_eq!(kept, weights);
     p.end();
 }
 

@@ -76,7 +76,7 @@ mod stats;
 mod tracking;
 
 #[cfg(feature = "plan")]
-pub use auto::{AutoOptions, AutoPlanner, AutoStatus};
+pub use auto::{AutoOptions, AutoPlanner, AutoStatus, SwitchPreview};
 pub use limit::LimitingAdaptor;
 #[cfg(feature = "plan")]
 pub use plan::{PlanShare, PlanWaits, PlannedArena, StreamPlans, PLAN_WINDOW, STALL_MS};

@@ -185,6 +185,27 @@ impl VmmArena {
         s
     }
 
+    /// The bytes of the mapped chunks that any of `blocks` (address,
+    /// bytes) touches: what the arena keeps mapped for as long as those
+    /// blocks live, whatever else it gives back. Addresses outside the
+    /// arena count nothing.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use somalloc::{ArenaOptions, Device, DeviceBuffer, Stream, VmmArena};
+    /// # fn main() -> somalloc::Result<()> {
+    /// let device = Device::get(0)?;
+    /// let arena = Arc::new(VmmArena::new(&device, ArenaOptions::default())?);
+    /// let stream = Stream::new(&device)?;
+    /// let weights = DeviceBuffer::<f32>::new_with(1 << 20, &arena, &stream)?;
+    /// let held = arena.mapped_holding(&[(weights.as_raw() as usize, weights.size_in_bytes())]);
+    /// assert!(held >= weights.size_in_bytes());
+    /// # Ok(()) }
+    /// ```
+    pub fn mapped_holding(&self, blocks: &[(usize, usize)]) -> usize {
+        self.front.arena.holding(blocks)
+    }
+
     /// Starts the peaks of [`stats`](VmmArena::stats) over from now.
     pub fn reset_peaks(&self) {
         self.front.arena.reset_peaks();

@@ -254,3 +254,85 @@ fn eight_passes_over_recorded_steps_do_not_drift() {
         );
     }
 }
+
+/// Not a test: the mapped bytes after a trim at the least live point of
+/// each eighth of a recorded run (the last one after the program freed its
+/// models), against the live bytes there, by chunk size
+/// (`cargo test --release --lib arena::replay_tests::trimmed_at_low_points -- --ignored --nocapture`).
+#[test]
+#[ignore = "a measurement to read, not a check: prints mapped against live bytes after trims"]
+fn trimmed_at_low_points() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data");
+    for name in ["resnet50", "gpt2", "mix"] {
+        for chunk in [20usize << 20, 8 << 20] {
+            let trace = Trace::read(format!("{dir}/{name}.trace")).unwrap();
+            let evs: Vec<_> = trace.events.iter().filter(|e| e.device == 0).collect();
+            // Live bytes after each event, and the boundaries: the least
+            // live point of each window of one eighth of the events.
+            let mut now = 0i64;
+            let mut series = Vec::new();
+            let mut sizes = HashMap::new();
+            for e in &evs {
+                match e.action {
+                    Action::Allocate => {
+                        now += e.bytes as i64;
+                        sizes.insert(e.addr, e.bytes as i64);
+                    }
+                    Action::Free => now -= sizes.remove(&e.addr).unwrap_or(0),
+                    _ => {}
+                }
+                series.push(now);
+            }
+            let w = evs.len() / 8;
+            let cuts: Vec<usize> = (1..8)
+                .map(|k| (k * w..(k + 1) * w).min_by_key(|&i| series[i]).unwrap())
+                .collect();
+            let f = FakePhys::new(usize::MAX / 4);
+            let a = Arena::new(
+                f.clone(),
+                2 << 20,
+                ArenaOptions::default().chunk_bytes(chunk),
+                1 << 40,
+            )
+            .unwrap();
+            let streams: Vec<Stream> = (0..trace.streams.len().max(1))
+                .map(|i| Stream::fake(0x5c_0000 + 16 * i, 0))
+                .collect();
+            let mut live: HashMap<u64, (usize, usize)> = HashMap::new();
+            let mut line = format!("{name} chunk {} MiB:", chunk >> 20);
+            for (i, e) in evs.iter().enumerate() {
+                let s = &streams[e.stream.unwrap_or(0) as usize];
+                match e.action {
+                    Action::Allocate => {
+                        let x = a.allocate(e.bytes as usize, s).unwrap();
+                        live.insert(e.addr, (x, e.bytes as usize));
+                    }
+                    Action::Free => {
+                        if let Some((x, b)) = live.remove(&e.addr) {
+                            a.deallocate(x, b, s).unwrap();
+                        }
+                    }
+                    _ => {}
+                }
+                if i % 64 == 0 {
+                    for s in &streams {
+                        f.complete(s);
+                    }
+                }
+                if cuts.contains(&i) {
+                    for s in &streams {
+                        f.complete(s);
+                    }
+                    a.trim(0);
+                    let st = a.stats();
+                    line += &format!(
+                        " {:.0}/{:.0}",
+                        st.mapped_bytes as f64 / 1048576.0,
+                        st.live_bytes as f64 / 1048576.0
+                    );
+                }
+            }
+            println!("{line}  (MiB mapped / live after a trim)");
+        }
+    }
+}

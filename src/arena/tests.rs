@@ -779,3 +779,29 @@ fn large_growths_move_free_chunks_and_small_ones_do_not() {
     free(&a, &f, large, 160 * MIB, &s);
     clean(&a, &f);
 }
+
+#[test]
+fn a_block_holds_the_chunks_it_touches() {
+    let (a, f) = arena(1 << 30, ArenaOptions::default().chunk_bytes(4 * MIB));
+    let s = stream(0);
+    // 10 MiB grow the arena by chunks of 4, 4 and 2 MiB; 4 KiB by one
+    // small chunk (a granule).
+    let big = alloc(&a, &f, 10 * MIB, &s);
+    let small = alloc(&a, &f, 4096, &s);
+    let segs = a.segments();
+    assert_eq!(segs.len(), 4, "{segs:x?}");
+    assert_eq!(a.holding(&[]), 0);
+    assert_eq!(a.holding(&[(big, 10 * MIB)]), 10 * MIB);
+    // A block within one chunk holds that chunk.
+    assert_eq!(a.holding(&[(big + 5 * MIB, 512)]), 4 * MIB);
+    assert_eq!(a.holding(&[(small, 4096)]), GRANULE);
+    // Each chunk counted once; an address outside the arena holds nothing.
+    assert_eq!(
+        a.holding(&[(big, 10 * MIB), (small, 4096), (big + MIB, 512)]),
+        10 * MIB + GRANULE
+    );
+    assert_eq!(a.holding(&[(1 << 12, 512)]), 0);
+    free(&a, &f, big, 10 * MIB, &s);
+    free(&a, &f, small, 4096, &s);
+    clean(&a, &f);
+}
