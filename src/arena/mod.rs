@@ -105,6 +105,8 @@ mod phys;
 #[cfg(test)]
 mod book_check_tests;
 #[cfg(test)]
+mod cost_tests;
+#[cfg(test)]
 mod fake;
 #[cfg(test)]
 mod replay_tests;
