@@ -41,8 +41,9 @@
 //! scattered (biases, norms, scalars), never split the large free ranges
 //! that activations need.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
+use super::index::{Fit, Span};
 use crate::cache::BuildAddrHasher;
 
 /// Maps keyed by addresses and lengths (multiples of 512).
@@ -145,9 +146,10 @@ pub(crate) struct Book {
     /// The reserved address ranges: base → length.
     pub(super) reserved: BTreeMap<Addr, usize>,
     pub(super) chunks: BTreeMap<Addr, Chunk>,
-    pub(super) free: BTreeMap<Addr, Free>,
-    /// The free ranges by (kind, owner, length, address), for best fit.
-    pub(super) index: BTreeSet<(Kind, Owner, usize, Addr)>,
+    /// The free ranges by their end (see `index.rs`).
+    pub(super) free: BTreeMap<Addr, Span>,
+    /// The best-fit index of the free ranges (see `index.rs`).
+    pub(super) fit: Fit,
     pub(super) live: Map<Block>,
     pub(super) slots: Vec<Slot>,
     /// Parked blocks per slot: length → addresses (last parked last).
@@ -171,7 +173,7 @@ impl Book {
             reserved: BTreeMap::new(),
             chunks: BTreeMap::new(),
             free: BTreeMap::new(),
-            index: BTreeSet::new(),
+            fit: Fit::default(),
             live: Map::default(),
             slots: Vec::new(),
             parked: Vec::new(),
@@ -282,8 +284,8 @@ impl Book {
     }
 
     pub(super) fn idle(&self, addr: Addr, len: usize) -> bool {
-        match self.free.range(..=addr).next_back() {
-            Some((&s, f)) => f.owner == Owner::Any && s + f.len >= addr + len,
+        match self.free_over(addr) {
+            Some((s, f)) => f.owner == Owner::Any && s + f.len >= addr + len,
             None => false,
         }
     }
@@ -307,10 +309,8 @@ impl Book {
     pub(crate) fn remove_unused_chunk(&mut self, addr: Addr) -> Chunk {
         let chunk = self.chunks[&addr];
         let covered = self
-            .free
-            .range(..=addr)
-            .next_back()
-            .is_some_and(|(&s, f)| s + f.len >= addr + chunk.len);
+            .free_over(addr)
+            .is_some_and(|(s, f)| s + f.len >= addr + chunk.len);
         assert!(covered, "a chunk just mapped is wholly free");
         self.cut_chunk(addr, chunk)
     }
@@ -319,10 +319,7 @@ impl Book {
     /// books: the free range keeps what lies on either side of it.
     fn cut_chunk(&mut self, addr: Addr, chunk: Chunk) -> Chunk {
         let (start, f) = self
-            .free
-            .range(..=addr)
-            .next_back()
-            .map(|(&s, &f)| (s, f))
+            .free_over(addr)
             .expect("the chunk is covered by a free range"); // ok: both callers just checked that one free range covers the chunk
         self.take_free(start);
         if start < addr {
@@ -351,137 +348,13 @@ impl Book {
 
     // ---- free ranges ----
 
-    pub(super) fn insert_free(&mut self, addr: Addr, f: Free) {
-        debug_assert!(f.len > 0);
-        self.index.insert((f.kind, f.owner, f.len, addr));
-        if let Owner::Stream(s) = f.owner {
-            self.slots[s as usize].ranges += 1;
-        }
-        self.free_bytes += f.len;
-        let old = self.free.insert(addr, f);
-        debug_assert!(old.is_none());
-    }
-
-    pub(super) fn take_free(&mut self, addr: Addr) -> Free {
-        let f = self.free.remove(&addr).expect("a free range starts here"); // ok: callers pass a start from `free` or the index, which agree
-        self.index.remove(&(f.kind, f.owner, f.len, addr));
-        if let Owner::Stream(s) = f.owner {
-            self.slots[s as usize].ranges -= 1;
-        }
-        self.free_bytes -= f.len;
-        f
-    }
-
-    /// Whether two adjacent free ranges merge.
-    pub(super) fn merges(a: &Free, b: &Free) -> bool {
-        a.kind == b.kind && (a.owner == b.owner || a.owner == Owner::Any || b.owner == Owner::Any)
-    }
-
-    /// `a` and `b` merged (see [`merges`](Book::merges)): the owner that is a
-    /// stream, the later free.
-    pub(super) fn merged(a: Free, b: Free) -> Free {
-        let owner = if a.owner == Owner::Any { b.owner } else { a.owner };
-        Free {
-            len: a.len + b.len,
-            kind: a.kind,
-            owner,
-            seq: a.seq.max(b.seq),
-        }
-    }
-
-    /// Books `[addr, addr + f.len)` as free, merged with its neighbours.
-    pub(super) fn put_free(&mut self, mut addr: Addr, mut f: Free) {
-        if let Some((&p, pf)) = self.free.range(..addr).next_back() {
-            if p + pf.len == addr && Self::merges(pf, &f) {
-                let pf = self.take_free(p);
-                f = Self::merged(pf, f);
-                addr = p;
-            }
-        }
-        let end = addr + f.len;
-        if let Some(nf) = self.free.get(&end) {
-            if Self::merges(&f, nf) {
-                let nf = self.take_free(end);
-                f = Self::merged(f, nf);
-            }
-        }
-        self.insert_free(addr, f);
-    }
-
-    /// The best fit for `len` bytes of `kind` that `slot` may use now: the
-    /// shortest range (of its own or `Any`) that holds it.
-    pub(crate) fn find(&self, len: usize, kind: Kind, slot: u32) -> Option<Addr> {
-        let best = |owner: Owner| {
-            self.index
-                .range((kind, owner, len, 0)..=(kind, owner, usize::MAX, usize::MAX))
-                .next()
-                .map(|&(_, _, l, a)| (l, a))
-        };
-        match (best(Owner::Stream(slot)), best(Owner::Any)) {
-            (Some(x), Some(y)) => Some(if y.0 < x.0 { y.1 } else { x.1 }),
-            (x, y) => x.or(y).map(|(_, a)| a),
-        }
-    }
-
-    /// The best fit for `len` bytes of `kind` that `slot` may use now and
-    /// that lies within one chunk (one physical allocation): the free range
-    /// and the address in it, trying ranges from the shortest up.
-    pub(crate) fn find_whole(&self, len: usize, kind: Kind, slot: u32) -> Option<(Addr, Addr)> {
-        let mut best: Option<(usize, Addr, Addr)> = None;
-        for owner in [Owner::Stream(slot), Owner::Any] {
-            for &(_, _, l, a) in self
-                .index
-                .range((kind, owner, len, 0)..=(kind, owner, usize::MAX, usize::MAX))
-            {
-                if best.is_some_and(|b| b.0 <= l) {
-                    break;
-                }
-                let from = self.chunks.range(..=a).next_back().map_or(a, |(&c, _)| c);
-                let fits = self.chunks.range(from..a + l).find_map(|(&c, ch)| {
-                    let start = c.max(a);
-                    let end = (c + ch.len).min(a + l);
-                    (ch.ghost.is_none() && end >= start + len).then_some(start)
-                });
-                if let Some(at) = fits {
-                    best = Some((l, a, at));
-                    break;
-                }
-            }
-        }
-        best.map(|(_, a, at)| (a, at))
-    }
-
-    /// Hands out `len` bytes from the start of the free range at `addr`
-    /// (from [`find`](Book::find)); the rest stays free as it was.
-    pub(crate) fn take(&mut self, addr: Addr, len: usize) {
-        self.take_at(addr, addr, len);
-    }
-
-    /// Hands out `[at, at + len)` from the free range at `range` (from
-    /// [`find_whole`](Book::find_whole)); what is left on either side stays
-    /// free as it was.
-    pub(crate) fn take_at(&mut self, range: Addr, at: Addr, len: usize) {
-        let f = self.take_free(range);
-        assert!(at >= range && at + len <= range + f.len);
-        if at > range {
-            self.insert_free(range, Free { len: at - range, ..f });
-        }
-        let end = range + f.len;
-        if end > at + len {
-            self.insert_free(
-                at + len,
-                Free {
-                    len: end - at - len,
-                    ..f
-                },
-            );
-        }
-        let addr = at;
+    /// Books `[addr, addr + len)` as live (just taken from a free range).
+    pub(super) fn hand_out(&mut self, addr: Addr, len: usize, kind: Kind) {
         self.live.insert(
             addr,
             Block {
                 len,
-                kind: f.kind,
+                kind,
                 parked: false,
             },
         );
@@ -623,29 +496,51 @@ impl Book {
             return 0;
         }
         s.done = upto;
-        let mut turned = Vec::new();
-        for kind in [Kind::Small, Kind::Large] {
-            let o = Owner::Stream(slot);
-            for &(_, _, _, a) in self
-                .index
-                .range((kind, o, 0, 0)..=(kind, o, usize::MAX, usize::MAX))
-            {
-                if self.free[&a].seq <= upto {
-                    turned.push(a);
+        let own = Owner::Stream(slot);
+        // The slot's ranges in the index's order (kind, length, start).
+        let mine: Vec<(Kind, usize, Addr)> = [Kind::Small, Kind::Large]
+            .into_iter()
+            .flat_map(|kind| self.fit.at_least(kind, own, 0).map(move |(l, a)| (kind, l, a)))
+            .collect();
+        if !self.ghost_handles.is_empty() {
+            for c in self.chunks.values_mut() {
+                if let Some((Owner::Stream(g), seq)) = c.ghost {
+                    if g == slot && seq <= upto {
+                        c.ghost = Some((Owner::Any, 0));
+                        self.slots[slot as usize].ranges -= 1;
+                    }
                 }
             }
         }
-        for c in self.chunks.values_mut() {
-            if let Some((Owner::Stream(g), seq)) = c.ghost {
-                if g == slot && seq <= upto {
-                    c.ghost = Some((Owner::Any, 0));
-                    self.slots[slot as usize].ranges -= 1;
-                }
-            }
-        }
-        // All out first: putting one back may merge it with the next.
-        let taken: Vec<(Addr, Free)> = turned.into_iter().map(|a| (a, self.take_free(a))).collect();
+        // A covered range with no free neighbour of its kind merges with
+        // nothing as `Any`: it turns in place. While no other slot owns
+        // ranges, none has such a neighbour (an `Any` one or one of the
+        // slot's would have merged with it already).
+        let alone = (self.slots.iter().map(|s| s.ranges).sum::<usize>()) == self.slots[slot as usize].ranges;
         let mut bytes = 0;
+        let mut merging = Vec::new();
+        for (kind, l, a) in mine {
+            if self.free[&(a + l)].seq > upto {
+                continue;
+            }
+            let lone = alone
+                || !(self.free.get(&a).is_some_and(|p| p.kind == kind)
+                    || self.free_at(a + l).is_some_and(|n| n.kind == kind));
+            if !lone {
+                merging.push(a);
+                continue;
+            }
+            let span = self.free.get_mut(&(a + l)).expect("read just above"); // ok: the range was read from `free` above and nothing changed it
+            span.owner = Owner::Any;
+            span.seq = 0;
+            self.fit.remove(kind, own, l, a);
+            self.fit.insert(kind, Owner::Any, l, a);
+            self.slots[slot as usize].ranges -= 1;
+            bytes += l;
+        }
+        // The others all out first: putting one back may merge it with the
+        // next.
+        let taken: Vec<(Addr, Free)> = merging.into_iter().map(|a| (a, self.take_free(a))).collect();
         for (a, f) in taken {
             bytes += f.len;
             self.put_free(
@@ -683,7 +578,7 @@ impl Book {
         let min = round_up(min.max(g), g)?;
         // Extending a free range that ends where unmapped space begins.
         let mut best: Option<(usize, Addr)> = None;
-        for (&a, f) in self.free.iter().filter(|_| extend) {
+        for (a, f) in self.free_ranges().filter(|_| extend) {
             let usable = f.kind == kind && (f.owner == Owner::Any || f.owner == Owner::Stream(slot));
             if !usable || f.len >= len {
                 continue;
@@ -743,6 +638,6 @@ impl Book {
 
     /// The longest free range (any owner, any kind).
     pub(crate) fn largest_free(&self) -> usize {
-        self.free.values().map(|f| f.len).max().unwrap_or(0)
+        self.free_ranges().map(|(_, f)| f.len).max().unwrap_or(0)
     }
 }

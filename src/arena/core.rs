@@ -382,8 +382,8 @@ impl<P: Phys> Arena<P> {
             state.book.take_at(range, at, len);
             Some(at)
         } else {
-            let a = state.book.find(len, kind, slot)?;
-            state.book.take(a, len);
+            let (a, range_len) = state.book.find(len, kind, slot)?;
+            state.book.take(a, range_len, len);
             Some(a)
         }
     }

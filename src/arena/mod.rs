@@ -99,6 +99,7 @@ mod core;
 mod device;
 mod front;
 mod handover;
+mod index;
 mod moves;
 mod phys;
 

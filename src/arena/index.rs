@@ -1,0 +1,343 @@
+//! The free ranges' two structures, and the operations that keep them in
+//! step.
+//!
+//! * `Book::free` holds the free ranges in address order, keyed by their
+//!   **end**: a block handed out from the start of a range (what best fit
+//!   does) and a block freed just before a range (merging into it) both
+//!   leave the range's end where it was, so the range is updated in place
+//!   instead of being taken out and put back under a new key.
+//! * [`Fit`] is the best-fit index: for each kind, one ordered set for the
+//!   `Any` ranges and one per stream slot, of keys that pack the length
+//!   and the start into one integer (length first), so that the first key
+//!   at or above `(len, 0)` is the shortest range that holds `len` bytes,
+//!   the lowest such on a tie. One integer compares in two instructions,
+//!   and a query reads only the sets of the owners that may use a range.
+
+use std::collections::BTreeSet;
+
+use super::book::{Addr, Book, Free, Kind, Owner};
+
+/// A free range as `Book::free` stores it (under its end).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Span {
+    pub(super) start: Addr,
+    pub(super) kind: Kind,
+    pub(super) owner: Owner,
+    pub(super) seq: u64,
+}
+
+impl Span {
+    /// The range as a [`Free`], given its end (the map's key).
+    pub(super) fn free(&self, end: Addr) -> Free {
+        Free {
+            len: end - self.start,
+            kind: self.kind,
+            owner: self.owner,
+            seq: self.seq,
+        }
+    }
+}
+
+/// The best-fit key of a range: its length, then its start.
+fn key(len: usize, start: Addr) -> u128 {
+    ((len as u128) << 64) | start as u128
+}
+
+/// A key's (length, start).
+fn unkey(k: u128) -> (usize, Addr) {
+    ((k >> 64) as usize, k as u64 as usize)
+}
+
+fn k(kind: Kind) -> usize {
+    match kind {
+        Kind::Small => 0,
+        Kind::Large => 1,
+    }
+}
+
+/// The best-fit index (see the module docs).
+#[derive(Debug, Default)]
+pub(super) struct Fit {
+    any: [BTreeSet<u128>; 2],
+    slots: Vec<[BTreeSet<u128>; 2]>,
+}
+
+impl Fit {
+    fn set(&self, kind: Kind, owner: Owner) -> Option<&BTreeSet<u128>> {
+        match owner {
+            Owner::Any => Some(&self.any[k(kind)]),
+            Owner::Stream(s) => self.slots.get(s as usize).map(|x| &x[k(kind)]),
+        }
+    }
+
+    fn set_mut(&mut self, kind: Kind, owner: Owner) -> &mut BTreeSet<u128> {
+        match owner {
+            Owner::Any => &mut self.any[k(kind)],
+            Owner::Stream(s) => {
+                let s = s as usize;
+                if s >= self.slots.len() {
+                    self.slots.resize_with(s + 1, Default::default);
+                }
+                &mut self.slots[s][k(kind)]
+            }
+        }
+    }
+
+    pub(super) fn insert(&mut self, kind: Kind, owner: Owner, len: usize, start: Addr) {
+        let new = self.set_mut(kind, owner).insert(key(len, start));
+        debug_assert!(new);
+    }
+
+    pub(super) fn remove(&mut self, kind: Kind, owner: Owner, len: usize, start: Addr) {
+        let was = self.set_mut(kind, owner).remove(&key(len, start));
+        debug_assert!(was);
+    }
+
+    /// The ranges of `kind` and `owner` of at least `len` bytes, shortest
+    /// first, lowest first on a tie: (length, start).
+    pub(super) fn at_least(
+        &self,
+        kind: Kind,
+        owner: Owner,
+        len: usize,
+    ) -> impl Iterator<Item = (usize, Addr)> + '_ {
+        self.set(kind, owner)
+            .into_iter()
+            .flat_map(move |s| s.range(key(len, 0)..))
+            .map(|&k| unkey(k))
+    }
+
+    /// The shortest (lowest on a tie) range of `kind` and `owner` that
+    /// holds `len` bytes: (length, start).
+    fn best(&self, kind: Kind, owner: Owner, len: usize) -> Option<(usize, Addr)> {
+        self.set(kind, owner)?
+            .range(key(len, 0)..)
+            .next()
+            .map(|&k| unkey(k))
+    }
+
+    /// How many ranges the index holds (for checks).
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        let sets = self.any.iter().chain(self.slots.iter().flatten());
+        sets.map(BTreeSet::len).sum()
+    }
+
+    /// Whether the index holds the range (for checks).
+    #[cfg(test)]
+    pub(super) fn contains(&self, kind: Kind, owner: Owner, len: usize, start: Addr) -> bool {
+        self.set(kind, owner)
+            .is_some_and(|s| s.contains(&key(len, start)))
+    }
+}
+
+impl Book {
+    /// The free ranges in address order: (start, range).
+    pub(super) fn free_ranges(&self) -> impl Iterator<Item = (Addr, Free)> + '_ {
+        self.free.iter().map(|(&end, s)| (s.start, s.free(end)))
+    }
+
+    /// The free range that starts at `start`.
+    pub(super) fn free_at(&self, start: Addr) -> Option<Free> {
+        let (&end, s) = self.free.range(start + 1..).next()?;
+        (s.start == start).then(|| s.free(end))
+    }
+
+    /// The free range that holds the byte at `addr`: (start, range).
+    pub(super) fn free_over(&self, addr: Addr) -> Option<(Addr, Free)> {
+        let (&end, s) = self.free.range(addr + 1..).next()?;
+        (s.start <= addr).then(|| (s.start, s.free(end)))
+    }
+
+    /// The free ranges that start in `[from, to)`, in address order.
+    pub(super) fn free_in(&self, from: Addr, to: Addr) -> impl Iterator<Item = (Addr, Free)> + '_ {
+        self.free
+            .range(from + 1..)
+            .take_while(move |(_, s)| s.start < to)
+            .filter(move |(_, s)| s.start >= from)
+            .map(|(&end, s)| (s.start, s.free(end)))
+    }
+
+    /// Counts a range of `owner` in or out of its slot's ranges.
+    fn count(&mut self, owner: Owner, add: bool) {
+        if let Owner::Stream(s) = owner {
+            let r = &mut self.slots[s as usize].ranges;
+            if add {
+                *r += 1;
+            } else {
+                *r -= 1;
+            }
+        }
+    }
+
+    pub(super) fn insert_free(&mut self, addr: Addr, f: Free) {
+        debug_assert!(f.len > 0);
+        self.fit.insert(f.kind, f.owner, f.len, addr);
+        self.count(f.owner, true);
+        self.free_bytes += f.len;
+        let span = Span {
+            start: addr,
+            kind: f.kind,
+            owner: f.owner,
+            seq: f.seq,
+        };
+        let old = self.free.insert(addr + f.len, span);
+        debug_assert!(old.is_none());
+    }
+
+    /// Takes out the free range that ends at `end`: (start, range).
+    fn take_span(&mut self, end: Addr) -> (Addr, Free) {
+        let s = self.free.remove(&end).expect("a free range ends here"); // ok: callers pass an end read from `free`
+        let f = s.free(end);
+        self.fit.remove(f.kind, f.owner, f.len, s.start);
+        self.count(f.owner, false);
+        self.free_bytes -= f.len;
+        (s.start, f)
+    }
+
+    /// Takes out the free range that starts at `addr`.
+    pub(super) fn take_free(&mut self, addr: Addr) -> Free {
+        let f = self.free_at(addr).expect("a free range starts here"); // ok: callers pass a start from `free` or the index, which agree
+        self.take_span(addr + f.len).1
+    }
+
+    /// Whether two adjacent free ranges merge.
+    pub(super) fn merges(a: &Free, b: &Free) -> bool {
+        a.kind == b.kind && (a.owner == b.owner || a.owner == Owner::Any || b.owner == Owner::Any)
+    }
+
+    /// `a` and `b` merged (see [`merges`](Book::merges)): the owner that is a
+    /// stream, the later free.
+    pub(super) fn merged(a: Free, b: Free) -> Free {
+        let owner = if a.owner == Owner::Any { b.owner } else { a.owner };
+        Free {
+            len: a.len + b.len,
+            kind: a.kind,
+            owner,
+            seq: a.seq.max(b.seq),
+        }
+    }
+
+    /// Books `[addr, addr + f.len)` as free, merged with its neighbours
+    /// (the one before first).
+    pub(super) fn put_free(&mut self, mut addr: Addr, mut f: Free) {
+        if let Some(p) = self.free.get(&addr) {
+            let pf = p.free(addr);
+            if Self::merges(&pf, &f) {
+                let (p, pf) = self.take_span(addr);
+                f = Self::merged(pf, f);
+                addr = p;
+            }
+        }
+        let end = addr + f.len;
+        let next = self.free.range_mut(end + 1..).next();
+        if let Some((&nend, n)) = next.filter(|(_, n)| n.start == end) {
+            let nf = n.free(nend);
+            if Self::merges(&f, &nf) {
+                // Merged into the next range in place: its end stays.
+                let m = Self::merged(f, nf);
+                n.start = addr;
+                n.owner = m.owner;
+                n.seq = m.seq;
+                self.fit.remove(nf.kind, nf.owner, nf.len, end);
+                self.fit.insert(m.kind, m.owner, m.len, addr);
+                self.free_bytes += f.len;
+                if nf.owner != m.owner {
+                    self.count(nf.owner, false);
+                    self.count(m.owner, true);
+                }
+                return;
+            }
+        }
+        self.insert_free(addr, f);
+    }
+
+    /// The best fit for `len` bytes of `kind` that `slot` may use now: the
+    /// shortest range (of its own or `Any`) that holds it, as (start,
+    /// length); the slot's own on a tie of lengths, else the lowest.
+    pub(crate) fn find(&self, len: usize, kind: Kind, slot: u32) -> Option<(Addr, usize)> {
+        let own = self.fit.best(kind, Owner::Stream(slot), len);
+        let any = self.fit.best(kind, Owner::Any, len);
+        let (l, a) = match (own, any) {
+            (Some(x), Some(y)) => {
+                if y.0 < x.0 {
+                    y
+                } else {
+                    x
+                }
+            }
+            (x, y) => x.or(y)?,
+        };
+        Some((a, l))
+    }
+
+    /// The best fit for `len` bytes of `kind` that `slot` may use now and
+    /// that lies within one chunk (one physical allocation): the free range
+    /// and the address in it, trying ranges from the shortest up.
+    pub(crate) fn find_whole(&self, len: usize, kind: Kind, slot: u32) -> Option<(Addr, Addr)> {
+        let mut best: Option<(usize, Addr, Addr)> = None;
+        for owner in [Owner::Stream(slot), Owner::Any] {
+            for (l, a) in self.fit.at_least(kind, owner, len) {
+                if best.is_some_and(|b| b.0 <= l) {
+                    break;
+                }
+                let from = self.chunks.range(..=a).next_back().map_or(a, |(&c, _)| c);
+                let fits = self.chunks.range(from..a + l).find_map(|(&c, ch)| {
+                    let start = c.max(a);
+                    let end = (c + ch.len).min(a + l);
+                    (ch.ghost.is_none() && end >= start + len).then_some(start)
+                });
+                if let Some(at) = fits {
+                    best = Some((l, a, at));
+                    break;
+                }
+            }
+        }
+        best.map(|(_, a, at)| (a, at))
+    }
+
+    /// Hands out `len` bytes from the start of the free range at `addr` of
+    /// `range_len` bytes (from [`find`](Book::find)); the rest stays free
+    /// as it was, under the same end.
+    pub(crate) fn take(&mut self, addr: Addr, range_len: usize, len: usize) {
+        if range_len == len {
+            let (_, f) = self.take_span(addr + len);
+            self.hand_out(addr, len, f.kind);
+            return;
+        }
+        assert!(range_len > len);
+        let s = self
+            .free
+            .get_mut(&(addr + range_len))
+            .expect("a free range ends here"); // ok: `find` read the range from the index, which agrees with `free`
+        debug_assert_eq!(s.start, addr);
+        s.start = addr + len;
+        let (kind, owner) = (s.kind, s.owner);
+        self.fit.remove(kind, owner, range_len, addr);
+        self.fit.insert(kind, owner, range_len - len, addr + len);
+        self.free_bytes -= len;
+        self.hand_out(addr, len, kind);
+    }
+
+    /// Hands out `[at, at + len)` from the free range at `range` (from
+    /// [`find_whole`](Book::find_whole)); what is left on either side stays
+    /// free as it was.
+    pub(crate) fn take_at(&mut self, range: Addr, at: Addr, len: usize) {
+        let f = self.take_free(range);
+        assert!(at >= range && at + len <= range + f.len);
+        if at > range {
+            self.insert_free(range, Free { len: at - range, ..f });
+        }
+        let end = range + f.len;
+        if end > at + len {
+            self.insert_free(
+                at + len,
+                Free {
+                    len: end - at - len,
+                    ..f
+                },
+            );
+        }
+        self.hand_out(at, len, f.kind);
+    }
+}
