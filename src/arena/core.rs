@@ -69,6 +69,9 @@ pub(crate) struct State<F> {
     pub(crate) book: Book,
     entries: Vec<Option<Entry<F>>>,
     by_raw: HashMap<usize, u32, crate::cache::BuildAddrHasher>,
+    /// The last stream looked up and its slot (most calls come from the
+    /// stream of the call before): (raw stream, slot).
+    last: Option<(usize, u32)>,
     retired: Vec<u32>,
     /// Chunks unmapped whose release failed: physical memory still held,
     /// released at the next trim.
@@ -110,6 +113,7 @@ impl<P: Phys> Arena<P> {
                 book,
                 entries: Vec::new(),
                 by_raw: HashMap::default(),
+                last: None,
                 retired: Vec::new(),
                 unreleased: Vec::new(),
                 counters: Counters::default(),
@@ -130,7 +134,13 @@ impl<P: Phys> Arena<P> {
     /// The stream slot of `stream`, made on first use.
     fn slot(state: &mut State<P::Fence>, stream: &Stream) -> u32 {
         let raw = stream.as_raw() as usize;
+        if let Some((r, s)) = state.last {
+            if r == raw {
+                return s;
+            }
+        }
         if let Some(&s) = state.by_raw.get(&raw) {
+            state.last = Some((raw, s));
             return s;
         }
         let reuse = state.retired.pop();
@@ -146,6 +156,7 @@ impl<P: Phys> Arena<P> {
             None => state.entries.push(Some(entry)),
         }
         state.by_raw.insert(raw, s);
+        state.last = Some((raw, s));
         s
     }
 
@@ -621,6 +632,7 @@ impl<P: Phys> Arena<P> {
             if retire {
                 let e = state.entries[s as usize].take().expect("checked"); // ok: `retire` was computed from `Some` just above
                 state.by_raw.remove(&(e.stream.as_raw() as usize));
+                state.last = None;
                 state.retired.push(s);
             }
         }
@@ -654,6 +666,7 @@ impl<P: Phys> Arena<P> {
         debug_assert!(state.book.slot_empty(s));
         state.entries[s as usize] = None;
         state.by_raw.remove(&raw);
+        state.last = None;
         state.retired.push(s);
         Ok(true)
     }
@@ -745,6 +758,7 @@ impl<P: Phys> Drop for Arena<P> {
                 book: Book::new(ALIGN),
                 entries: Vec::new(),
                 by_raw: HashMap::default(),
+                last: None,
                 retired: Vec::new(),
                 unreleased: Vec::new(),
                 counters: Counters::default(),
