@@ -41,6 +41,7 @@
 //! scattered (biases, norms, scalars), never split the large free ranges
 //! that activations need.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
 use super::index::{Fit, Span};
@@ -118,7 +119,15 @@ pub(super) struct Block {
     pub(super) len: usize,
     pub(super) kind: Kind,
     pub(super) parked: bool,
+    /// For a parked block: the block of its length its slot parked before
+    /// it ([`NONE`] for none), so that the parked blocks of one length form
+    /// a list through the blocks themselves (no list of their own to make
+    /// for each new length).
+    pub(super) next: Addr,
 }
+
+/// No block: device addresses are never 0.
+pub(super) const NONE: Addr = 0;
 
 /// What the book knows of a stream slot's frees.
 #[derive(Clone, Copy, Debug, Default)]
@@ -152,8 +161,11 @@ pub(crate) struct Book {
     pub(super) fit: Fit,
     pub(super) live: Map<Block>,
     pub(super) slots: Vec<Slot>,
-    /// Parked blocks per slot: length → addresses (last parked last).
-    pub(super) parked: Vec<Map<Vec<Addr>>>,
+    /// Parked blocks per slot: length → the last one parked (the head of
+    /// the list of that length, see [`Block::next`]).
+    pub(super) parked: Vec<Map<Addr>>,
+    /// Parked blocks, in all.
+    pub(super) parked_count: usize,
     pub(crate) live_bytes: usize,
     /// Bytes of parked blocks, in all and per slot.
     pub(crate) parked_bytes: usize,
@@ -177,6 +189,7 @@ impl Book {
             live: Map::default(),
             slots: Vec::new(),
             parked: Vec::new(),
+            parked_count: 0,
             live_bytes: 0,
             parked_bytes: 0,
             parked_of: Vec::new(),
@@ -356,6 +369,7 @@ impl Book {
                 len,
                 kind,
                 parked: false,
+                next: NONE,
             },
         );
         self.live_bytes += len;
@@ -371,12 +385,7 @@ impl Book {
 
     /// Live blocks (parked ones not counted).
     pub(crate) fn live_count(&self) -> usize {
-        self.live.len()
-            - self
-                .parked
-                .iter()
-                .map(|p| p.values().map(Vec::len).sum::<usize>())
-                .sum::<usize>()
+        self.live.len() - self.parked_count
     }
 
     /// Gives back the live block at `addr`, freed on `slot`.
@@ -404,14 +413,16 @@ impl Book {
 
     /// Parks the live block at `addr`, freed on `slot`.
     pub(crate) fn park(&mut self, addr: Addr, slot: u32) {
+        debug_assert_ne!(addr, NONE);
         let b = self.live.get_mut(&addr).expect("a live block"); // ok: the arena checked `live(addr)` before parking it
         assert!(!b.parked);
         b.parked = true;
         let len = b.len;
+        b.next = self.parked[slot as usize].insert(len, addr).unwrap_or(NONE);
         self.live_bytes -= len;
         self.parked_bytes += len;
         self.parked_of[slot as usize] += len;
-        self.parked[slot as usize].entry(len).or_default().push(addr);
+        self.parked_count += 1;
     }
 
     /// Bytes `slot` has parked.
@@ -419,27 +430,43 @@ impl Book {
         self.parked_of[slot as usize]
     }
 
-    /// A block of exactly `len` bytes that `slot` parked, handed out again.
+    /// A block of exactly `len` bytes that `slot` parked (the last one),
+    /// handed out again.
     #[inline]
     pub(crate) fn unpark(&mut self, len: usize, slot: u32) -> Option<Addr> {
-        let addr = self.parked[slot as usize].get_mut(&len)?.pop()?;
+        let Entry::Occupied(mut head) = self.parked[slot as usize].entry(len) else {
+            return None;
+        };
+        let addr = *head.get();
         let b = self.live.get_mut(&addr).expect("a parked block is booked"); // ok: parked lists hold only booked, parked blocks (the tests' `check`)
         b.parked = false;
+        if b.next == NONE {
+            head.remove();
+        } else {
+            *head.get_mut() = b.next;
+        }
         self.parked_bytes -= len;
         self.parked_of[slot as usize] -= len;
+        self.parked_count -= 1;
         self.live_bytes += len;
         Some(addr)
     }
 
     /// Turns `slot`'s parked blocks into free ranges (its frees, merging).
     pub(crate) fn flush(&mut self, slot: u32) {
-        let parked = std::mem::take(&mut self.parked[slot as usize]);
-        for addr in parked.into_values().flatten() {
-            let b = self.live.remove(&addr).expect("a parked block is booked"); // ok: parked lists hold only booked, parked blocks (the tests' `check`)
-            self.parked_bytes -= b.len;
-            self.parked_of[slot as usize] -= b.len;
-            self.give_range(addr, b.len, b.kind, slot);
+        let mut heads = std::mem::take(&mut self.parked[slot as usize]);
+        for (_, mut addr) in heads.drain() {
+            while addr != NONE {
+                let b = self.live.remove(&addr).expect("a parked block is booked"); // ok: parked lists hold only booked, parked blocks (the tests' `check`)
+                self.parked_bytes -= b.len;
+                self.parked_of[slot as usize] -= b.len;
+                self.parked_count -= 1;
+                self.give_range(addr, b.len, b.kind, slot);
+                addr = b.next;
+            }
         }
+        // Back, empty, with its room for the next blocks parked.
+        self.parked[slot as usize] = heads;
     }
 
     /// [`flush`](Book::flush) for every slot.

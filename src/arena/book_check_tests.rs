@@ -1,6 +1,6 @@
 //! The books' invariants, checked after every step of the arena's tests.
 
-use super::book::{Addr, Book, Owner, ALIGN};
+use super::book::{Addr, Book, Owner, ALIGN, NONE};
 
 impl Book {
     /// Free ranges and live blocks, for checks: every mapped byte is in
@@ -79,17 +79,24 @@ impl Book {
         let parked: usize = self.live.values().filter(|b| b.parked).map(|b| b.len).sum();
         assert_eq!(self.parked_bytes, parked);
         assert_eq!(self.parked_bytes, self.parked_of.iter().sum::<usize>());
+        let mut count = 0;
         for (s, p) in self.parked.iter().enumerate() {
             let mut n = 0;
-            for (&len, addrs) in p {
-                for a in addrs {
-                    let b = self.live[a];
+            for (&len, &head) in p {
+                let mut a = head;
+                assert_ne!(a, NONE, "no empty list is kept");
+                while a != NONE {
+                    let b = self.live[&a];
                     assert!(b.parked && b.len == len, "parked list and block agree");
                     n += len;
+                    count += 1;
+                    a = b.next;
                 }
             }
             assert_eq!(n, self.parked_of[s]);
         }
+        assert_eq!(count, self.parked_count);
+        assert_eq!(count, self.live.values().filter(|b| b.parked).count());
         assert_eq!(
             self.live_bytes + parked,
             self.live.values().map(|b| b.len).sum::<usize>()
