@@ -411,6 +411,33 @@ impl Book {
         );
     }
 
+    /// Frees the live block at `addr` on `slot` if it is `len` bytes long,
+    /// parking it with `park`, in one lookup: `false` (nothing changed) if
+    /// there is no such block.
+    pub(crate) fn free_block(&mut self, addr: Addr, len: usize, slot: u32, park: bool) -> bool {
+        let Entry::Occupied(mut e) = self.live.entry(addr) else {
+            return false;
+        };
+        let b = e.get_mut();
+        if b.parked || b.len != len {
+            return false;
+        }
+        self.live_bytes -= len;
+        if park {
+            debug_assert_ne!(addr, NONE);
+            b.parked = true;
+            b.next = self.parked[slot as usize].insert(len, addr).unwrap_or(NONE);
+            self.parked_bytes += len;
+            self.parked_of[slot as usize] += len;
+            self.parked_count += 1;
+        } else {
+            let kind = b.kind;
+            e.remove();
+            self.give_range(addr, len, kind, slot);
+        }
+        true
+    }
+
     /// Parks the live block at `addr`, freed on `slot`.
     pub(crate) fn park(&mut self, addr: Addr, slot: u32) {
         debug_assert_ne!(addr, NONE);
@@ -434,6 +461,9 @@ impl Book {
     /// handed out again.
     #[inline]
     pub(crate) fn unpark(&mut self, len: usize, slot: u32) -> Option<Addr> {
+        if self.parked_of[slot as usize] == 0 {
+            return None;
+        }
         let Entry::Occupied(mut head) = self.parked[slot as usize].entry(len) else {
             return None;
         };

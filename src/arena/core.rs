@@ -131,18 +131,25 @@ impl<P: Phys> Arena<P> {
         self.lock().book.owns(addr)
     }
 
-    /// The stream slot of `stream`, made on first use.
-    fn slot(state: &mut State<P::Fence>, stream: &Stream) -> u32 {
+    /// The stream slot of `stream` if it has one.
+    fn known_slot(state: &mut State<P::Fence>, stream: &Stream) -> Option<u32> {
         let raw = stream.as_raw() as usize;
         if let Some((r, s)) = state.last {
             if r == raw {
-                return s;
+                return Some(s);
             }
         }
-        if let Some(&s) = state.by_raw.get(&raw) {
-            state.last = Some((raw, s));
+        let s = *state.by_raw.get(&raw)?;
+        state.last = Some((raw, s));
+        Some(s)
+    }
+
+    /// The stream slot of `stream`, made on first use.
+    fn slot(state: &mut State<P::Fence>, stream: &Stream) -> u32 {
+        if let Some(s) = Self::known_slot(state, stream) {
             return s;
         }
+        let raw = stream.as_raw() as usize;
         let reuse = state.retired.pop();
         let s = state.book.add_slot(reuse);
         let entry = Entry {
@@ -158,6 +165,11 @@ impl<P: Phys> Arena<P> {
         state.by_raw.insert(raw, s);
         state.last = Some((raw, s));
         s
+    }
+
+    /// Whether a block of `len` bytes freed on `slot` parks.
+    fn parks(state: &State<P::Fence>, len: usize, slot: u32) -> bool {
+        len <= PARK_MAX_BLOCK && state.book.parked_by(slot) + len <= PARK_MAX_PER_STREAM
     }
 
     /// `bytes` of memory for `stream` (not capturing: the caller routes
@@ -239,6 +251,15 @@ impl<P: Phys> Arena<P> {
     pub(crate) fn deallocate(&self, addr: Addr, bytes: usize, stream: &Stream) -> Result<()> {
         let mut state = self.lock();
         let state = &mut *state;
+        // A known stream's free of a live block of that length: in one
+        // lookup of the block. Anything else (an error, a new stream) is
+        // checked step by step below.
+        if let (Some(len), Some(slot)) = (round_up(bytes, ALIGN), Self::known_slot(state, stream)) {
+            let park = Self::parks(state, len, slot);
+            if state.book.free_block(addr, len, slot, park) {
+                return Ok(());
+            }
+        }
         let Some((len, _)) = state.book.live(addr) else {
             return Err(InvalidReason::Other.error(format!(
                 "{addr:#x} is not a live block of this arena (freed twice, or from another resource)"
@@ -250,7 +271,7 @@ impl<P: Phys> Arena<P> {
             )));
         }
         let slot = Self::slot(state, stream);
-        if len <= PARK_MAX_BLOCK && state.book.parked_by(slot) + len <= PARK_MAX_PER_STREAM {
+        if Self::parks(state, len, slot) {
             state.book.park(addr, slot);
         } else {
             state.book.give(addr, slot);
