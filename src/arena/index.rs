@@ -220,36 +220,52 @@ impl Book {
 
     /// Books `[addr, addr + f.len)` as free, merged with its neighbours
     /// (the one before first).
-    pub(super) fn put_free(&mut self, mut addr: Addr, mut f: Free) {
-        if let Some(p) = self.free.get(&addr) {
-            let pf = p.free(addr);
-            if Self::merges(&pf, &f) {
-                let (p, pf) = self.take_span(addr);
-                f = Self::merged(pf, f);
-                addr = p;
+    pub(super) fn put_free(&mut self, addr: Addr, f: Free) {
+        let end = addr + f.len;
+        // One search finds both neighbours: the first range that ends at or
+        // after `addr` is the one before if it ends at `addr`, and the one
+        // after it is then the next.
+        let mut near = self.free.range_mut(addr..);
+        let mut next = near.next();
+        let mut before = None;
+        if let Some((&e, p)) = &next {
+            if e == addr {
+                let pf = p.free(e);
+                if Self::merges(&pf, &f) {
+                    before = Some((p.start, pf));
+                }
+                next = near.next();
             }
         }
-        let end = addr + f.len;
-        let next = self.free.range_mut(end + 1..).next();
+        let (start, m) = match before {
+            Some((p, pf)) => (p, Self::merged(pf, f)),
+            None => (addr, f),
+        };
         if let Some((&nend, n)) = next.filter(|(_, n)| n.start == end) {
             let nf = n.free(nend);
-            if Self::merges(&f, &nf) {
+            if Self::merges(&m, &nf) {
                 // Merged into the next range in place: its end stays.
-                let m = Self::merged(f, nf);
-                n.start = addr;
-                n.owner = m.owner;
-                n.seq = m.seq;
+                let all = Self::merged(m, nf);
+                n.start = start;
+                n.owner = all.owner;
+                n.seq = all.seq;
                 self.fit.remove(nf.kind, nf.owner, nf.len, end);
-                self.fit.insert(m.kind, m.owner, m.len, addr);
-                self.free_bytes += f.len;
-                if nf.owner != m.owner {
+                self.fit.insert(all.kind, all.owner, all.len, start);
+                self.free_bytes += all.len - nf.len;
+                if nf.owner != all.owner {
                     self.count(nf.owner, false);
-                    self.count(m.owner, true);
+                    self.count(all.owner, true);
+                }
+                if before.is_some() {
+                    self.take_span(addr);
                 }
                 return;
             }
         }
-        self.insert_free(addr, f);
+        if before.is_some() {
+            self.take_span(addr);
+        }
+        self.insert_free(start, m);
     }
 
     /// The best fit for `len` bytes of `kind` that `slot` may use now: the
