@@ -483,20 +483,52 @@ impl Book {
     }
 
     /// Turns `slot`'s parked blocks into free ranges (its frees, merging).
+    ///
+    /// In address order, and adjacent blocks of one kind joined before
+    /// they meet the free ranges: the same ranges as freeing them one by
+    /// one (all are the slot's, and the slot's frees merge with one
+    /// another), in fewer and nearer steps. Each block still counts as one
+    /// free of the slot, and a joined run carries its last free's number,
+    /// as merging would; no fence was recorded between these frees, so
+    /// which block has which number tells no fence anything.
     pub(crate) fn flush(&mut self, slot: u32) {
         let mut heads = std::mem::take(&mut self.parked[slot as usize]);
+        let mut blocks: Vec<(Addr, usize, Kind)> = Vec::new();
         for (_, mut addr) in heads.drain() {
             while addr != NONE {
                 let b = self.live.remove(&addr).expect("a parked block is booked"); // ok: parked lists hold only booked, parked blocks (the tests' `check`)
-                self.parked_bytes -= b.len;
-                self.parked_of[slot as usize] -= b.len;
-                self.parked_count -= 1;
-                self.give_range(addr, b.len, b.kind, slot);
+                blocks.push((addr, b.len, b.kind));
                 addr = b.next;
             }
         }
         // Back, empty, with its room for the next blocks parked.
         self.parked[slot as usize] = heads;
+        let bytes: usize = blocks.iter().map(|b| b.1).sum();
+        self.parked_bytes -= bytes;
+        self.parked_of[slot as usize] -= bytes;
+        self.parked_count -= blocks.len();
+        blocks.sort_unstable_by_key(|b| b.0);
+        // Block `i` (in address order) is the slot's free `base + i + 1`.
+        let base = self.slots[slot as usize].next;
+        self.slots[slot as usize].next += blocks.len() as u64;
+        let mut i = 0;
+        while i < blocks.len() {
+            let (start, mut len, kind) = blocks[i];
+            i += 1;
+            while i < blocks.len() && blocks[i].0 == start + len && blocks[i].2 == kind {
+                len += blocks[i].1;
+                i += 1;
+            }
+            self.put_free(
+                start,
+                Free {
+                    len,
+                    kind,
+                    owner: Owner::Stream(slot),
+                    seq: base + i as u64,
+                },
+            );
+        }
     }
 
     /// [`flush`](Book::flush) for every slot.
@@ -577,17 +609,17 @@ impl Book {
         let mut bytes = 0;
         let mut merging = Vec::new();
         for (kind, l, a) in mine {
-            if self.free[&(a + l)].seq > upto {
-                continue;
-            }
             let lone = alone
                 || !(self.free.get(&a).is_some_and(|p| p.kind == kind)
                     || self.free_at(a + l).is_some_and(|n| n.kind == kind));
+            let span = self.free.get_mut(&(a + l)).expect("the index agrees with `free`"); // ok: `mine` was read from the index, which agrees with `free` (the tests' `check`)
+            if span.seq > upto {
+                continue;
+            }
             if !lone {
                 merging.push(a);
                 continue;
             }
-            let span = self.free.get_mut(&(a + l)).expect("read just above"); // ok: the range was read from `free` above and nothing changed it
             span.owner = Owner::Any;
             span.seq = 0;
             self.fit.remove(kind, own, l, a);
