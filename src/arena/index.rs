@@ -15,7 +15,7 @@
 
 use std::collections::BTreeSet;
 
-use super::book::{Addr, Book, Free, Kind, Owner};
+use super::book::{Addr, Book, Free, Kind, Owner, ALIGN};
 
 /// A free range as `Book::free` stores it (under its end).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,22 +55,129 @@ fn k(kind: Kind) -> usize {
     }
 }
 
+/// Size classes per doubling of the length, as a power of two.
+const SUB: u32 = 3;
+
+/// Size classes in all: lengths are below 2^64, so counted in units of
+/// [`ALIGN`] (2^9 bytes) below 2^55.
+const CLASSES: usize = (((usize::BITS - 9 - 1 - SUB + 1) as usize) << SUB) + (1 << SUB);
+
+/// The size class of a length: below 8 units of [`ALIGN`] bytes one class
+/// per unit, above it 8 classes per doubling. Longer lengths are never in
+/// a lower class, so the classes in order hold the keys in order.
+fn class(len: usize) -> usize {
+    let n = len / ALIGN;
+    if n < 1 << SUB {
+        return n;
+    }
+    let b = n.ilog2();
+    ((((b - SUB + 1) as usize) << SUB) | ((n >> (b - SUB)) & ((1 << SUB) - 1))) as usize
+}
+
+/// The ranges of one kind and owner, by size class: one ordered set of
+/// keys per class, and which classes hold any. Each set stays small, so
+/// its updates are short; a query reads its own class and then the first
+/// class above that holds a range.
+#[derive(Debug, Default)]
+struct Classes {
+    /// Made on first use (most owners hold ranges of few classes).
+    sets: Vec<BTreeSet<u128>>,
+    held: [u64; CLASSES.div_ceil(64)],
+}
+
+impl Classes {
+    fn insert(&mut self, len: usize, start: Addr) {
+        if self.sets.is_empty() {
+            self.sets.resize_with(CLASSES, BTreeSet::new);
+        }
+        let c = class(len);
+        let new = self.sets[c].insert(key(len, start));
+        debug_assert!(new);
+        self.held[c / 64] |= 1 << (c % 64);
+    }
+
+    fn remove(&mut self, len: usize, start: Addr) {
+        let c = class(len);
+        let set = &mut self.sets[c];
+        let was = set.remove(&key(len, start));
+        debug_assert!(was);
+        if set.is_empty() {
+            self.held[c / 64] &= !(1 << (c % 64));
+        }
+    }
+
+    /// The first class from `c` on that holds a range.
+    fn held_from(&self, c: usize) -> Option<usize> {
+        let mut w = c / 64;
+        let mut bits = *self.held.get(w)? & (!0u64 << (c % 64));
+        loop {
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+            w += 1;
+            bits = *self.held.get(w)?;
+        }
+    }
+
+    /// The classes that hold ranges, from `c` on.
+    fn held_classes(&self, c: usize) -> impl Iterator<Item = usize> + '_ {
+        std::iter::successors(self.held_from(c), |&c| self.held_from(c + 1))
+    }
+
+    fn best(&self, len: usize) -> Option<(usize, Addr)> {
+        let c = self.held_from(class(len))?;
+        let want = key(len, 0);
+        let set = &self.sets[c];
+        // The class's first range when it holds the request (always so
+        // above the request's own class); else the first that does, or
+        // the first range of the next class holding any.
+        let first = *set.first()?;
+        let k = if first >= want {
+            first
+        } else {
+            match set.range(want..).next() {
+                Some(&k) => k,
+                None => *self.held_from(c + 1).and_then(|c| self.sets[c].first())?,
+            }
+        };
+        Some(unkey(k))
+    }
+
+    fn at_least(&self, len: usize) -> impl Iterator<Item = (usize, Addr)> + '_ {
+        self.held_classes(class(len))
+            .flat_map(move |c| self.sets[c].range(key(len, 0)..))
+            .map(|&k| unkey(k))
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.sets.iter().map(BTreeSet::len).sum()
+    }
+
+    #[cfg(test)]
+    fn contains(&self, len: usize, start: Addr) -> bool {
+        let c = class(len);
+        let held = self.held[c / 64] & (1 << (c % 64)) != 0;
+        self.sets.get(c).is_some_and(|s| s.contains(&key(len, start))) && held
+    }
+}
+
 /// The best-fit index (see the module docs).
 #[derive(Debug, Default)]
 pub(super) struct Fit {
-    any: [BTreeSet<u128>; 2],
-    slots: Vec<[BTreeSet<u128>; 2]>,
+    any: [Classes; 2],
+    slots: Vec<[Classes; 2]>,
 }
 
 impl Fit {
-    fn set(&self, kind: Kind, owner: Owner) -> Option<&BTreeSet<u128>> {
+    fn set(&self, kind: Kind, owner: Owner) -> Option<&Classes> {
         match owner {
             Owner::Any => Some(&self.any[k(kind)]),
             Owner::Stream(s) => self.slots.get(s as usize).map(|x| &x[k(kind)]),
         }
     }
 
-    fn set_mut(&mut self, kind: Kind, owner: Owner) -> &mut BTreeSet<u128> {
+    fn set_mut(&mut self, kind: Kind, owner: Owner) -> &mut Classes {
         match owner {
             Owner::Any => &mut self.any[k(kind)],
             Owner::Stream(s) => {
@@ -84,13 +191,11 @@ impl Fit {
     }
 
     pub(super) fn insert(&mut self, kind: Kind, owner: Owner, len: usize, start: Addr) {
-        let new = self.set_mut(kind, owner).insert(key(len, start));
-        debug_assert!(new);
+        self.set_mut(kind, owner).insert(len, start);
     }
 
     pub(super) fn remove(&mut self, kind: Kind, owner: Owner, len: usize, start: Addr) {
-        let was = self.set_mut(kind, owner).remove(&key(len, start));
-        debug_assert!(was);
+        self.set_mut(kind, owner).remove(len, start);
     }
 
     /// The ranges of `kind` and `owner` of at least `len` bytes, shortest
@@ -103,31 +208,26 @@ impl Fit {
     ) -> impl Iterator<Item = (usize, Addr)> + '_ {
         self.set(kind, owner)
             .into_iter()
-            .flat_map(move |s| s.range(key(len, 0)..))
-            .map(|&k| unkey(k))
+            .flat_map(move |s| s.at_least(len))
     }
 
     /// The shortest (lowest on a tie) range of `kind` and `owner` that
     /// holds `len` bytes: (length, start).
     fn best(&self, kind: Kind, owner: Owner, len: usize) -> Option<(usize, Addr)> {
-        self.set(kind, owner)?
-            .range(key(len, 0)..)
-            .next()
-            .map(|&k| unkey(k))
+        self.set(kind, owner)?.best(len)
     }
 
     /// How many ranges the index holds (for checks).
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         let sets = self.any.iter().chain(self.slots.iter().flatten());
-        sets.map(BTreeSet::len).sum()
+        sets.map(Classes::len).sum()
     }
 
     /// Whether the index holds the range (for checks).
     #[cfg(test)]
     pub(super) fn contains(&self, kind: Kind, owner: Owner, len: usize, start: Addr) -> bool {
-        self.set(kind, owner)
-            .is_some_and(|s| s.contains(&key(len, start)))
+        self.set(kind, owner).is_some_and(|s| s.contains(len, start))
     }
 }
 
@@ -355,5 +455,24 @@ impl Book {
             );
         }
         self.hand_out(at, len, f.kind);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_keep_the_order_of_lengths() {
+        let mut last = 0;
+        for n in (0..1 << 16).chain((16..55).flat_map(|b| [(1usize << b) - 1, 1 << b, (1 << b) + 1])) {
+            let c = class(n * ALIGN);
+            assert!(c >= last, "class of {n} units");
+            assert!(c < CLASSES);
+            last = c;
+        }
+        assert_eq!(class(usize::MAX / ALIGN * ALIGN), CLASSES - 1);
+        // Eight classes per doubling.
+        assert_eq!(class(1 << 30) + 8, class(1 << 31));
     }
 }
