@@ -610,7 +610,7 @@ impl Book {
         let mut merging = Vec::new();
         for (kind, l, a) in mine {
             let lone = alone
-                || !(self.free.get(&a).is_some_and(|p| p.kind == kind)
+                || !(self.free.get(&a).is_some_and(|p| p.kind() == kind)
                     || self.free_at(a + l).is_some_and(|n| n.kind == kind));
             let span = self.free.get_mut(&(a + l)).expect("the index agrees with `free`"); // ok: `mine` was read from the index, which agrees with `free` (the tests' `check`)
             if span.seq > upto {
@@ -620,8 +620,7 @@ impl Book {
                 merging.push(a);
                 continue;
             }
-            span.owner = Owner::Any;
-            span.seq = 0;
+            span.set_owner(Owner::Any, 0);
             self.fit.remove(kind, own, l, a);
             self.fit.insert(kind, Owner::Any, l, a);
             self.slots[slot as usize].ranges -= 1;

@@ -17,22 +17,60 @@ use std::collections::BTreeSet;
 
 use super::book::{Addr, Book, Free, Kind, Owner, ALIGN};
 
-/// A free range as `Book::free` stores it (under its end).
+/// A free range as `Book::free` stores it (under its end), in 24 bytes:
+/// its kind and owner packed in one word (moving the map's values is much
+/// of the cost of its updates).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Span {
     pub(super) start: Addr,
-    pub(super) kind: Kind,
-    pub(super) owner: Owner,
     pub(super) seq: u64,
+    /// The owner's slot in the low 32 bits, [`STREAM`] for a stream's
+    /// range, [`LARGE`] for a large one.
+    who: u64,
 }
 
+const STREAM: u64 = 1 << 32;
+const LARGE: u64 = 1 << 33;
+
 impl Span {
+    pub(super) fn new(start: Addr, kind: Kind, owner: Owner, seq: u64) -> Span {
+        let mut who = match owner {
+            Owner::Any => 0,
+            Owner::Stream(s) => STREAM | s as u64,
+        };
+        if kind == Kind::Large {
+            who |= LARGE;
+        }
+        Span { start, seq, who }
+    }
+
+    pub(super) fn kind(&self) -> Kind {
+        if self.who & LARGE != 0 {
+            Kind::Large
+        } else {
+            Kind::Small
+        }
+    }
+
+    pub(super) fn owner(&self) -> Owner {
+        if self.who & STREAM != 0 {
+            Owner::Stream(self.who as u32)
+        } else {
+            Owner::Any
+        }
+    }
+
+    /// The range, owned by `owner` since its last free `seq`.
+    pub(super) fn set_owner(&mut self, owner: Owner, seq: u64) {
+        *self = Span::new(self.start, self.kind(), owner, seq);
+    }
+
     /// The range as a [`Free`], given its end (the map's key).
     pub(super) fn free(&self, end: Addr) -> Free {
         Free {
             len: end - self.start,
-            kind: self.kind,
-            owner: self.owner,
+            kind: self.kind(),
+            owner: self.owner(),
             seq: self.seq,
         }
     }
@@ -71,7 +109,7 @@ fn class(len: usize) -> usize {
         return n;
     }
     let b = n.ilog2();
-    ((((b - SUB + 1) as usize) << SUB) | ((n >> (b - SUB)) & ((1 << SUB) - 1))) as usize
+    (((b - SUB + 1) as usize) << SUB) | ((n >> (b - SUB)) & ((1 << SUB) - 1))
 }
 
 /// The ranges of one kind and owner, by size class: one ordered set of
@@ -83,6 +121,8 @@ struct Classes {
     /// Made on first use (most owners hold ranges of few classes).
     sets: Vec<BTreeSet<u128>>,
     held: [u64; CLASSES.div_ceil(64)],
+    /// Ranges held, in all.
+    count: usize,
 }
 
 impl Classes {
@@ -94,6 +134,7 @@ impl Classes {
         let new = self.sets[c].insert(key(len, start));
         debug_assert!(new);
         self.held[c / 64] |= 1 << (c % 64);
+        self.count += 1;
     }
 
     fn remove(&mut self, len: usize, start: Addr) {
@@ -104,6 +145,7 @@ impl Classes {
         if set.is_empty() {
             self.held[c / 64] &= !(1 << (c % 64));
         }
+        self.count -= 1;
     }
 
     /// The first class from `c` on that holds a range.
@@ -124,23 +166,32 @@ impl Classes {
         std::iter::successors(self.held_from(c), |&c| self.held_from(c + 1))
     }
 
-    fn best(&self, len: usize) -> Option<(usize, Addr)> {
-        let c = self.held_from(class(len))?;
+    /// The key of the shortest range (lowest on a tie) that holds `len`
+    /// bytes, 0 for none (no range is empty). A bare integer, returned in
+    /// registers: this is every allocation's query.
+    #[inline]
+    fn best(&self, len: usize) -> u128 {
+        if self.count == 0 {
+            return 0;
+        }
+        let Some(c) = self.held_from(class(len)) else {
+            return 0;
+        };
         let want = key(len, 0);
         let set = &self.sets[c];
         // The class's first range when it holds the request (always so
         // above the request's own class); else the first that does, or
         // the first range of the next class holding any.
-        let first = *set.first()?;
-        let k = if first >= want {
-            first
-        } else {
-            match set.range(want..).next() {
-                Some(&k) => k,
-                None => *self.held_from(c + 1).and_then(|c| self.sets[c].first())?,
-            }
-        };
-        Some(unkey(k))
+        let first = set.first().copied().unwrap_or(0);
+        if first >= want {
+            return first;
+        }
+        if let Some(&k) = set.range(want..).next() {
+            return k;
+        }
+        self.held_from(c + 1)
+            .and_then(|c| self.sets[c].first().copied())
+            .unwrap_or(0)
     }
 
     fn at_least(&self, len: usize) -> impl Iterator<Item = (usize, Addr)> + '_ {
@@ -151,7 +202,9 @@ impl Classes {
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.sets.iter().map(BTreeSet::len).sum()
+        let n = self.sets.iter().map(BTreeSet::len).sum();
+        assert_eq!(n, self.count, "the count agrees with the sets");
+        n
     }
 
     #[cfg(test)]
@@ -211,10 +264,11 @@ impl Fit {
             .flat_map(move |s| s.at_least(len))
     }
 
-    /// The shortest (lowest on a tie) range of `kind` and `owner` that
-    /// holds `len` bytes: (length, start).
-    fn best(&self, kind: Kind, owner: Owner, len: usize) -> Option<(usize, Addr)> {
-        self.set(kind, owner)?.best(len)
+    /// The key of the shortest (lowest on a tie) range of `kind` and
+    /// `owner` that holds `len` bytes, 0 for none.
+    #[inline]
+    fn best(&self, kind: Kind, owner: Owner, len: usize) -> u128 {
+        self.set(kind, owner).map_or(0, |s| s.best(len))
     }
 
     /// How many ranges the index holds (for checks).
@@ -275,13 +329,9 @@ impl Book {
         self.fit.insert(f.kind, f.owner, f.len, addr);
         self.count(f.owner, true);
         self.free_bytes += f.len;
-        let span = Span {
-            start: addr,
-            kind: f.kind,
-            owner: f.owner,
-            seq: f.seq,
-        };
-        let old = self.free.insert(addr + f.len, span);
+        let old = self
+            .free
+            .insert(addr + f.len, Span::new(addr, f.kind, f.owner, f.seq));
         debug_assert!(old.is_none());
     }
 
@@ -347,8 +397,7 @@ impl Book {
                 // Merged into the next range in place: its end stays.
                 let all = Self::merged(m, nf);
                 n.start = start;
-                n.owner = all.owner;
-                n.seq = all.seq;
+                n.set_owner(all.owner, all.seq);
                 self.fit.remove(nf.kind, nf.owner, nf.len, end);
                 self.fit.insert(all.kind, all.owner, all.len, start);
                 self.free_bytes += all.len - nf.len;
@@ -374,16 +423,16 @@ impl Book {
     pub(crate) fn find(&self, len: usize, kind: Kind, slot: u32) -> Option<(Addr, usize)> {
         let own = self.fit.best(kind, Owner::Stream(slot), len);
         let any = self.fit.best(kind, Owner::Any, len);
-        let (l, a) = match (own, any) {
-            (Some(x), Some(y)) => {
-                if y.0 < x.0 {
-                    y
-                } else {
-                    x
-                }
-            }
-            (x, y) => x.or(y)?,
+        // Keys order by length first: `Any` only when strictly shorter.
+        let k = if own == 0 || (any != 0 && any >> 64 < own >> 64) {
+            any
+        } else {
+            own
         };
+        if k == 0 {
+            return None;
+        }
+        let (l, a) = unkey(k);
         Some((a, l))
     }
 
@@ -428,7 +477,7 @@ impl Book {
             .expect("a free range ends here"); // ok: `find` read the range from the index, which agrees with `free`
         debug_assert_eq!(s.start, addr);
         s.start = addr + len;
-        let (kind, owner) = (s.kind, s.owner);
+        let (kind, owner) = (s.kind(), s.owner());
         self.fit.remove(kind, owner, range_len, addr);
         self.fit.insert(kind, owner, range_len - len, addr + len);
         self.free_bytes -= len;
