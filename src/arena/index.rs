@@ -6,12 +6,17 @@
 //!   does) and a block freed just before a range (merging into it) both
 //!   leave the range's end where it was, so the range is updated in place
 //!   instead of being taken out and put back under a new key.
-//! * [`Fit`] is the best-fit index: for each kind, one ordered set for the
-//!   `Any` ranges and one per stream slot, of keys that pack the length
-//!   and the start into one integer (length first), so that the first key
-//!   at or above `(len, 0)` is the shortest range that holds `len` bytes,
-//!   the lowest such on a tie. One integer compares in two instructions,
-//!   and a query reads only the sets of the owners that may use a range.
+//! * [`Fit`] is the best-fit index: for each kind, the `Any` ranges and
+//!   each stream slot's apart, as keys that pack the length and the start
+//!   into one integer (length first), so that the first key at or above
+//!   `(len, 0)` is the shortest range that holds `len` bytes, the lowest
+//!   such on a tie. One integer compares in two instructions, and a query
+//!   reads only the ranges of the owners that may use them. The keys are
+//!   further split by size class (eight a doubling, see [`class`]), one
+//!   small ordered set a class with a bitmap of the classes that hold any:
+//!   updates touch a small set, and a query reads its own class, then at
+//!   most the first key of the next class held. The order, and so the
+//!   block each query picks, is that of one set of all the keys.
 
 use std::collections::BTreeSet;
 
