@@ -56,6 +56,17 @@ pub(crate) type Addr = usize;
 /// Blocks of at most this many bytes are small (placed in small chunks).
 pub(crate) const SMALL_MAX: usize = 1 << 20;
 
+/// The largest block a free parks (see the module docs), and the most
+/// bytes one stream keeps parked: above them a free merges at once. Only
+/// small blocks park: a parked large block stays out of the free ranges
+/// until the arena grows, so the ranges it would have merged with are
+/// placed around it, and the layout drifts from step to step (replaying
+/// the recorded ResNet-50 steps of `benches/data` eight times over, the
+/// mapped peak went from 1.03 to 1.06 times the live peak with blocks up to
+/// 32 MiB parked, against 1.02 with small blocks only).
+const PARK_MAX_BLOCK: usize = SMALL_MAX;
+const PARK_MAX_PER_STREAM: usize = 256 << 20;
+
 /// Every block starts and ends on this many bytes.
 pub(crate) const ALIGN: usize = 512;
 
@@ -452,9 +463,9 @@ impl Book {
         self.parked_count += 1;
     }
 
-    /// Bytes `slot` has parked.
-    pub(crate) fn parked_by(&self, slot: u32) -> usize {
-        self.parked_of[slot as usize]
+    /// Whether a block of `len` bytes freed on `slot` parks.
+    pub(crate) fn parks(&self, len: usize, slot: u32) -> bool {
+        len <= PARK_MAX_BLOCK && self.parked_of[slot as usize] + len <= PARK_MAX_PER_STREAM
     }
 
     /// A block of exactly `len` bytes that `slot` parked (the last one),

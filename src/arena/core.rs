@@ -4,22 +4,11 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use super::book::{round_up, Addr, Book, Chunk, Grow, Kind, ALIGN, SMALL_MAX};
+use super::book::{round_up, Addr, Book, Chunk, Grow, Kind, ALIGN};
 use super::phys::Phys;
 use super::{ArenaOptions, ArenaStats};
 use crate::error::{record_drop_error, Error, InvalidReason, Result};
 use crate::stream::Stream;
-
-/// The largest block a free parks (see the book's docs), and the most
-/// bytes one stream keeps parked: above them a free merges at once. Only
-/// small blocks park: a parked large block stays out of the free ranges
-/// until the arena grows, so the ranges it would have merged with are
-/// placed around it, and the layout drifts from step to step (replaying
-/// the recorded ResNet-50 steps of `benches/data` eight times over, the
-/// mapped peak went from 1.03 to 1.06 times the live peak with blocks up to
-/// 32 MiB parked, against 1.02 with small blocks only).
-const PARK_MAX_BLOCK: usize = SMALL_MAX;
-const PARK_MAX_PER_STREAM: usize = 256 << 20;
 
 /// The entries of slots `a` and `b` (two different known slots), both
 /// mutable.
@@ -167,11 +156,6 @@ impl<P: Phys> Arena<P> {
         s
     }
 
-    /// Whether a block of `len` bytes freed on `slot` parks.
-    fn parks(state: &State<P::Fence>, len: usize, slot: u32) -> bool {
-        len <= PARK_MAX_BLOCK && state.book.parked_by(slot) + len <= PARK_MAX_PER_STREAM
-    }
-
     /// `bytes` of memory for `stream` (not capturing: the caller routes
     /// captures elsewhere).
     pub(crate) fn allocate(&self, bytes: usize, stream: &Stream) -> Result<Addr> {
@@ -255,7 +239,7 @@ impl<P: Phys> Arena<P> {
         // lookup of the block. Anything else (an error, a new stream) is
         // checked step by step below.
         if let (Some(len), Some(slot)) = (round_up(bytes, ALIGN), Self::known_slot(state, stream)) {
-            let park = Self::parks(state, len, slot);
+            let park = state.book.parks(len, slot);
             if state.book.free_block(addr, len, slot, park) {
                 return Ok(());
             }
@@ -271,7 +255,7 @@ impl<P: Phys> Arena<P> {
             )));
         }
         let slot = Self::slot(state, stream);
-        if Self::parks(state, len, slot) {
+        if state.book.parks(len, slot) {
             state.book.park(addr, slot);
         } else {
             state.book.give(addr, slot);
