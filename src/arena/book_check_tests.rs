@@ -1,15 +1,14 @@
 //! The books' invariants, checked after every step of the arena's tests.
 
-use super::book::{Addr, Book, Owner, ALIGN};
+use super::book::{Addr, Book, Owner, ALIGN, NONE};
 
 impl Book {
     /// Free ranges and live blocks, for checks: every mapped byte is in
     /// exactly one of them, and the indexes agree.
     pub(crate) fn check(&self) {
         let mut covered: Vec<(Addr, usize, bool)> = self
-            .free
-            .iter()
-            .map(|(&a, f)| (a, f.len, true))
+            .free_ranges()
+            .map(|(a, f)| (a, f.len, true))
             .chain(self.live.iter().map(|(&a, b)| (a, b.len, false)))
             .collect();
         covered.sort();
@@ -35,10 +34,15 @@ impl Book {
             runs(mapped),
             "free and live ranges cover exactly the mapped chunks"
         );
-        assert_eq!(self.index.len(), self.free.len());
+        assert_eq!(self.fit.len(), self.free.len());
         let mut ranges = vec![0; self.slots.len()];
-        for (&a, f) in &self.free {
-            assert!(self.index.contains(&(f.kind, f.owner, f.len, a)));
+        let mut last_end = 0;
+        for (a, f) in self.free_ranges() {
+            // Keyed by their ends, the ranges are in address order and
+            // disjoint; the index holds each under its owner.
+            assert!(f.len > 0 && a >= last_end, "free ranges overlap at {a:#x}");
+            last_end = a + f.len;
+            assert!(self.fit.contains(f.kind, f.owner, f.len, a));
             assert!(a % ALIGN == 0 && f.len % ALIGN == 0);
             if let Owner::Stream(s) = f.owner {
                 ranges[s as usize] += 1;
@@ -52,8 +56,8 @@ impl Book {
                 assert_eq!(c.kind, f.kind);
             }
             // No two neighbours that should have merged.
-            if let Some(n) = self.free.get(&(a + f.len)) {
-                assert!(!Self::merges(f, n), "unmerged neighbours at {:#x}", a + f.len);
+            if let Some(n) = self.free_at(a + f.len) {
+                assert!(!Self::merges(&f, &n), "unmerged neighbours at {:#x}", a + f.len);
             }
         }
         for c in self.chunks.values() {
@@ -68,21 +72,31 @@ impl Book {
         for (i, s) in self.slots.iter().enumerate() {
             assert_eq!(s.ranges, ranges[i]);
         }
-        assert_eq!(self.free_bytes, self.free.values().map(|f| f.len).sum::<usize>());
+        assert_eq!(
+            self.free_bytes,
+            self.free_ranges().map(|(_, f)| f.len).sum::<usize>()
+        );
         let parked: usize = self.live.values().filter(|b| b.parked).map(|b| b.len).sum();
         assert_eq!(self.parked_bytes, parked);
         assert_eq!(self.parked_bytes, self.parked_of.iter().sum::<usize>());
+        let mut count = 0;
         for (s, p) in self.parked.iter().enumerate() {
             let mut n = 0;
-            for (&len, addrs) in p {
-                for a in addrs {
-                    let b = self.live[a];
+            for (&len, &head) in p {
+                let mut a = head;
+                assert_ne!(a, NONE, "no empty list is kept");
+                while a != NONE {
+                    let b = self.live[&a];
                     assert!(b.parked && b.len == len, "parked list and block agree");
                     n += len;
+                    count += 1;
+                    a = b.next;
                 }
             }
             assert_eq!(n, self.parked_of[s]);
         }
+        assert_eq!(count, self.parked_count);
+        assert_eq!(count, self.live.values().filter(|b| b.parked).count());
         assert_eq!(
             self.live_bytes + parked,
             self.live.values().map(|b| b.len).sum::<usize>()

@@ -4,22 +4,11 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use super::book::{round_up, Addr, Book, Chunk, Grow, Kind, ALIGN, SMALL_MAX};
+use super::book::{round_up, Addr, Book, Chunk, Grow, Kind, ALIGN};
 use super::phys::Phys;
 use super::{ArenaOptions, ArenaStats};
 use crate::error::{record_drop_error, Error, InvalidReason, Result};
 use crate::stream::Stream;
-
-/// The largest block a free parks (see the book's docs), and the most
-/// bytes one stream keeps parked: above them a free merges at once. Only
-/// small blocks park: a parked large block stays out of the free ranges
-/// until the arena grows, so the ranges it would have merged with are
-/// placed around it, and the layout drifts from step to step (replaying
-/// the recorded ResNet-50 steps of `benches/data` eight times over, the
-/// mapped peak went from 1.03 to 1.06 times the live peak with blocks up to
-/// 32 MiB parked, against 1.02 with small blocks only).
-const PARK_MAX_BLOCK: usize = SMALL_MAX;
-const PARK_MAX_PER_STREAM: usize = 256 << 20;
 
 /// The entries of slots `a` and `b` (two different known slots), both
 /// mutable.
@@ -69,6 +58,9 @@ pub(crate) struct State<F> {
     pub(crate) book: Book,
     entries: Vec<Option<Entry<F>>>,
     by_raw: HashMap<usize, u32, crate::cache::BuildAddrHasher>,
+    /// The last stream looked up and its slot (most calls come from the
+    /// stream of the call before): (raw stream, slot).
+    last: Option<(usize, u32)>,
     retired: Vec<u32>,
     /// Chunks unmapped whose release failed: physical memory still held,
     /// released at the next trim.
@@ -110,6 +102,7 @@ impl<P: Phys> Arena<P> {
                 book,
                 entries: Vec::new(),
                 by_raw: HashMap::default(),
+                last: None,
                 retired: Vec::new(),
                 unreleased: Vec::new(),
                 counters: Counters::default(),
@@ -127,12 +120,25 @@ impl<P: Phys> Arena<P> {
         self.lock().book.owns(addr)
     }
 
+    /// The stream slot of `stream` if it has one.
+    fn known_slot(state: &mut State<P::Fence>, stream: &Stream) -> Option<u32> {
+        let raw = stream.as_raw() as usize;
+        if let Some((r, s)) = state.last {
+            if r == raw {
+                return Some(s);
+            }
+        }
+        let s = *state.by_raw.get(&raw)?;
+        state.last = Some((raw, s));
+        Some(s)
+    }
+
     /// The stream slot of `stream`, made on first use.
     fn slot(state: &mut State<P::Fence>, stream: &Stream) -> u32 {
-        let raw = stream.as_raw() as usize;
-        if let Some(&s) = state.by_raw.get(&raw) {
+        if let Some(s) = Self::known_slot(state, stream) {
             return s;
         }
+        let raw = stream.as_raw() as usize;
         let reuse = state.retired.pop();
         let s = state.book.add_slot(reuse);
         let entry = Entry {
@@ -146,6 +152,7 @@ impl<P: Phys> Arena<P> {
             None => state.entries.push(Some(entry)),
         }
         state.by_raw.insert(raw, s);
+        state.last = Some((raw, s));
         s
     }
 
@@ -228,6 +235,15 @@ impl<P: Phys> Arena<P> {
     pub(crate) fn deallocate(&self, addr: Addr, bytes: usize, stream: &Stream) -> Result<()> {
         let mut state = self.lock();
         let state = &mut *state;
+        // A known stream's free of a live block of that length: in one
+        // lookup of the block. Anything else (an error, a new stream) is
+        // checked step by step below.
+        if let (Some(len), Some(slot)) = (round_up(bytes, ALIGN), Self::known_slot(state, stream)) {
+            let park = state.book.parks(len, slot);
+            if state.book.free_block(addr, len, slot, park) {
+                return Ok(());
+            }
+        }
         let Some((len, _)) = state.book.live(addr) else {
             return Err(InvalidReason::Other.error(format!(
                 "{addr:#x} is not a live block of this arena (freed twice, or from another resource)"
@@ -239,7 +255,7 @@ impl<P: Phys> Arena<P> {
             )));
         }
         let slot = Self::slot(state, stream);
-        if len <= PARK_MAX_BLOCK && state.book.parked_by(slot) + len <= PARK_MAX_PER_STREAM {
+        if state.book.parks(len, slot) {
             state.book.park(addr, slot);
         } else {
             state.book.give(addr, slot);
@@ -382,8 +398,8 @@ impl<P: Phys> Arena<P> {
             state.book.take_at(range, at, len);
             Some(at)
         } else {
-            let a = state.book.find(len, kind, slot)?;
-            state.book.take(a, len);
+            let (a, range_len) = state.book.find(len, kind, slot)?;
+            state.book.take(a, range_len, len);
             Some(a)
         }
     }
@@ -621,6 +637,7 @@ impl<P: Phys> Arena<P> {
             if retire {
                 let e = state.entries[s as usize].take().expect("checked"); // ok: `retire` was computed from `Some` just above
                 state.by_raw.remove(&(e.stream.as_raw() as usize));
+                state.last = None;
                 state.retired.push(s);
             }
         }
@@ -654,6 +671,7 @@ impl<P: Phys> Arena<P> {
         debug_assert!(state.book.slot_empty(s));
         state.entries[s as usize] = None;
         state.by_raw.remove(&raw);
+        state.last = None;
         state.retired.push(s);
         Ok(true)
     }
@@ -762,6 +780,7 @@ impl<P: Phys> Drop for Arena<P> {
                 book: Book::new(ALIGN),
                 entries: Vec::new(),
                 by_raw: HashMap::default(),
+                last: None,
                 retired: Vec::new(),
                 unreleased: Vec::new(),
                 counters: Counters::default(),

@@ -44,8 +44,8 @@ impl Book {
         let mut run: Vec<Addr> = Vec::new();
         let mut run_end = 0;
         let mut first = 0;
-        for (&a, f) in &self.free {
-            if !usable(f) {
+        for (a, f) in self.free_ranges() {
+            if !usable(&f) {
                 run.clear();
                 continue;
             }
@@ -84,10 +84,9 @@ impl Book {
         debug_assert_ne!(other, slot);
         let end = start + len;
         let taken: Vec<Addr> = self
-            .free
-            .range(start..end)
+            .free_in(start, end)
             .filter(|(_, f)| f.owner == Owner::Stream(other) && f.seq <= upto)
-            .map(|(&a, _)| a)
+            .map(|(a, _)| a)
             .collect();
         let s = &mut self.slots[slot as usize];
         s.next += 1;
@@ -117,12 +116,7 @@ impl Book {
             );
         }
         // The window's first `len` bytes are now one range, the slot's.
-        let (range, f) = self
-            .free
-            .range(..=start)
-            .next_back()
-            .map(|(&r, f)| (r, *f))
-            .expect("the window starts in a free range"); // ok: `window_with` returns windows of free ranges, merged just above
+        let (range, f) = self.free_over(start).expect("the window starts in a free range"); // ok: `window_with` returns windows of free ranges, merged just above
         assert!(range + f.len >= end && f.owner == Owner::Stream(slot));
         self.take_at(range, start, len);
         bytes

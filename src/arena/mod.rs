@@ -99,11 +99,14 @@ mod core;
 mod device;
 mod front;
 mod handover;
+mod index;
 mod moves;
 mod phys;
 
 #[cfg(test)]
 mod book_check_tests;
+#[cfg(test)]
+mod cost_tests;
 #[cfg(test)]
 mod fake;
 #[cfg(test)]

@@ -15,10 +15,7 @@ impl Book {
         let mut out = Vec::new();
         for kind in [Kind::Small, Kind::Large] {
             for owner in [Owner::Any, Owner::Stream(slot)] {
-                for &(_, _, l, a) in self
-                    .index
-                    .range((kind, owner, g, 0)..=(kind, owner, usize::MAX, usize::MAX))
-                {
+                for (l, a) in self.fit.at_least(kind, owner, g) {
                     if a + l == keep_end {
                         continue;
                     }
@@ -42,10 +39,7 @@ impl Book {
         let c = self.chunks[&from];
         debug_assert!(c.ghost.is_none() && self.unmapped(to, c.len));
         let (start, f) = self
-            .free
-            .range(..=from)
-            .next_back()
-            .map(|(&s, &f)| (s, f))
+            .free_over(from)
             .expect("a movable chunk is covered by a free range"); // ok: `movable` returns only chunks inside a free range
         debug_assert!(start + f.len >= from + c.len);
         self.take_free(start);
