@@ -735,6 +735,21 @@ impl Book {
 
     // ---- figures ----
 
+    /// The bytes of the mapped chunks that any of `blocks` (address,
+    /// bytes) touches: what stays mapped while they live.
+    pub(crate) fn holding(&self, blocks: &[(Addr, usize)]) -> usize {
+        let mut touched = BTreeMap::new();
+        for &(addr, len) in blocks {
+            let from = self.chunks.range(..=addr).next_back().map_or(addr, |(&c, _)| c);
+            for (&c, ch) in self.chunks.range(from..addr.saturating_add(len.max(1))) {
+                if c + ch.len > addr && ch.ghost.is_none() {
+                    touched.insert(c, ch.len);
+                }
+            }
+        }
+        touched.values().sum()
+    }
+
     /// The longest free range (any owner, any kind).
     pub(crate) fn largest_free(&self) -> usize {
         self.free_ranges().map(|(_, f)| f.len).max().unwrap_or(0)

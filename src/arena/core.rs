@@ -696,21 +696,9 @@ impl<P: Phys> Arena<P> {
         self.lock().book.chunks().map(|(a, c)| (a, c.len)).collect()
     }
 
-    /// The bytes of the mapped chunks that any of `blocks` (address,
-    /// bytes) touches: what stays mapped while they live.
+    /// See [`Book::holding`].
     pub(crate) fn holding(&self, blocks: &[(Addr, usize)]) -> usize {
-        let state = self.lock();
-        let chunks = &state.book.chunks;
-        let mut touched = std::collections::BTreeMap::new();
-        for &(addr, len) in blocks {
-            let from = chunks.range(..=addr).next_back().map_or(addr, |(&c, _)| c);
-            for (&c, ch) in chunks.range(from..addr + len.max(1)) {
-                if c + ch.len > addr && ch.ghost.is_none() {
-                    touched.insert(c, ch.len);
-                }
-            }
-        }
-        touched.values().sum()
+        self.lock().book.holding(blocks)
     }
 
     pub(crate) fn stats(&self) -> ArenaStats {
