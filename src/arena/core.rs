@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::book::{round_up, Addr, Book, Chunk, Grow, Kind, ALIGN};
 use super::phys::Phys;
-use super::{ArenaOptions, ArenaStats};
+use super::ArenaOptions;
 use crate::error::{record_drop_error, Error, InvalidReason, Result};
 use crate::stream::Stream;
 
@@ -64,7 +64,7 @@ pub(crate) struct State<F> {
     retired: Vec<u32>,
     /// Chunks unmapped whose release failed: physical memory still held,
     /// released at the next trim.
-    unreleased: Vec<(u64, usize)>,
+    pub(super) unreleased: Vec<(u64, usize)>,
     pub(crate) counters: Counters,
     peers: Vec<usize>,
 }
@@ -233,8 +233,24 @@ impl<P: Phys> Arena<P> {
 
     /// Gives back the block at `addr` of `bytes`, freed on `stream`.
     pub(crate) fn deallocate(&self, addr: Addr, bytes: usize, stream: &Stream) -> Result<()> {
+        self.free_locked(&mut self.lock(), addr, bytes, stream)
+    }
+
+    /// [`deallocate`](Arena::deallocate) if `addr` is in the arena's
+    /// address space (`None`: not the arena's), under one lock.
+    pub(crate) fn deallocate_owned(&self, addr: Addr, bytes: usize, stream: &Stream) -> Option<Result<()>> {
         let mut state = self.lock();
-        let state = &mut *state;
+        let owned = state.book.owns(addr);
+        owned.then(|| self.free_locked(&mut state, addr, bytes, stream))
+    }
+
+    fn free_locked(
+        &self,
+        state: &mut State<P::Fence>,
+        addr: Addr,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<()> {
         // A known stream's free of a live block of that length: in one
         // lookup of the block. Anything else (an error, a new stream) is
         // checked step by step below.
@@ -694,55 +710,6 @@ impl<P: Phys> Arena<P> {
     /// The mapped chunks, in address order: (base, bytes).
     pub(crate) fn segments(&self) -> Vec<(Addr, usize)> {
         self.lock().book.chunks().map(|(a, c)| (a, c.len)).collect()
-    }
-
-    /// See [`Book::holding`].
-    pub(crate) fn holding(&self, blocks: &[(Addr, usize)]) -> usize {
-        self.lock().book.holding(blocks)
-    }
-
-    pub(crate) fn stats(&self) -> ArenaStats {
-        let state = self.lock();
-        self.stats_of(&state)
-    }
-
-    fn stats_of(&self, state: &State<P::Fence>) -> ArenaStats {
-        let b = &state.book;
-        let largest = b.largest_free();
-        let c = state.counters;
-        ArenaStats {
-            live_bytes: b.live_bytes,
-            live_blocks: b.live_count(),
-            mapped_bytes: b.mapped_bytes,
-            reserved_bytes: b.reserved_bytes(),
-            free_bytes: b.free_bytes + b.parked_bytes,
-            largest_free: largest,
-            fragmentation: if b.free_bytes + b.parked_bytes == 0 {
-                0.0
-            } else {
-                1.0 - largest as f64 / (b.free_bytes + b.parked_bytes) as f64
-            },
-            idle_bytes: b.idle_bytes(),
-            chunks: b.chunks().count(),
-            unreleased_bytes: state.unreleased.iter().map(|&(_, l)| l).sum(),
-            peak_mapped: c.peak_mapped,
-            peak_live: c.peak_live,
-            maps: c.maps,
-            unmaps: c.unmaps,
-            fences: c.fences,
-            waits: c.waits,
-            recoveries: c.recoveries,
-            refusals: c.refusals,
-            moves: c.moves,
-            stream_waits: c.handovers,
-            pool_allocations: 0,
-        }
-    }
-
-    pub(crate) fn reset_peaks(&self) {
-        let mut state = self.lock();
-        state.counters.peak_live = state.book.live_bytes;
-        state.counters.peak_mapped = state.book.mapped_bytes;
     }
 }
 

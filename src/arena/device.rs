@@ -203,7 +203,7 @@ impl VmmArena {
     /// # Ok(()) }
     /// ```
     pub fn mapped_holding(&self, blocks: &[(usize, usize)]) -> usize {
-        self.front.arena.holding(blocks)
+        self.front.arena.lock().book.holding(blocks)
     }
 
     /// Starts the peaks of [`stats`](VmmArena::stats) over from now.

@@ -124,13 +124,23 @@ unsafe impl<P: Phys> MemoryResource for Front<P> {
     ) -> Result<()> {
         self.check(bytes, stream, "free")?;
         let addr = ptr as usize;
-        if !self.arena.owns(addr) {
+        let capture = asked.capturing(stream)?;
+        let owned = match capture {
+            // Not capturing: the arena's free, under one lock with the
+            // question whether the block is the arena's.
+            None => self.arena.deallocate_owned(addr, bytes, stream),
+            Some(_) => self.arena.owns(addr).then_some(Ok(())),
+        };
+        let Some(freed) = owned else {
             // SAFETY: not the arena's: the caller's guarantees are for the
             // pool, where it came from.
-            return unsafe { self.pool.deallocate_asked(ptr, bytes, stream, asked) };
-        }
-        match asked.capturing(stream)? {
-            None => self.arena.deallocate(addr, bytes, stream),
+            return unsafe {
+                self.pool
+                    .deallocate_asked(ptr, bytes, stream, Asked::answer(capture))
+            };
+        };
+        match capture {
+            None => freed,
             Some(c) => {
                 // Memory from outside the capture: the graph may use it on
                 // every replay, so it is freed once the graph is gone.

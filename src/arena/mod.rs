@@ -97,6 +97,7 @@
 mod book;
 mod core;
 mod device;
+mod figures;
 mod front;
 mod handover;
 mod index;

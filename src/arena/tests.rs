@@ -790,17 +790,19 @@ fn a_block_holds_the_chunks_it_touches() {
     let small = alloc(&a, &f, 4096, &s);
     let segs = a.segments();
     assert_eq!(segs.len(), 4, "{segs:x?}");
-    assert_eq!(a.holding(&[]), 0);
-    assert_eq!(a.holding(&[(big, 10 * MIB)]), 10 * MIB);
+    assert_eq!(a.lock().book.holding(&[]), 0);
+    assert_eq!(a.lock().book.holding(&[(big, 10 * MIB)]), 10 * MIB);
     // A block within one chunk holds that chunk.
-    assert_eq!(a.holding(&[(big + 5 * MIB, 512)]), 4 * MIB);
-    assert_eq!(a.holding(&[(small, 4096)]), GRANULE);
+    assert_eq!(a.lock().book.holding(&[(big + 5 * MIB, 512)]), 4 * MIB);
+    assert_eq!(a.lock().book.holding(&[(small, 4096)]), GRANULE);
     // Each chunk counted once; an address outside the arena holds nothing.
     assert_eq!(
-        a.holding(&[(big, 10 * MIB), (small, 4096), (big + MIB, 512)]),
+        a.lock()
+            .book
+            .holding(&[(big, 10 * MIB), (small, 4096), (big + MIB, 512)]),
         10 * MIB + GRANULE
     );
-    assert_eq!(a.holding(&[(1 << 12, 512)]), 0);
+    assert_eq!(a.lock().book.holding(&[(1 << 12, 512)]), 0);
     free(&a, &f, big, 10 * MIB, &s);
     free(&a, &f, small, 4096, &s);
     clean(&a, &f);
