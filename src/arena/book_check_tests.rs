@@ -1,6 +1,6 @@
 //! The books' invariants, checked after every step of the arena's tests.
 
-use super::book::{Addr, Book, Owner, ALIGN, NONE};
+use super::book::{Addr, Book, Owner, ALIGN, NONE, SMALL_MAX};
 
 impl Book {
     /// Free ranges and live blocks, for checks: every mapped byte is in
@@ -94,6 +94,12 @@ impl Book {
                 }
             }
             assert_eq!(n, self.parked_of[s]);
+            // At most one large block parked a slot, and its length known.
+            let large: Vec<usize> = p.keys().copied().filter(|&l| l > SMALL_MAX).collect();
+            match self.parked_large[s] {
+                0 => assert!(large.is_empty(), "a large block parked unbooked"),
+                len => assert_eq!(large, [len], "the slot's parked large block"),
+            }
         }
         assert_eq!(count, self.parked_count);
         assert_eq!(count, self.live.values().filter(|b| b.parked).count());

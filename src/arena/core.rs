@@ -170,6 +170,7 @@ impl<P: Phys> Arena<P> {
             Self::peaks(state);
             return Ok(a);
         }
+        state.book.unpark_large(slot);
         if let Some(a) = self.place(state, len, kind, slot) {
             Self::peaks(state);
             return Ok(a);

@@ -807,3 +807,35 @@ fn a_block_holds_the_chunks_it_touches() {
     free(&a, &f, small, 4096, &s);
     clean(&a, &f);
 }
+
+#[test]
+fn a_large_block_made_again_at_once_keeps_its_place_and_nothing_else_parks() {
+    let (a, f) = arena(1 << 30, ArenaOptions::default());
+    let s = stream(0);
+    let big = alloc(&a, &f, 64 * MIB, &s);
+    let other = alloc(&a, &f, 40 * MIB, &s);
+    free(&a, &f, big, 64 * MIB, &s);
+    // Parked: the same length again on the stream takes it back whole.
+    assert_eq!(a.lock().book.parked_bytes, 64 * MIB);
+    assert_eq!(alloc(&a, &f, 64 * MIB, &s), big);
+    a.lock().book.check();
+    // Another length: the parked block is freed into the ranges first and
+    // best fit places the request there, as with no parking.
+    free(&a, &f, big, 64 * MIB, &s);
+    let mapped = a.stats().mapped_bytes;
+    assert_eq!(alloc(&a, &f, 48 * MIB, &s), big);
+    assert_eq!(a.lock().book.parked_bytes, 0);
+    assert_eq!(
+        a.stats().mapped_bytes,
+        mapped,
+        "no growth for a request the freed block holds"
+    );
+    // One large block parks a stream; blocks under 32 MiB above 1 MiB never.
+    free(&a, &f, big, 48 * MIB, &s);
+    free(&a, &f, other, 40 * MIB, &s);
+    assert_eq!(a.lock().book.parked_bytes, 48 * MIB);
+    let mid = alloc(&a, &f, 8 * MIB, &s);
+    free(&a, &f, mid, 8 * MIB, &s);
+    assert_eq!(a.lock().book.parked_bytes, 0);
+    clean(&a, &f);
+}
