@@ -32,10 +32,11 @@
 //! two hash lookups, no merging). Parked blocks are flushed into the free
 //! ranges (merging) before the arena grows, waits or gives memory back, so
 //! they never make it map more. Blocks of up to 1 MiB park (up to 256 MiB a
-//! stream); of larger ones, only one of at least 32 MiB a stream, freed
-//! into the ranges at the stream's next allocation unless that allocation
-//! takes it: the same block freed and made again in a row (a step's
-//! logits, say) keeps its place, and nothing else moves. Parking every
+//! stream); of larger ones, only one of at least 32 MiB in the arena, freed
+//! into the ranges at the next allocation of any stream unless that
+//! allocation takes it (same stream, same length): the same block freed
+//! and made again in a row (a step's logits, say) keeps its place, and no
+//! other stream ever finds it missing. Parking every
 //! large block mapped 1.024 times the live peak on ResNet-50's recorded
 //! steps (1.013 without); from 32 MiB up the recorded programs' peaks are
 //! those of no large parking, and GPT-2's later passes map less.
@@ -189,8 +190,8 @@ pub(crate) struct Book {
     /// Bytes of parked blocks, in all and per slot.
     pub(crate) parked_bytes: usize,
     pub(super) parked_of: Vec<usize>,
-    /// The length of the slot's one parked large block (0: none).
-    pub(super) parked_large: Vec<usize>,
+    /// The one parked large block of the arena, if any: (slot, length).
+    pub(super) parked_large: Option<(u32, usize)>,
     /// Handles mapped at a ghost's address: how many such ghosts.
     pub(super) ghost_handles: Map<u32>,
     pub(crate) mapped_bytes: usize,
@@ -214,7 +215,7 @@ impl Book {
             live_bytes: 0,
             parked_bytes: 0,
             parked_of: Vec::new(),
-            parked_large: Vec::new(),
+            parked_large: None,
             ghost_handles: Map::default(),
             mapped_bytes: 0,
             free_bytes: 0,
@@ -453,7 +454,7 @@ impl Book {
             self.parked_of[slot as usize] += len;
             self.parked_count += 1;
             if len > PARK_MAX_BLOCK {
-                self.parked_large[slot as usize] = len;
+                self.parked_large = Some((slot, len));
             }
         } else {
             let kind = b.kind;
@@ -476,23 +477,26 @@ impl Book {
         self.parked_of[slot as usize] += len;
         self.parked_count += 1;
         if len > PARK_MAX_BLOCK {
-            self.parked_large[slot as usize] = len;
+            self.parked_large = Some((slot, len));
         }
     }
 
     /// Whether a block of `len` bytes freed on `slot` parks.
     pub(crate) fn parks(&self, len: usize, slot: u32) -> bool {
-        (len <= PARK_MAX_BLOCK || (len >= PARK_LARGE_MIN && self.parked_large[slot as usize] == 0))
+        (len <= PARK_MAX_BLOCK || (len >= PARK_LARGE_MIN && self.parked_large.is_none()))
             && self.parked_of[slot as usize] + len <= PARK_MAX_PER_STREAM
     }
 
-    /// Frees the slot's parked large block, if any (its next allocation
-    /// was not of its length).
-    pub(crate) fn unpark_large(&mut self, slot: u32) {
-        let len = self.parked_large[slot as usize];
-        if len != 0 {
-            if let Some(a) = self.unpark(len, slot) {
-                self.give(a, slot);
+    /// Frees the arena's parked large block unless `slot` is about to take
+    /// it back (its next allocation, of the block's length): a large block
+    /// stays parked only until the next allocation of any stream, so that
+    /// no other stream ever finds it missing from the free ranges.
+    pub(crate) fn unpark_large_unless(&mut self, len: usize, slot: u32) {
+        if let Some((s, l)) = self.parked_large {
+            if s != slot || l != len {
+                if let Some(a) = self.unpark(l, s) {
+                    self.give(a, s);
+                }
             }
         }
     }
@@ -520,7 +524,7 @@ impl Book {
         self.parked_count -= 1;
         self.live_bytes += len;
         if len > PARK_MAX_BLOCK {
-            self.parked_large[slot as usize] = 0;
+            self.parked_large = None;
         }
         Some(addr)
     }
@@ -535,7 +539,9 @@ impl Book {
     /// as merging would; no fence was recorded between these frees, so
     /// which block has which number tells no fence anything.
     pub(crate) fn flush(&mut self, slot: u32) {
-        self.parked_large[slot as usize] = 0;
+        if self.parked_large.is_some_and(|(s, _)| s == slot) {
+            self.parked_large = None;
+        }
         let mut heads = std::mem::take(&mut self.parked[slot as usize]);
         let mut blocks: Vec<(Addr, usize, Kind)> = Vec::new();
         for (_, mut addr) in heads.drain() {
@@ -593,7 +599,6 @@ impl Book {
                 let slot = &mut self.slots[s as usize];
                 debug_assert_eq!(slot.ranges, 0);
                 debug_assert_eq!(self.parked_of[s as usize], 0);
-                self.parked_large[s as usize] = 0;
                 *slot = Slot::default();
                 s
             }
@@ -601,7 +606,6 @@ impl Book {
                 self.slots.push(Slot::default());
                 self.parked.push(Map::default());
                 self.parked_of.push(0);
-                self.parked_large.push(0);
                 (self.slots.len() - 1) as u32
             }
         }

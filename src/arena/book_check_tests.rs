@@ -80,6 +80,7 @@ impl Book {
         assert_eq!(self.parked_bytes, parked);
         assert_eq!(self.parked_bytes, self.parked_of.iter().sum::<usize>());
         let mut count = 0;
+        let mut large = 0;
         for (s, p) in self.parked.iter().enumerate() {
             let mut n = 0;
             for (&len, &head) in p {
@@ -94,13 +95,18 @@ impl Book {
                 }
             }
             assert_eq!(n, self.parked_of[s]);
-            // At most one large block parked a slot, and its length known.
-            let large: Vec<usize> = p.keys().copied().filter(|&l| l > SMALL_MAX).collect();
-            match self.parked_large[s] {
-                0 => assert!(large.is_empty(), "a large block parked unbooked"),
-                len => assert_eq!(large, [len], "the slot's parked large block"),
+            // At most one large block parked in the arena, and it is known.
+            for (&l, &head) in p.iter().filter(|(&l, _)| l > SMALL_MAX) {
+                assert_eq!(
+                    self.parked_large,
+                    Some((s as u32, l)),
+                    "a large block parked unbooked"
+                );
+                assert_eq!(self.live[&head].next, NONE, "one large block parked");
+                large += 1;
             }
         }
+        assert_eq!(large, usize::from(self.parked_large.is_some()));
         assert_eq!(count, self.parked_count);
         assert_eq!(count, self.live.values().filter(|b| b.parked).count());
         assert_eq!(

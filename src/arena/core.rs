@@ -166,11 +166,11 @@ impl<P: Phys> Arena<P> {
         let mut state = self.lock();
         let state = &mut *state;
         let slot = Self::slot(state, stream);
+        state.book.unpark_large_unless(len, slot);
         if let Some(a) = state.book.unpark(len, slot) {
             Self::peaks(state);
             return Ok(a);
         }
-        state.book.unpark_large(slot);
         if let Some(a) = self.place(state, len, kind, slot) {
             Self::peaks(state);
             return Ok(a);

@@ -809,7 +809,7 @@ fn a_block_holds_the_chunks_it_touches() {
 }
 
 #[test]
-fn a_large_block_made_again_at_once_keeps_its_place_and_nothing_else_parks() {
+fn a_large_block_made_again_at_once_keeps_its_place_until_any_other_allocation() {
     let (a, f) = arena(1 << 30, ArenaOptions::default());
     let s = stream(0);
     let big = alloc(&a, &f, 64 * MIB, &s);
@@ -837,5 +837,14 @@ fn a_large_block_made_again_at_once_keeps_its_place_and_nothing_else_parks() {
     let mid = alloc(&a, &f, 8 * MIB, &s);
     free(&a, &f, mid, 8 * MIB, &s);
     assert_eq!(a.lock().book.parked_bytes, 0);
+    // Another stream's next allocation frees it too: no stream finds a
+    // large block of another missing from the free ranges.
+    let big = alloc(&a, &f, 64 * MIB, &s);
+    free(&a, &f, big, 64 * MIB, &s);
+    assert_eq!(a.lock().book.parked_bytes, 64 * MIB);
+    let t = stream(1);
+    let small = alloc(&a, &f, 4096, &t);
+    assert_eq!(a.lock().book.parked_bytes, 0);
+    free(&a, &f, small, 4096, &t);
     clean(&a, &f);
 }
