@@ -125,23 +125,15 @@ unsafe impl<P: Phys> MemoryResource for Front<P> {
         self.check(bytes, stream, "free")?;
         let addr = ptr as usize;
         let capture = asked.capturing(stream)?;
-        let owned = match capture {
+        match capture {
             // Not capturing: the arena's free, under one lock with the
             // question whether the block is the arena's.
-            None => self.arena.deallocate_owned(addr, bytes, stream),
-            Some(_) => self.arena.owns(addr).then_some(Ok(())),
-        };
-        let Some(freed) = owned else {
-            // SAFETY: not the arena's: the caller's guarantees are for the
-            // pool, where it came from.
-            return unsafe {
-                self.pool
-                    .deallocate_asked(ptr, bytes, stream, Asked::answer(capture))
-            };
-        };
-        match capture {
-            None => freed,
-            Some(c) => {
+            None => {
+                if let Some(freed) = self.arena.deallocate_owned(addr, bytes, stream) {
+                    return freed;
+                }
+            }
+            Some(c) if self.arena.owns(addr) => {
                 // Memory from outside the capture: the graph may use it on
                 // every replay, so it is freed once the graph is gone.
                 let Some(this) = self.this.upgrade() else {
@@ -152,8 +144,15 @@ unsafe impl<P: Phys> MemoryResource for Front<P> {
                     users: Vec::new(),
                     free: Box::new(move |s: &Stream| this.arena.deallocate(addr, bytes, s)),
                 };
-                crate::graph::defer(item, &[c])
+                return crate::graph::defer(item, &[c]);
             }
+            Some(_) => {}
+        }
+        // SAFETY: not the arena's: the caller's guarantees are for the
+        // pool, where it came from.
+        unsafe {
+            self.pool
+                .deallocate_asked(ptr, bytes, stream, Asked::answer(capture))
         }
     }
 

@@ -13,11 +13,49 @@ use super::core::Arena;
 use super::fake::FakePhys;
 use super::ArenaOptions;
 use crate::stream::Stream;
-use crate::trace::{Action, Trace};
+use crate::trace::{Action, Event, Trace};
 
 /// Replays `path`: (the live peak, the arena's mapped peak) in bytes.
 fn replay(path: &str, lag: usize, opts: ArenaOptions) -> (usize, usize) {
     replay_lagging(path, &[lag], opts)
+}
+
+/// Recorded address -> (address in the arena, bytes, stream index).
+type Live = HashMap<u64, (usize, usize, usize)>;
+
+/// Applies one recorded event to the arena (allocations and frees; the
+/// fake device told of each, so that it checks every hand-out). Returns
+/// the change of the live bytes (rounded as the arena rounds).
+fn apply(a: &Arena<FakePhys>, f: &FakePhys, streams: &[Stream], live: &mut Live, e: &Event) -> isize {
+    let si = e.stream.unwrap_or(0) as usize;
+    let s = &streams[si];
+    match e.action {
+        Action::Allocate => {
+            let bytes = e.bytes as usize;
+            let x = a.allocate(bytes, s).unwrap();
+            f.handed(x, bytes, s);
+            f.enqueue(s);
+            live.insert(e.addr, (x, bytes, si));
+            (bytes.div_ceil(512) * 512) as isize
+        }
+        Action::Free => match live.remove(&e.addr) {
+            Some((x, b, _)) => {
+                f.freed(x, b.div_ceil(512) * 512, s);
+                a.deallocate(x, b, s).unwrap();
+                -((b.div_ceil(512) * 512) as isize)
+            }
+            None => 0,
+        },
+        _ => 0,
+    }
+}
+
+/// Frees what a pass left live, each block on its stream.
+fn free_all(a: &Arena<FakePhys>, f: &FakePhys, streams: &[Stream], live: Live) {
+    for (_, (x, b, si)) in live {
+        f.freed(x, b.div_ceil(512) * 512, &streams[si]);
+        a.deallocate(x, b, &streams[si]).unwrap();
+    }
 }
 
 /// [`replay`] with stream `i`'s work completing every `lags[i]` events
@@ -29,8 +67,8 @@ fn replay_lagging(path: &str, lags: &[usize], opts: ArenaOptions) -> (usize, usi
     let streams: Vec<Stream> = (0..trace.streams.len().max(1))
         .map(|i| Stream::fake(0x5a_0000 + 16 * i, 0))
         .collect();
-    let mut live: HashMap<u64, (usize, usize)> = HashMap::new();
-    let (mut now, mut peak) = (0usize, 0usize);
+    let mut live = Live::new();
+    let (mut now, mut peak) = (0isize, 0isize);
     let n = trace.events.iter().filter(|e| e.device == 0).count();
     let mut half = (0, 0);
     for (i, e) in trace.events.iter().filter(|e| e.device == 0).enumerate() {
@@ -38,27 +76,8 @@ fn replay_lagging(path: &str, lags: &[usize], opts: ArenaOptions) -> (usize, usi
             let st = a.stats();
             half = (st.maps, st.moves);
         }
-        let s = &streams[e.stream.unwrap_or(0) as usize];
-        match e.action {
-            Action::Allocate => {
-                let bytes = e.bytes as usize;
-                let x = a.allocate(bytes, s).unwrap();
-                f.handed(x, bytes, s);
-                f.enqueue(s);
-                live.insert(e.addr, (x, bytes));
-                now += bytes.div_ceil(512) * 512;
-                peak = peak.max(now);
-            }
-            Action::Free => {
-                let Some((x, bytes)) = live.remove(&e.addr) else {
-                    continue;
-                };
-                f.freed(x, bytes.div_ceil(512) * 512, s);
-                a.deallocate(x, bytes, s).unwrap();
-                now -= bytes.div_ceil(512) * 512;
-            }
-            _ => {}
-        }
+        now += apply(&a, &f, &streams, &mut live, e);
+        peak = peak.max(now);
         for (k, s) in streams.iter().enumerate() {
             if i % lags[k.min(lags.len() - 1)] == 0 {
                 f.complete(s);
@@ -77,7 +96,7 @@ fn replay_lagging(path: &str, lags: &[usize], opts: ArenaOptions) -> (usize, usi
         st.fences,
         st.stream_waits
     );
-    (peak, st.peak_mapped)
+    (peak as usize, st.peak_mapped)
 }
 
 #[test]
@@ -208,41 +227,21 @@ fn eight_passes_over_recorded_steps_do_not_drift() {
         let streams: Vec<Stream> = (0..trace.streams.len().max(1))
             .map(|i| Stream::fake(0x5c_0000 + 16 * i, 0))
             .collect();
-        let mut live_peak = 0usize;
+        let mut live_peak = 0isize;
         let mut ratios = Vec::new();
         for _ in 0..8 {
-            let mut live: HashMap<u64, (usize, usize)> = HashMap::new();
-            let mut now = 0usize;
+            let mut live = Live::new();
+            let mut now = 0isize;
             for (i, e) in trace.events.iter().filter(|e| e.device == 0).enumerate() {
-                let s = &streams[e.stream.unwrap_or(0) as usize];
-                match e.action {
-                    Action::Allocate => {
-                        let x = a.allocate(e.bytes as usize, s).unwrap();
-                        f.handed(x, e.bytes as usize, s);
-                        f.enqueue(s);
-                        live.insert(e.addr, (x, e.bytes as usize));
-                        now += (e.bytes as usize).div_ceil(512) * 512;
-                        live_peak = live_peak.max(now);
-                    }
-                    Action::Free => {
-                        if let Some((x, b)) = live.remove(&e.addr) {
-                            f.freed(x, b.div_ceil(512) * 512, s);
-                            a.deallocate(x, b, s).unwrap();
-                            now -= b.div_ceil(512) * 512;
-                        }
-                    }
-                    _ => {}
-                }
+                now += apply(&a, &f, &streams, &mut live, e);
+                live_peak = live_peak.max(now);
                 if i % 64 == 0 {
                     for s in &streams {
                         f.complete(s);
                     }
                 }
             }
-            for (_, (x, b)) in live {
-                f.freed(x, b.div_ceil(512) * 512, &streams[0]);
-                a.deallocate(x, b, &streams[0]).unwrap();
-            }
+            free_all(&a, &f, &streams, live);
             ratios.push(a.stats().peak_mapped as f64 / live_peak as f64);
         }
         assert!(f.vm().violations.is_empty(), "{:?}", f.vm().violations);
@@ -298,22 +297,10 @@ fn trimmed_at_low_points() {
             let streams: Vec<Stream> = (0..trace.streams.len().max(1))
                 .map(|i| Stream::fake(0x5c_0000 + 16 * i, 0))
                 .collect();
-            let mut live: HashMap<u64, (usize, usize)> = HashMap::new();
+            let mut live = Live::new();
             let mut line = format!("{name} chunk {} MiB:", chunk >> 20);
             for (i, e) in evs.iter().enumerate() {
-                let s = &streams[e.stream.unwrap_or(0) as usize];
-                match e.action {
-                    Action::Allocate => {
-                        let x = a.allocate(e.bytes as usize, s).unwrap();
-                        live.insert(e.addr, (x, e.bytes as usize));
-                    }
-                    Action::Free => {
-                        if let Some((x, b)) = live.remove(&e.addr) {
-                            a.deallocate(x, b, s).unwrap();
-                        }
-                    }
-                    _ => {}
-                }
+                apply(&a, &f, &streams, &mut live, e);
                 if i % 64 == 0 {
                     for s in &streams {
                         f.complete(s);
@@ -358,12 +345,11 @@ fn the_mix_at_changing_paces() {
             .map(|i| Stream::fake(0x5d_0000 + 16 * i, 0))
             .collect();
         let mut lags = vec![64usize; streams.len()];
-        let (mut live_peak, mut k) = (0usize, 0usize);
+        let (mut live_peak, mut k) = (0isize, 0usize);
         let mut line = format!("seed {seed}:");
         for _ in 0..8 {
-            // Recorded address -> (address here, bytes, stream).
-            let mut live: HashMap<u64, (usize, usize, usize)> = HashMap::new();
-            let mut now = 0usize;
+            let mut live = Live::new();
+            let mut now = 0isize;
             for e in trace.events.iter().filter(|e| e.device == 0) {
                 k += 1;
                 if k % 2000 == 0 {
@@ -371,36 +357,15 @@ fn the_mix_at_changing_paces() {
                         *l = [8, 64, 512, 4096, 16384][rng.usize(..5)];
                     }
                 }
-                let si = e.stream.unwrap_or(0) as usize;
-                let s = &streams[si];
-                match e.action {
-                    Action::Allocate => {
-                        let x = a.allocate(e.bytes as usize, s).unwrap();
-                        f.handed(x, e.bytes as usize, s);
-                        f.enqueue(s);
-                        live.insert(e.addr, (x, e.bytes as usize, si));
-                        now += (e.bytes as usize).div_ceil(512) * 512;
-                        live_peak = live_peak.max(now);
-                    }
-                    Action::Free => {
-                        if let Some((x, b, _)) = live.remove(&e.addr) {
-                            f.freed(x, b.div_ceil(512) * 512, s);
-                            a.deallocate(x, b, s).unwrap();
-                            now -= b.div_ceil(512) * 512;
-                        }
-                    }
-                    _ => {}
-                }
+                now += apply(&a, &f, &streams, &mut live, e);
+                live_peak = live_peak.max(now);
                 for (i, s) in streams.iter().enumerate() {
                     if k % lags[i] == 0 {
                         f.complete(s);
                     }
                 }
             }
-            for (_, (x, b, si)) in live {
-                f.freed(x, b.div_ceil(512) * 512, &streams[si]);
-                a.deallocate(x, b, &streams[si]).unwrap();
-            }
+            free_all(&a, &f, &streams, live);
             let st = a.stats();
             line += &format!(
                 " {:.3}/{}",
