@@ -12,7 +12,7 @@ use crate::stream::Stream;
 
 /// The entries of slots `a` and `b` (two different known slots), both
 /// mutable.
-fn two<F>(entries: &mut [Option<Entry<F>>], a: u32, b: u32) -> (&mut Entry<F>, &mut Entry<F>) {
+pub(super) fn two<F>(entries: &mut [Option<Entry<F>>], a: u32, b: u32) -> (&mut Entry<F>, &mut Entry<F>) {
     let (a, b) = (a as usize, b as usize);
     let (x, y) = if a < b {
         let (l, r) = entries.split_at_mut(b);
@@ -28,15 +28,15 @@ fn two<F>(entries: &mut [Option<Entry<F>>], a: u32, b: u32) -> (&mut Entry<F>, &
 }
 
 /// A stream the arena has seen, with its fence.
-struct Entry<F> {
-    stream: Stream,
-    fence: Option<F>,
+pub(super) struct Entry<F> {
+    pub(super) stream: Stream,
+    pub(super) fence: Option<F>,
     /// A second fence, recorded when another stream takes this one's
     /// frees by a device wait and `fence` does not cover them yet.
-    handoff: Option<F>,
+    pub(super) handoff: Option<F>,
     /// The slot's free count the fence's last record covers, while it has
     /// not been seen complete.
-    pending: Option<u64>,
+    pub(super) pending: Option<u64>,
 }
 
 /// Counters of what the arena did.
@@ -56,7 +56,7 @@ pub(crate) struct Counters {
 
 pub(crate) struct State<F> {
     pub(crate) book: Book,
-    entries: Vec<Option<Entry<F>>>,
+    pub(super) entries: Vec<Option<Entry<F>>>,
     by_raw: HashMap<usize, u32, crate::cache::BuildAddrHasher>,
     /// The last stream looked up and its slot (most calls come from the
     /// stream of the call before): (raw stream, slot).
@@ -66,7 +66,7 @@ pub(crate) struct State<F> {
     /// released at the next trim.
     pub(super) unreleased: Vec<(u64, usize)>,
     pub(crate) counters: Counters,
-    peers: Vec<usize>,
+    pub(super) peers: Vec<usize>,
 }
 
 /// How hard an allocation has tried (see [`Arena::allocate`]).
@@ -334,71 +334,13 @@ impl<P: Phys> Arena<P> {
         }
     }
 
-    /// Before growing: another stream's frees that would hold the request,
-    /// taken by making `slot`'s stream wait on the device for a fence that
-    /// covers them, the pending one or, failing that, one recorded now
-    /// (see `handover.rs`). `None`: no such frees, the option is off, or
-    /// the wait could not be made (a capturing stream refuses it).
-    fn hand_over(&self, state: &mut State<P::Fence>, len: usize, kind: Kind, slot: u32) -> Option<Addr> {
-        if !self.opts.stream_waits || self.opts.whole_blocks {
-            return None;
-        }
-        let State {
-            book,
-            entries,
-            counters,
-            ..
-        } = state;
-        // First the frees a pending fence covers (recorded earlier: the
-        // wait is likely short); then all of a stream's frees, under a
-        // fence recorded now at the end of its queue.
-        for fresh in [false, true] {
-            for s in 0..entries.len() as u32 {
-                if s == slot || !book.waiting(s) {
-                    continue;
-                }
-                let Some(e) = entries[s as usize].as_ref() else {
-                    continue;
-                };
-                let upto = match (fresh, e.pending) {
-                    (false, Some(upto)) if e.fence.is_some() => upto,
-                    (true, _) => book.frees(s),
-                    _ => continue,
-                };
-                let Some(start) = book.window_with(len, kind, slot, s, upto) else {
-                    continue;
-                };
-                let (me, other) = two(entries, slot, s);
-                let fence = if fresh {
-                    // Never a record on a capturing stream (it would be a
-                    // node of the graph).
-                    if !matches!(other.stream.capturing(), Ok(None)) {
-                        continue;
-                    }
-                    match self.record_fence(&mut other.handoff, &other.stream) {
-                        Ok(f) => {
-                            counters.fences += 1;
-                            f
-                        }
-                        Err(_) => continue,
-                    }
-                } else {
-                    other.fence.as_ref().expect("checked above") // ok: the first pass takes only entries with a fence
-                };
-                if self.phys.wait_on(&me.stream, fence).is_err() {
-                    return None;
-                }
-                counters.handovers += 1;
-                book.adopt_and_take(s, upto, slot, start, len);
-                return Some(start);
-            }
-        }
-        None
-    }
-
     /// Records a stream's fence (made on first use) at the end of its
     /// queue.
-    fn record_fence<'f>(&self, fence: &'f mut Option<P::Fence>, stream: &Stream) -> Result<&'f P::Fence> {
+    pub(super) fn record_fence<'f>(
+        &self,
+        fence: &'f mut Option<P::Fence>,
+        stream: &Stream,
+    ) -> Result<&'f P::Fence> {
         let f = match fence {
             Some(f) => f,
             None => fence.insert(self.phys.new_fence(stream)?),
@@ -479,6 +421,9 @@ impl<P: Phys> Arena<P> {
                 if at == end {
                     break;
                 }
+            }
+            if at < end && self.opts.stream_waits {
+                at = self.move_handed_over(state, slot, kind, at, end);
             }
             self.unmap_ghosts(state);
         }

@@ -1,7 +1,20 @@
 //! Handing another stream's frees over by a device wait: a stream that
 //! would otherwise grow the arena makes itself wait, on the device, for
 //! the fence of a stream whose frees would hold its request, and takes
-//! those frees as its own (see [`ArenaOptions::stream_waits`]).
+//! those frees as its own (see [`ArenaOptions::stream_waits`]). Two ways:
+//!
+//! * **In place** ([`Arena::hand_over`]): a window of adjacent free ranges,
+//!   some of them the other stream's, holds the request.
+//! * **By moving** ([`Arena::move_handed_over`]): for a growth of 64 MiB or
+//!   more that the growing stream's own and `Any` chunks do not cover, the
+//!   other stream's frees are scattered among live blocks, so no window
+//!   holds the request, but whole chunks of them do: after the wait those
+//!   chunks are mapped where the arena grows, as a move of the growing
+//!   stream's own chunks is (the old addresses are unmapped once the other
+//!   stream's fence completes). A stream whose work runs behind the
+//!   other's holds its frees pending for long; without this, each of the
+//!   other stream's large growths made memory while that much lay free,
+//!   and the arena's peak drifted upwards from step to step.
 //!
 //! Why it is sound: a range freed on stream S, with S's free counter `seq`
 //! at or below the fence's `upto`, had its last use enqueued on S before
@@ -14,6 +27,8 @@
 //! [`ArenaOptions::stream_waits`]: super::ArenaOptions::stream_waits
 
 use super::book::{Addr, Book, Free, Kind, Owner};
+use super::core::{two, Arena, State};
+use super::phys::Phys;
 
 impl Book {
     /// Where `len` bytes of `kind` would fit for `slot` if some of
@@ -120,5 +135,139 @@ impl Book {
         assert!(range + f.len >= end && f.owner == Owner::Stream(slot));
         self.take_at(range, start, len);
         bytes
+    }
+}
+
+impl<P: Phys> Arena<P> {
+    /// Before growing: another stream's frees that would hold the request,
+    /// taken by making `slot`'s stream wait on the device for a fence that
+    /// covers them, the pending one or, failing that, one recorded now
+    /// (see `handover.rs`). `None`: no such frees, the option is off, or
+    /// the wait could not be made (a capturing stream refuses it).
+    pub(super) fn hand_over(
+        &self,
+        state: &mut State<P::Fence>,
+        len: usize,
+        kind: Kind,
+        slot: u32,
+    ) -> Option<Addr> {
+        if !self.opts.stream_waits || self.opts.whole_blocks {
+            return None;
+        }
+        let State {
+            book,
+            entries,
+            counters,
+            ..
+        } = state;
+        // First the frees a pending fence covers (recorded earlier: the
+        // wait is likely short); then all of a stream's frees, under a
+        // fence recorded now at the end of its queue.
+        for fresh in [false, true] {
+            for s in 0..entries.len() as u32 {
+                if s == slot || !book.waiting(s) {
+                    continue;
+                }
+                let Some(e) = entries[s as usize].as_ref() else {
+                    continue;
+                };
+                let upto = match (fresh, e.pending) {
+                    (false, Some(upto)) if e.fence.is_some() => upto,
+                    (true, _) => book.frees(s),
+                    _ => continue,
+                };
+                let Some(start) = book.window_with(len, kind, slot, s, upto) else {
+                    continue;
+                };
+                let (me, other) = two(entries, slot, s);
+                let fence = if fresh {
+                    // Never a record on a capturing stream (it would be a
+                    // node of the graph).
+                    if !matches!(other.stream.capturing(), Ok(None)) {
+                        continue;
+                    }
+                    match self.record_fence(&mut other.handoff, &other.stream) {
+                        Ok(f) => {
+                            counters.fences += 1;
+                            f
+                        }
+                        Err(_) => continue,
+                    }
+                } else {
+                    other.fence.as_ref().expect("checked above") // ok: the first pass takes only entries with a fence
+                };
+                if self.phys.wait_on(&me.stream, fence).is_err() {
+                    return None;
+                }
+                counters.handovers += 1;
+                book.adopt_and_take(s, upto, slot, start, len);
+                return Some(start);
+            }
+        }
+        None
+    }
+
+    /// Growth's second source of moved chunks (see the module docs): whole
+    /// chunks of another stream's frees, taken by making `slot`'s stream
+    /// wait on the device for a fence recorded now at the end of that
+    /// stream's queue (covering every free it made), and mapped into
+    /// `[at, end)`, larger ones first. Returns where the window's unmapped
+    /// part now begins. A refused record or wait takes nothing from that
+    /// stream; a refused map stops the moves (growth makes the rest).
+    pub(super) fn move_handed_over(
+        &self,
+        state: &mut State<P::Fence>,
+        slot: u32,
+        kind: Kind,
+        mut at: Addr,
+        end: Addr,
+    ) -> Addr {
+        for s in 0..state.entries.len() as u32 {
+            if s == slot || !state.book.waiting(s) || at == end {
+                continue;
+            }
+            let upto = state.book.frees(s);
+            let mut chunks = state.book.movable_of(s, upto);
+            chunks.retain(|(_, c)| c.len <= end - at);
+            if chunks.is_empty() {
+                continue;
+            }
+            chunks.sort_by_key(|(a, c)| (std::cmp::Reverse(c.len), *a));
+            let State {
+                entries,
+                counters,
+                book,
+                peers,
+                ..
+            } = state;
+            let (me, other) = two(entries, slot, s);
+            if !matches!(other.stream.capturing(), Ok(None)) {
+                continue;
+            }
+            let Ok(f) = self.record_fence(&mut other.handoff, &other.stream) else {
+                continue;
+            };
+            counters.fences += 1;
+            if self.phys.wait_on(&me.stream, f).is_err() {
+                return at;
+            }
+            counters.handovers += 1;
+            for (from, c) in chunks {
+                if c.len > end - at {
+                    continue;
+                }
+                // SAFETY: as for the moves of `grow`.
+                if unsafe { self.phys.map(at, c.len, c.handle, peers) }.is_err() {
+                    return at;
+                }
+                counters.moves += 1;
+                book.move_chunk(from, at, kind, slot);
+                at += c.len;
+                if at == end {
+                    break;
+                }
+            }
+        }
+        at
     }
 }

@@ -35,7 +35,10 @@
 //!   the arena it takes S's frees that such an event covers, if they would
 //!   hold its request, by making T wait for the event (a device-side wait,
 //!   as `cudaStreamWaitEvent`; [`ArenaOptions::stream_waits`] turns it
-//!   off). The host never waits, and nothing synchronizes the device, on
+//!   off). When such frees lie scattered among live blocks, so that none
+//!   of their windows holds a growth of 64 MiB or more, T waits for them
+//!   all the same and moves their whole chunks where it grows, as it moves
+//!   its own. The host never waits, and nothing synchronizes the device, on
 //!   any path but [`VmmArena::trim`] and running out of memory.
 //! * **Giving memory back.** A chunk whose bytes are all free, with every
 //!   free complete, is *idle*. [`VmmArena::trim`] waits for every stream's
@@ -227,8 +230,10 @@ impl ArenaOptions {
     /// When another stream's frees, not yet known complete, would hold the
     /// request, the allocating stream is made to wait (as
     /// `cudaStreamWaitEvent` / `hipStreamWaitEvent` do) for the event the
-    /// arena recorded on that stream after them, and reuses them at once;
-    /// the host never waits. This keeps programs that free on one stream
+    /// arena recorded on that stream after them, and reuses them at once
+    /// (in place, or, for a growth of 64 MiB or more with
+    /// [`moves`](ArenaOptions::moves), by moving their whole chunks where
+    /// it grows); the host never waits. This keeps programs that free on one stream
     /// and allocate on another from mapping memory for each stream's
     /// share, at the cost of that ordering between the streams; off, a
     /// stream reuses another's frees only once an event query finds them

@@ -30,6 +30,27 @@ impl Book {
         out
     }
 
+    /// Chunks wholly inside free ranges of stream slot `other` freed up to
+    /// its free number `upto` (for a hand-over by a device wait).
+    pub(crate) fn movable_of(&self, other: u32, upto: u64) -> Vec<(Addr, Chunk)> {
+        let g = self.granule;
+        let mut out = Vec::new();
+        for kind in [Kind::Small, Kind::Large] {
+            for (l, a) in self.fit.at_least(kind, Owner::Stream(other), g) {
+                let Some(f) = self.free_at(a) else { continue };
+                if f.seq > upto {
+                    continue;
+                }
+                for (&ca, c) in self.chunks.range(a..a + l) {
+                    if c.ghost.is_none() && ca + c.len <= a + l {
+                        out.push((ca, *c));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Books the wholly free chunk at `from` (from [`movable`](Book::movable))
     /// as mapped at `to` too (by the arena, just now) and as `kind` there:
     /// its bytes are free at `to`, for `slot`, and the chunk at
@@ -80,7 +101,13 @@ impl Book {
         // never joins another stream's neighbouring range): with the slot's
         // own last free in it, or as freed there just now if it was `Any`.
         let seq = match f.owner {
-            Owner::Stream(_) => f.seq,
+            Owner::Stream(s) if s == slot => f.seq,
+            Owner::Stream(_) => {
+                // Another stream's free, handed over by a device wait.
+                let s = &mut self.slots[slot as usize];
+                s.next += 1;
+                s.next
+            }
             Owner::Any => {
                 let s = &mut self.slots[slot as usize];
                 s.next += 1;

@@ -848,3 +848,83 @@ fn a_large_block_made_again_at_once_keeps_its_place_until_any_other_allocation()
     free(&a, &f, small, 4096, &t);
     clean(&a, &f);
 }
+
+/// Another stream's frees scattered among its live blocks, so that no
+/// window holds a large request: the growing stream waits on the device
+/// for them and moves their whole chunks where it grows, making no memory;
+/// without the wait (refused), it makes the memory; and a device that
+/// drops the wait is caught handing the pending memory over.
+#[test]
+fn a_large_growth_moves_another_streams_scattered_frees_after_a_device_wait() {
+    let opts = || ArenaOptions::default().chunk_bytes(16 * MIB);
+    // S: two 32 MiB blocks (two chunks each) with live walls after them,
+    // freed; T then needs 64 MiB.
+    let scatter = |a: &Arena<FakePhys>, f: &FakePhys, s: &Stream| -> Vec<usize> {
+        let x = alloc(a, f, 32 * MIB, s);
+        let w1 = alloc(a, f, 8 * MIB, s);
+        let y = alloc(a, f, 32 * MIB, s);
+        let w2 = alloc(a, f, 8 * MIB, s);
+        free(a, f, x, 32 * MIB, s);
+        free(a, f, y, 32 * MIB, s);
+        vec![w1, w2]
+    };
+    let (s, t) = (stream(50), stream(51));
+
+    let (a, f) = arena(1 << 30, opts());
+    let walls = scatter(&a, &f, &s);
+    let before = a.stats();
+    let z = alloc(&a, &f, 64 * MIB, &t);
+    let st = a.stats();
+    assert_eq!(st.mapped_bytes, before.mapped_bytes, "no memory made");
+    assert_eq!(st.moves, before.moves + 4, "S's four free chunks moved");
+    assert_eq!(st.stream_waits, before.stream_waits + 1, "after one device wait");
+    assert_eq!(st.waits, 0, "the host waited for nothing");
+    // S reuses none of it, and its own later growth cannot see the ghosts.
+    let again = alloc(&a, &f, 32 * MIB, &s);
+    assert!(again < z || again >= z + 64 * MIB);
+    free(&a, &f, again, 32 * MIB, &s);
+    free(&a, &f, z, 64 * MIB, &t);
+    for w in walls {
+        free(&a, &f, w, 8 * MIB, &s);
+    }
+    clean(&a, &f);
+    // Once S's work completes, its old addresses are unmapped and every
+    // chunk idles.
+    f.complete(&s);
+    f.complete(&t);
+    a.trim(0);
+    assert_eq!(a.stats().mapped_bytes, 0);
+    clean(&a, &f);
+    drop(a);
+    assert_all_back(&f);
+
+    // The wait refused: T makes its memory, S's frees stay S's.
+    let (a, f) = arena(1 << 30, opts());
+    let _walls = scatter(&a, &f, &s);
+    let before = a.stats();
+    f.fail(Op::WaitOn, 0);
+    let _z = alloc(&a, &f, 64 * MIB, &t);
+    let st = a.stats();
+    assert_eq!(st.mapped_bytes, before.mapped_bytes + 64 * MIB);
+    assert_eq!((st.moves, st.stream_waits), (before.moves, before.stream_waits));
+    clean(&a, &f);
+
+    // Off: no device waits, no moves of S's frees.
+    let (a, f) = arena(1 << 30, opts().stream_waits(false));
+    let _walls = scatter(&a, &f, &s);
+    let before = a.stats();
+    let _z = alloc(&a, &f, 64 * MIB, &t);
+    assert_eq!(a.stats().moves, before.moves);
+    clean(&a, &f);
+
+    // A device that drops the wait: the fake sees S's pending memory
+    // handed to T.
+    let (a, f) = arena(1 << 30, opts());
+    f.vm().drop_waits = true;
+    let _walls = scatter(&a, &f, &s);
+    let _z = alloc(&a, &f, 64 * MIB, &t);
+    assert!(
+        f.vm().violations.iter().any(|v| v.contains("is pending")),
+        "the check sees a missing wait"
+    );
+}
