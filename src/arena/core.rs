@@ -50,6 +50,9 @@ pub(crate) struct Counters {
     pub refusals: u64,
     pub moves: u64,
     pub handovers: u64,
+    /// Chunks of another stream's frees moved after a device wait (see
+    /// `handover.rs`; part of `moves`).
+    pub moved_over: u64,
     pub peak_mapped: usize,
     pub peak_live: usize,
 }

@@ -261,6 +261,7 @@ impl<P: Phys> Arena<P> {
                     return at;
                 }
                 counters.moves += 1;
+                counters.moved_over += 1;
                 book.move_chunk(from, at, kind, slot);
                 at += c.len;
                 if at == end {

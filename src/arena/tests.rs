@@ -371,7 +371,7 @@ fn a_failed_call_anywhere_leaks_nothing_and_corrupts_nothing() {
 /// checks every hand-out and every unmap.
 #[test]
 fn random_runs_keep_stream_order_and_lose_nothing() {
-    let (mut device_waits, mut moved) = (0, 0);
+    let (mut device_waits, mut moved, mut moved_over) = (0, 0, 0);
     for seed in 0..60u64 {
         let mut rng = fastrand::Rng::with_seed(seed);
         let cap = [32 * MIB, 96 * MIB, 1 << 30][seed as usize % 3];
@@ -446,6 +446,7 @@ fn random_runs_keep_stream_order_and_lose_nothing() {
         let st: ArenaStats = a.stats();
         device_waits += st.stream_waits;
         moved += st.moves;
+        moved_over += a.lock().counters.moved_over;
         assert!(st.peak_live <= cap, "seed {seed}");
         assert_eq!(
             st.maps - st.unmaps,
@@ -463,6 +464,7 @@ fn random_runs_keep_stream_order_and_lose_nothing() {
     }
     assert!(device_waits > 0, "the runs took frees by device waits");
     assert!(moved > 0, "the runs moved chunks");
+    assert!(moved_over > 0, "the runs moved chunks of other streams' frees");
 }
 
 /// A device of `cap` bytes holds its capacity in blocks whatever their
@@ -877,6 +879,7 @@ fn a_large_growth_moves_another_streams_scattered_frees_after_a_device_wait() {
     let st = a.stats();
     assert_eq!(st.mapped_bytes, before.mapped_bytes, "no memory made");
     assert_eq!(st.moves, before.moves + 4, "S's four free chunks moved");
+    assert_eq!(a.lock().counters.moved_over, 4);
     assert_eq!(st.stream_waits, before.stream_waits + 1, "after one device wait");
     assert_eq!(st.waits, 0, "the host waited for nothing");
     // S reuses none of it, and its own later growth cannot see the ghosts.
