@@ -121,6 +121,48 @@ fn another_stream_never_gets_a_block_still_in_use() {
     b.synchronize().unwrap();
 }
 
+/// Stream A's frees lie between its live blocks, still in use by a
+/// kernel; stream B's 64 MiB request fits no window of them, so B waits on
+/// the device for A's work and the arena maps A's freed chunks where it
+/// grows, making no memory. B's writes land after A's last writes to those
+/// chunks (or B's block would read A's values), and A's live blocks keep
+/// theirs.
+#[test]
+fn a_large_growth_takes_another_streams_scattered_frees_after_a_device_wait() {
+    let test = "a_large_growth_takes_another_streams_scattered_frees_after_a_device_wait";
+    let Some((dev, arena, k)) = arena_or_skip(test, ArenaOptions::default().chunk_bytes(16 * MIB)) else {
+        return;
+    };
+    let (a, b) = (Stream::new(&dev).unwrap(), Stream::new(&dev).unwrap());
+    let mut x1 = DeviceBuffer::<u8>::new_with(32 * MIB, &arena, &a).unwrap();
+    let mut w1 = DeviceBuffer::<u8>::new_with(8 * MIB, &arena, &a).unwrap();
+    let mut x2 = DeviceBuffer::<u8>::new_with(32 * MIB, &arena, &a).unwrap();
+    let mut w2 = DeviceBuffer::<u8>::new_with(8 * MIB, &arena, &a).unwrap();
+    k.fill(&mut w1, 11, &a).unwrap();
+    k.fill(&mut w2, 12, &a).unwrap();
+    // A is busy for a while, then writes x1 and x2 and frees them.
+    k.spin(200_000_000, &a).unwrap();
+    k.fill(&mut x1, 1, &a).unwrap();
+    k.fill(&mut x2, 2, &a).unwrap();
+    drop(x1);
+    drop(x2);
+    let before = arena.stats();
+    let mut y = DeviceBuffer::<u8>::new_with(64 * MIB, &arena, &b).unwrap();
+    let st = arena.stats();
+    assert_eq!(st.mapped_bytes, before.mapped_bytes, "no memory made: {st}");
+    assert_eq!(st.moves, before.moves + 4, "A's four free chunks moved: {st}");
+    assert_eq!(st.stream_waits, before.stream_waits + 1, "{st}");
+    k.fill(&mut y, 3, &b).unwrap();
+    assert_eq!(k.verify(&y, 3, &b).unwrap(), 0, "A's writes landed in B's block");
+    assert_eq!(k.verify(&w1, 11, &a).unwrap(), 0);
+    assert_eq!(k.verify(&w2, 12, &a).unwrap(), 0);
+    drop((y, w1, w2));
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    arena.trim(0);
+    assert_eq!(arena.stats().mapped_bytes, 0, "{}", arena.stats());
+}
+
 #[test]
 fn threads_with_their_own_streams_and_trim_to_live_bytes() {
     let Some((dev, arena, k)) = arena_or_skip(
