@@ -233,9 +233,9 @@ impl ArenaOptions {
     /// arena recorded on that stream after them, and reuses them at once
     /// (in place, or, for a growth of 64 MiB or more with
     /// [`moves`](ArenaOptions::moves), by moving their whole chunks where
-    /// it grows); the host never waits. This keeps programs that free on one stream
-    /// and allocate on another from mapping memory for each stream's
-    /// share, at the cost of that ordering between the streams; off, a
+    /// it grows); the host never waits. This keeps programs that free on
+    /// one stream and allocate on another from mapping memory for each
+    /// stream's share, at the cost of that ordering between the streams; off, a
     /// stream reuses another's frees only once an event query finds them
     /// complete, and grows meanwhile. A capturing stream never waits
     /// (its allocations are graph memory anyway), and with

@@ -51,7 +51,9 @@ impl Book {
         out
     }
 
-    /// Books the wholly free chunk at `from` (from [`movable`](Book::movable))
+    /// Books the wholly free chunk at `from` (from [`movable`](Book::movable),
+    /// or [`movable_of`](Book::movable_of) once the slot's stream waits for
+    /// the other stream's fence)
     /// as mapped at `to` too (by the arena, just now) and as `kind` there:
     /// its bytes are free at `to`, for `slot`, and the chunk at
     /// `from` becomes a ghost. Returns whether the ghost may be unmapped at
@@ -99,7 +101,8 @@ impl Book {
         );
         // Booked as the slot's at `to` (as fresh memory is, so that it
         // never joins another stream's neighbouring range): with the slot's
-        // own last free in it, or as freed there just now if it was `Any`.
+        // own last free in it, or as freed there just now if it was `Any` or
+        // another stream's.
         let seq = match f.owner {
             Owner::Stream(s) if s == slot => f.seq,
             Owner::Stream(_) => {
