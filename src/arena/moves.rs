@@ -11,39 +11,32 @@ impl Book {
     /// new memory; not those in the free range that ends at `keep_end` (the
     /// range growth extends).
     pub(crate) fn movable(&self, slot: u32, keep_end: Addr) -> Vec<(Addr, Chunk)> {
+        self.whole_chunks_of(&[Owner::Any, Owner::Stream(slot)], |a, l| a + l != keep_end)
+    }
+
+    /// Chunks wholly inside free ranges of stream slot `other` freed up to
+    /// its free number `upto` (for a hand-over by a device wait).
+    pub(crate) fn movable_of(&self, other: u32, upto: u64) -> Vec<(Addr, Chunk)> {
+        self.whole_chunks_of(&[Owner::Stream(other)], |a, _| {
+            self.free_at(a).is_some_and(|f| f.seq <= upto)
+        })
+    }
+
+    /// The chunks (not ghosts) wholly inside the free ranges of `owners`
+    /// that `keep` (start, length) accepts.
+    fn whole_chunks_of(&self, owners: &[Owner], keep: impl Fn(Addr, usize) -> bool) -> Vec<(Addr, Chunk)> {
         let g = self.granule;
         let mut out = Vec::new();
         for kind in [Kind::Small, Kind::Large] {
-            for owner in [Owner::Any, Owner::Stream(slot)] {
+            for &owner in owners {
                 for (l, a) in self.fit.at_least(kind, owner, g) {
-                    if a + l == keep_end {
+                    if !keep(a, l) {
                         continue;
                     }
                     for (&ca, c) in self.chunks.range(a..a + l) {
                         if c.ghost.is_none() && ca + c.len <= a + l {
                             out.push((ca, *c));
                         }
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    /// Chunks wholly inside free ranges of stream slot `other` freed up to
-    /// its free number `upto` (for a hand-over by a device wait).
-    pub(crate) fn movable_of(&self, other: u32, upto: u64) -> Vec<(Addr, Chunk)> {
-        let g = self.granule;
-        let mut out = Vec::new();
-        for kind in [Kind::Small, Kind::Large] {
-            for (l, a) in self.fit.at_least(kind, Owner::Stream(other), g) {
-                let Some(f) = self.free_at(a) else { continue };
-                if f.seq > upto {
-                    continue;
-                }
-                for (&ca, c) in self.chunks.range(a..a + l) {
-                    if c.ghost.is_none() && ca + c.len <= a + l {
-                        out.push((ca, *c));
                     }
                 }
             }
