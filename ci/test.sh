@@ -69,6 +69,17 @@ must_fail_with() {
 
 export RUSTFLAGS="${RUSTFLAGS:-} -D warnings"
 export RUSTDOCFLAGS="-D warnings"
+# A run from a fresh clone gains nothing from incremental builds or full
+# debug info, and both multiply the disk it needs (line tables keep the
+# sanitizer's and the panics' backtraces readable).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
+export CARGO_PROFILE_TEST_DEBUG="${CARGO_PROFILE_TEST_DEBUG:-line-tables-only}"
+
+# Free disk, printed once: a run out of space fails with "No space left on
+# device" in whichever cell it reaches, and this line says why.
+free_kib=$(df -Pk . | awk 'NR == 2 {print $4}')
+echo "disk free at start: $((free_kib / 1024 / 1024)) GiB (a full run writes about 3 GiB under target/)"
 
 cell fmt quiet cargo fmt --check
 # The library's modules form layers that only point down: a new import
