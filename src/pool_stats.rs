@@ -4,6 +4,7 @@
 //! [`Error`]: crate::Error
 
 use std::fmt;
+use std::time::Duration;
 
 /// Byte counts of a pool, as the runtime reports them.
 /// Read-only: fields may be added, so it is made only by somalloc.
@@ -91,6 +92,17 @@ pub struct ArenaStats {
     /// Allocations the device's pool served because a virtual-memory call
     /// of the arena failed.
     pub pool_allocations: u64,
+    /// The host's time in the runtime's virtual-memory calls so far
+    /// (reserving, making, mapping with the access grant, unmapping and
+    /// releasing chunks): the part of the arena's cost that growth, moves
+    /// and trims add to the calls that made them.
+    pub vmm_time: Duration,
+    /// Calls on the arena (from any thread) that found it busy with
+    /// another thread's call: a call that maps or moves chunks holds the
+    /// arena for as long as its virtual-memory calls take.
+    pub lock_waits: u64,
+    /// The time those calls waited, in all.
+    pub lock_wait_time: Duration,
 }
 
 impl fmt::Display for ArenaStats {

@@ -2,7 +2,8 @@
 //! memory back, and the out-of-memory recovery, all under one lock.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
 
 use super::book::{round_up, Addr, Book, Chunk, Grow, Kind, ALIGN};
 use super::phys::Phys;
@@ -55,6 +56,23 @@ pub(crate) struct Counters {
     pub moved_over: u64,
     pub peak_mapped: usize,
     pub peak_live: usize,
+    /// The host's time in the runtime's virtual-memory calls (see
+    /// [`timed`]).
+    pub vmm: Duration,
+    /// Calls that found the lock held by another thread, and their time
+    /// waiting for it.
+    pub lock_waits: u64,
+    pub lock_wait: Duration,
+}
+
+/// Runs one of the runtime's virtual-memory calls (reserve, create, map
+/// with its access grant, grant, unmap, release, unreserve), adding the
+/// host's time in it to `spent`.
+pub(super) fn timed<T>(spent: &mut Duration, call: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let r = call();
+    *spent += t.elapsed();
+    r
 }
 
 pub(crate) struct State<F> {
@@ -114,8 +132,21 @@ impl<P: Phys> Arena<P> {
         })
     }
 
+    /// The arena's state, under its lock. A call that finds the lock held
+    /// by another thread counts its wait (`try_lock` costs what an
+    /// uncontended `lock` does).
     pub(crate) fn lock(&self) -> MutexGuard<'_, State<P::Fence>> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        match self.state.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                let t = Instant::now();
+                let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                g.counters.lock_waits += 1;
+                g.counters.lock_wait += t.elapsed();
+                g
+            }
+        }
     }
 
     /// Whether `addr` is in the arena's address space.
@@ -415,7 +446,11 @@ impl<P: Phys> Arena<P> {
                 // SAFETY: the window is unmapped address space of a
                 // reservation (the book's plan); `c.handle` is made and of
                 // `c.len` bytes.
-                if unsafe { self.phys.map(at, c.len, c.handle, &state.peers) }.is_err() {
+                let peers = &state.peers;
+                let mapped = timed(&mut state.counters.vmm, || unsafe {
+                    self.phys.map(at, c.len, c.handle, peers)
+                });
+                if mapped.is_err() {
                     break;
                 }
                 state.counters.moves += 1;
@@ -486,13 +521,13 @@ impl<P: Phys> Arena<P> {
         take: fn(&mut Book, Addr) -> Chunk,
     ) -> bool {
         // SAFETY: the caller's guarantee.
-        if unsafe { self.phys.unmap(addr, len) }.is_err() {
+        if timed(&mut state.counters.vmm, || unsafe { self.phys.unmap(addr, len) }).is_err() {
             return false;
         }
         state.counters.unmaps += 1;
         let c = take(&mut state.book, addr);
         // SAFETY: made by `create`, now unmapped.
-        if unsafe { self.phys.release(c.handle) }.is_err() {
+        if timed(&mut state.counters.vmm, || unsafe { self.phys.release(c.handle) }).is_err() {
             state.unreleased.push((c.handle, c.len));
         }
         true
@@ -506,7 +541,7 @@ impl<P: Phys> Arena<P> {
             // completed and nothing was handed out from it since.
             // (Not counted in `unmaps`: the chunk itself stays mapped where
             // it moved; `maps - unmaps` is the chunks held.)
-            if unsafe { self.phys.unmap(addr, len) }.is_ok() {
+            if timed(&mut state.counters.vmm, || unsafe { self.phys.unmap(addr, len) }).is_ok() {
                 state.book.remove_ghost(addr);
             }
         }
@@ -514,11 +549,14 @@ impl<P: Phys> Arena<P> {
 
     /// Makes and maps one chunk; on failure nothing is left behind.
     fn map_chunk(&self, state: &mut State<P::Fence>, g: Grow, kind: Kind, slot: u32) -> Result<()> {
-        let handle = self.phys.create(g.len)?;
+        let spent = &mut state.counters.vmm;
+        let handle = timed(spent, || self.phys.create(g.len))?;
         // SAFETY: the book placed `g` in a reservation, over no chunk.
-        if let Err(e) = unsafe { self.phys.map(g.addr, g.len, handle, &state.peers) } {
+        if let Err(e) = timed(spent, || unsafe {
+            self.phys.map(g.addr, g.len, handle, &state.peers)
+        }) {
             // SAFETY: made above, never mapped.
-            if unsafe { self.phys.release(handle) }.is_err() {
+            if timed(spent, || unsafe { self.phys.release(handle) }).is_err() {
                 state.unreleased.push((handle, g.len));
             }
             return Err(e);
@@ -542,7 +580,7 @@ impl<P: Phys> Arena<P> {
                 arena: None,
             });
         }
-        let base = self.phys.reserve(want, g)?;
+        let base = timed(&mut state.counters.vmm, || self.phys.reserve(want, g))?;
         state.book.add_reservation(base, want);
         Ok(())
     }
@@ -562,9 +600,10 @@ impl<P: Phys> Arena<P> {
     /// drop, where nothing else would ever free the chunks).
     fn unmap_idle(&self, state: &mut State<P::Fence>, keep: usize) -> usize {
         let mut retry = std::mem::take(&mut state.unreleased);
+        let spent = &mut state.counters.vmm;
         retry.retain(|&(h, _)| {
             // SAFETY: unmapped, not released yet.
-            unsafe { self.phys.release(h) }.is_err()
+            timed(spent, || unsafe { self.phys.release(h) }).is_err()
         });
         state.unreleased = retry;
         let mut idle = state.book.idle_chunks();
@@ -650,7 +689,9 @@ impl<P: Phys> Arena<P> {
         let chunks: Vec<_> = state.book.chunks().collect();
         for (a, c) in chunks {
             // SAFETY: a mapped chunk.
-            unsafe { self.phys.grant(a, c.len, peer)? };
+            timed(&mut state.counters.vmm, || unsafe {
+                self.phys.grant(a, c.len, peer)
+            })?;
         }
         state.peers.push(peer);
         Ok(())

@@ -73,6 +73,9 @@ pub(crate) struct FakeVm {
     /// A broken device for the tests of the checks: `wait_on` succeeds
     /// and orders nothing.
     pub drop_waits: bool,
+    /// How long each virtual-memory call (reserve to unreserve, not the
+    /// fences) takes, as a driver's calls take tens of microseconds.
+    pub vmm_delay: std::time::Duration,
 }
 
 /// A fake device (see the module docs); clones share it.
@@ -216,6 +219,11 @@ impl FakePhys {
     }
 
     fn call(&self, op: Op) -> Result<()> {
+        let delay = self.vm().vmm_delay;
+        let fence = matches!(op, Op::NewFence | Op::Record | Op::Done | Op::Wait | Op::WaitOn);
+        if !fence && !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
         let mut vm = self.vm();
         *vm.calls.entry(op).or_insert(0) += 1;
         let mut fail = false;

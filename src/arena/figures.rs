@@ -41,6 +41,9 @@ impl<P: Phys> Arena<P> {
             moves: c.moves,
             stream_waits: c.handovers,
             pool_allocations: 0,
+            vmm_time: c.vmm,
+            lock_waits: c.lock_waits,
+            lock_wait_time: c.lock_wait,
         }
     }
 

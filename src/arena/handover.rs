@@ -27,7 +27,7 @@
 //! [`ArenaOptions::stream_waits`]: super::ArenaOptions::stream_waits
 
 use super::book::{Addr, Book, Free, Kind, Owner};
-use super::core::{two, Arena, State};
+use super::core::{timed, two, Arena, State};
 use super::phys::Phys;
 
 impl Book {
@@ -257,7 +257,11 @@ impl<P: Phys> Arena<P> {
                     continue;
                 }
                 // SAFETY: as for the moves of `grow`.
-                if unsafe { self.phys.map(at, c.len, c.handle, peers) }.is_err() {
+                if timed(&mut counters.vmm, || unsafe {
+                    self.phys.map(at, c.len, c.handle, peers)
+                })
+                .is_err()
+                {
                     return at;
                 }
                 counters.moves += 1;

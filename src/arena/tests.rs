@@ -931,3 +931,73 @@ fn a_large_growth_moves_another_streams_scattered_frees_after_a_device_wait() {
         "the check sees a missing wait"
     );
 }
+
+/// The host's time in the virtual-memory calls is counted (here each call
+/// of the fake takes 2 ms): a growth adds at least the time of the calls it
+/// made, an allocation from the free ranges adds none, and a trim adds
+/// that of its unmaps and releases.
+#[test]
+fn the_stats_count_the_hosts_time_in_virtual_memory_calls() {
+    use std::time::Duration;
+    let (a, f) = arena(1 << 30, ArenaOptions::default());
+    let s = stream(0);
+    assert_eq!(a.stats().vmm_time, Duration::ZERO);
+    let per_call = Duration::from_millis(2);
+    f.vm().vmm_delay = per_call;
+    let calls = |f: &FakePhys| -> u32 {
+        let vm = f.vm();
+        [Op::Create, Op::Map, Op::Unmap, Op::Release]
+            .iter()
+            .map(|op| vm.calls.get(op).copied().unwrap_or(0))
+            .sum()
+    };
+    let x = alloc(&a, &f, 40 * MIB, &s);
+    let grown = a.stats().vmm_time;
+    assert!(a.stats().maps >= 2);
+    assert!(
+        grown >= per_call * calls(&f),
+        "{grown:?} for {} calls of 2 ms",
+        calls(&f)
+    );
+    free(&a, &f, x, 40 * MIB, &s);
+    let y = alloc(&a, &f, 40 * MIB, &s);
+    assert_eq!(a.stats().vmm_time, grown, "reuse made no virtual-memory call");
+    free(&a, &f, y, 40 * MIB, &s);
+    let before = calls(&f);
+    f.complete(&s);
+    assert!(a.trim(0) >= 40 * MIB);
+    let trimmed = a.stats().vmm_time;
+    assert!(calls(&f) > before);
+    assert!(trimmed >= grown + per_call * (calls(&f) - before));
+    clean(&a, &f);
+}
+
+/// A call that finds the arena busy with another thread's call (here a
+/// thread holding its lock for 300 ms) is counted with its wait.
+#[test]
+fn the_stats_count_calls_that_waited_for_another_threads_call() {
+    use std::sync::Barrier;
+    use std::time::{Duration, Instant};
+    let (a, f) = arena(1 << 30, ArenaOptions::default());
+    let s = stream(0);
+    let x = alloc(&a, &f, MIB, &s);
+    assert_eq!(a.stats().lock_waits, 0);
+    let held = Barrier::new(2);
+    let waited = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let guard = a.lock();
+            held.wait();
+            std::thread::sleep(Duration::from_millis(300));
+            drop(guard);
+        });
+        held.wait();
+        let t = Instant::now();
+        a.deallocate(x, MIB, &s).unwrap();
+        t.elapsed()
+    });
+    let st = a.stats();
+    assert_eq!(st.lock_waits, 1);
+    assert!(st.lock_wait_time > Duration::ZERO && st.lock_wait_time <= waited);
+    f.freed(x, MIB, &s);
+    clean(&a, &f);
+}
