@@ -214,6 +214,13 @@ typedef struct {
   // another's frees instead of growing (`arena_stream_waits`).
   uint64_t arena_moves;
   uint64_t arena_stream_waits;
+  // The host's time in the arena's virtual-memory calls (making,
+  // mapping, unmapping and releasing chunks), in nanoseconds.
+  uint64_t arena_vmm_ns;
+  // Calls that found the arena busy with another thread's call, and the
+  // time they waited for it in all, in nanoseconds.
+  uint64_t arena_lock_waits;
+  uint64_t arena_lock_wait_ns;
 } SomallocStats;
 
 // One mapped chunk of a device's virtual-memory arena (`pool:vmm`): see

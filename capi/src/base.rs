@@ -127,6 +127,9 @@ impl DeviceState {
         s.arena_pool_allocations = a.pool_allocations;
         s.arena_moves = a.moves;
         s.arena_stream_waits = a.stream_waits;
+        s.arena_vmm_ns = u64::try_from(a.vmm_time.as_nanos()).unwrap_or(u64::MAX);
+        s.arena_lock_waits = a.lock_waits;
+        s.arena_lock_wait_ns = u64::try_from(a.lock_wait_time.as_nanos()).unwrap_or(u64::MAX);
     }
 
     /// The arena's mapped chunks in address order (none without an arena).

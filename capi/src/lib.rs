@@ -171,6 +171,13 @@ pub struct SomallocStats {
     /// another's frees instead of growing (`arena_stream_waits`).
     pub arena_moves: u64,
     pub arena_stream_waits: u64,
+    /// The host's time in the arena's virtual-memory calls (making,
+    /// mapping, unmapping and releasing chunks), in nanoseconds.
+    pub arena_vmm_ns: u64,
+    /// Calls that found the arena busy with another thread's call, and the
+    /// time they waited for it in all, in nanoseconds.
+    pub arena_lock_waits: u64,
+    pub arena_lock_wait_ns: u64,
 }
 
 /// One mapped chunk of a device's virtual-memory arena (`pool:vmm`): see

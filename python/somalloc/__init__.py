@@ -141,9 +141,12 @@ def stats(device=None):
     ``arena_largest_free_bytes``, ``arena_fragmentation_ppm`` in parts per
     million, ``arena_idle_bytes``, ``arena_maps``, ``arena_unmaps``,
     ``arena_pool_allocations``, the allocations its pool served instead,
-    ``arena_moves``, the free chunks it moved instead of mapping memory, and
+    ``arena_moves``, the free chunks it moved instead of mapping memory,
     ``arena_stream_waits``, the device waits a stream made to take another
-    stream's frees instead of growing)."""
+    stream's frees instead of growing, ``arena_vmm_ns``, the host's time in
+    its virtual-memory calls, and ``arena_lock_waits`` and
+    ``arena_lock_wait_ns``, the calls that found it busy with another
+    thread's call and their time waiting)."""
     return _native.stats(_device(device))
 
 

@@ -77,7 +77,7 @@ fn free(ptr: usize, size: usize, device: i32, stream: usize) -> PyResult<()> {
 fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
     let s = somalloc::stats(device).map_err(err)?;
     let d = PyDict::new(py);
-    let fields: [(&str, u64); 43] = [
+    let fields: [(&str, u64); 46] = [
         ("pool_reserved_bytes", s.pool_reserved_bytes),
         ("pool_reserved_peak_bytes", s.pool_reserved_peak_bytes),
         ("pool_used_bytes", s.pool_used_bytes),
@@ -121,6 +121,9 @@ fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
         ("arena_pool_allocations", s.arena_pool_allocations),
         ("arena_moves", s.arena_moves),
         ("arena_stream_waits", s.arena_stream_waits),
+        ("arena_vmm_ns", s.arena_vmm_ns),
+        ("arena_lock_waits", s.arena_lock_waits),
+        ("arena_lock_wait_ns", s.arena_lock_wait_ns),
     ];
     for (k, v) in fields {
         d.set_item(k, v)?;
