@@ -525,26 +525,13 @@ def after_empty(r):
     return out
 
 
-def arena_costs(r):
-    """The arena's moves a step, the host's time in its virtual-memory calls
-    and the calls that waited for another thread's call (pool:vmm), from
-    somalloc's statistics over the whole run."""
-    st, n = r.get("somalloc") or {}, len(r["step_ms"])
-    if not st.get("arena_enabled"):
-        return ""
-    out = "  arena a step: %.1f moves" % (st.get("arena_moves", 0) / n)
-    if "arena_vmm_ns" in st:
-        out += ", %.2f ms in VM calls, %.1f waits for the lock (%.2f ms)" % (
-            st["arena_vmm_ns"] / 1e6 / n, st["arena_lock_waits"] / n, st["arena_lock_wait_ns"] / 1e6 / n)
-    return out
-
-
 def waits(r):
-    """A shared plan's waits a step (made, and not needed because the device
-    had passed the free), and how long the made ones held their streams
-    where they were timed (plan_time_waits:on), from somalloc's statistics."""
+    """A shared plan's waits a step (made, and not needed because the device had passed the free), how long
+    the made ones held their streams where timed (plan_time_waits:on), and with pool:vmm the arena's moves,
+    time in virtual-memory calls and waits for its lock a step, from somalloc's statistics."""
     st, n = r.get("somalloc") or {}, len(r["step_ms"])
     share = "  plan served %.1f %% of steady allocations" % (100 * r["plan_steady_share"]) if "plan_steady_share" in r else ""
+    share += "  arena a step: %.1f moves, %.2f ms in VM calls, %.1f lock waits (%.2f ms)" % (st["arena_moves"] / n, st["arena_vmm_ns"] / 1e6 / n, st["arena_lock_waits"] / n, st["arena_lock_wait_ns"] / 1e6 / n) if st.get("arena_enabled") and "arena_vmm_ns" in st else ""
     if "switch_step" in r:
         share += "  switched at step %d, after it %.0f MiB, %.2f ms/step" % (r["switch_step"], r.get("after_switch_peak_mib", 0), r.get("after_switch_ms_per_step", 0))
     if not st.get("plan_waits") and not st.get("plan_waits_passed"):
@@ -664,7 +651,7 @@ def main():
         r = json.loads(res[-1][len("RESULT "):])
         r["repeat"] = rep
         runs.setdefault((wl, m), []).append(r)
-        print("%-9s %-15s %8.2f %s (fastest %.2f, host %.2f) %9.0f MiB  loss %.6f -> %.6f  (%.0f s)%s" % (wl, m, r["ms_per_step"], unit(r), fastest(r), r["host_ms"], r["peak_mib"], r["losses"][0], r["losses"][-1], time.time() - t0, clock(r) + waits(r) + arena_costs(r) + after_empty(r)), flush=True)
+        print("%-9s %-15s %8.2f %s (fastest %.2f, host %.2f) %9.0f MiB  loss %.6f -> %.6f  (%.0f s)%s" % (wl, m, r["ms_per_step"], unit(r), fastest(r), r["host_ms"], r["peak_mib"], r["losses"][0], r["losses"][-1], time.time() - t0, clock(r) + waits(r) + after_empty(r)), flush=True)
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "models.partial.json"), "w") as f:
             json.dump([r for v in runs.values() for r in v if r], f)
