@@ -102,6 +102,7 @@ mod core;
 mod device;
 mod figures;
 mod front;
+mod growth;
 mod handover;
 mod index;
 mod moves;
