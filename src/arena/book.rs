@@ -700,14 +700,19 @@ impl Book {
     pub(crate) fn holding(&self, blocks: &[(Addr, usize)]) -> usize {
         let mut touched = BTreeMap::new();
         for &(addr, len) in blocks {
-            let from = self.chunks.range(..=addr).next_back().map_or(addr, |(&c, _)| c);
-            for (&c, ch) in self.chunks.range(from..addr.saturating_add(len.max(1))) {
-                if c + ch.len > addr && ch.ghost.is_none() {
-                    touched.insert(c, ch.len);
-                }
-            }
+            touched.extend(self.touching(addr, len));
         }
         touched.values().sum()
+    }
+
+    /// The mapped chunks (not ghosts) that `[addr, addr + len)` touches:
+    /// (start, bytes), in address order.
+    pub(crate) fn touching(&self, addr: Addr, len: usize) -> impl Iterator<Item = (Addr, usize)> + '_ {
+        let from = self.chunks.range(..=addr).next_back().map_or(addr, |(&c, _)| c);
+        self.chunks
+            .range(from..addr.saturating_add(len.max(1)))
+            .filter(move |(&c, ch)| c + ch.len > addr && ch.ghost.is_none())
+            .map(|(&c, ch)| (c, ch.len))
     }
 
     /// The longest free range (any owner, any kind).

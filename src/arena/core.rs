@@ -233,10 +233,17 @@ impl<P: Phys> Arena<P> {
                 return Ok(a);
             }
             match self.grow(state, len, kind, slot) {
-                Ok(()) => {
-                    let a = self
-                        .place(state, len, kind, slot)
-                        .expect("the grown range holds the block"); // ok: growth mapped a usable range of at least `len` bytes
+                Ok(at) => {
+                    let a = match at {
+                        Some(at) => {
+                            let (range, _) = state.book.free_over(at).expect("the grown window is free"); // ok: growth booked `[at, at + len)` and more as the slot's free bytes
+                            state.book.take_at(range, at, len);
+                            at
+                        }
+                        None => self
+                            .place(state, len, kind, slot)
+                            .expect("the grown range holds the block"), // ok: growth mapped a usable range of at least `len` bytes
+                    };
                     Self::peaks(state);
                     return Ok(a);
                 }
@@ -392,13 +399,20 @@ impl<P: Phys> Arena<P> {
             Some(at)
         } else {
             let (a, range_len) = state.book.find(len, kind, slot)?;
-            state.book.take(a, range_len, len);
-            Some(a)
+            let at = state.book.spot(a, range_len, len);
+            if at == a {
+                state.book.take(a, range_len, len);
+            } else {
+                state.book.take_at(a, at, len);
+            }
+            Some(at)
         }
     }
 
-    /// Maps chunks so that `len` bytes of `kind` fit for `slot`.
-    fn grow(&self, state: &mut State<P::Fence>, len: usize, kind: Kind, slot: u32) -> Result<()> {
+    /// Maps chunks so that `len` bytes of `kind` fit for `slot`; where the
+    /// block goes when growth made it a window of its own (see
+    /// [`GrowthPlan::at`](super::growth::GrowthPlan::at)).
+    fn grow(&self, state: &mut State<P::Fence>, len: usize, kind: Kind, slot: u32) -> Result<Option<Addr>> {
         let whole = self.opts.whole_blocks;
         let chunk = match kind {
             // A block in one chunk: the chunk is as large as the block.
@@ -423,8 +437,8 @@ impl<P: Phys> Arena<P> {
                     })?
             }
         };
-        let start = plan[0].addr;
-        let end = plan.last().map_or(start, |g| g.addr + g.len);
+        let start = plan.pieces[0].addr;
+        let end = plan.pieces.last().map_or(start, |g| g.addr + g.len);
         // Wholly free chunks elsewhere move into the window first (their
         // handles mapped there too): the arena grows its addresses, not
         // its memory. Larger ones first; none from the range it extends.
@@ -486,7 +500,7 @@ impl<P: Phys> Arena<P> {
             }
             at += piece;
         }
-        Ok(())
+        Ok(plan.at.filter(|_| !whole))
     }
 
     /// Unmaps and releases the chunks a failed growth mapped in

@@ -4,8 +4,8 @@
 //! completing a few events after it was queued (the device keeping up).
 //! The arena's mapped peak must stay close to the program's live peak:
 //! what it maps beyond the bytes the program holds is its fragmentation
-//! (1.013 to 1.020 times the live peak on these traces; replayed eight
-//! times over, 1.018 on ResNet-50 and 1.023 on GPT-2).
+//! (1.013 to 1.023 times the live peak on these traces; replayed eight
+//! times over, 1.014 on ResNet-50 and 1.022 on GPT-2).
 
 use std::collections::HashMap;
 
@@ -114,6 +114,54 @@ fn recorded_training_steps_map_little_beyond_their_live_peak() {
             ratio <= bound,
             "{name}: the arena mapped {ratio:.3} x the live peak (bound {bound})"
         );
+    }
+}
+
+/// After the recorded program freed its models (what it still holds is
+/// its libraries' workspaces, made in the first step and kept), a trim
+/// leaves the arena mapping at most 1.1 times the live bytes plus a chunk
+/// per stream that allocated: a large block does not hold chunks it
+/// barely touches (`growth.rs`; before those rules, GPT-2's trace kept
+/// 112 MiB mapped for its 65 live).
+#[test]
+fn a_trim_after_the_recorded_program_keeps_little_beyond_its_live_bytes() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data");
+    for name in ["resnet50", "gpt2", "mix"] {
+        let trace = Trace::read(format!("{dir}/{name}.trace")).unwrap();
+        let f = FakePhys::new(usize::MAX / 4);
+        let a = Arena::new(f.clone(), 2 << 20, ArenaOptions::default(), 1 << 40).unwrap();
+        let streams: Vec<Stream> = (0..trace.streams.len().max(1))
+            .map(|i| Stream::fake(0x5f_0000 + 16 * i, 0))
+            .collect();
+        let mut live = Live::new();
+        let mut allocating = std::collections::BTreeSet::new();
+        for (i, e) in trace.events.iter().filter(|e| e.device == 0).enumerate() {
+            if e.action == Action::Allocate {
+                allocating.insert(e.stream.unwrap_or(0));
+            }
+            apply(&a, &f, &streams, &mut live, e);
+            if i % 64 == 0 {
+                for s in &streams {
+                    f.complete(s);
+                }
+            }
+        }
+        for s in &streams {
+            f.complete(s);
+        }
+        a.trim(0);
+        let st = a.stats();
+        let bound = 1.1 * st.live_bytes as f64 + (allocating.len() * (20 << 20)) as f64;
+        println!(
+            "{name}: {} MiB mapped for {} MiB live after the trim (bound {:.1} MiB)",
+            st.mapped_bytes >> 20,
+            st.live_bytes >> 20,
+            bound / 1048576.0
+        );
+        assert!(!live.is_empty(), "{name}: the program keeps blocks to the end");
+        assert!(st.mapped_bytes as f64 <= bound, "{name}: {st:?}");
+        free_all(&a, &f, &streams, live);
+        assert!(f.vm().violations.is_empty(), "{:?}", f.vm().violations);
     }
 }
 
@@ -378,5 +426,82 @@ fn the_mix_at_changing_paces() {
         }
         assert!(f.vm().violations.is_empty(), "{:?}", f.vm().violations);
         println!("{line}  (mapped / live peak, device waits, moves, after each pass)");
+    }
+}
+
+/// Not a test: the recorded programs with every block but the ones they
+/// keep to the end scaled by 0.6 to 1.5 (as other batch sizes would; the
+/// kept blocks, libraries' workspaces, keep their size): the mapped peak
+/// over the live peak after one pass and after four, and the mapped and
+/// live MiB after a trim at the end of one pass
+/// (`cargo test --release --lib arena::replay_tests::at_other_sizes -- --ignored --nocapture`).
+#[test]
+#[ignore = "a measurement to read, not a check: peaks and trims of the recorded programs at other sizes"]
+fn at_other_sizes() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data");
+    for name in ["resnet50", "gpt2", "mix"] {
+        let trace = Trace::read(format!("{dir}/{name}.trace")).unwrap();
+        let evs: Vec<Event> = trace.events.iter().filter(|e| e.device == 0).copied().collect();
+        // The allocations whose blocks live to the end.
+        let mut open = HashMap::new();
+        for (i, e) in evs.iter().enumerate() {
+            match e.action {
+                Action::Allocate => drop(open.insert(e.addr, i)),
+                Action::Free => drop(open.remove(&e.addr)),
+                _ => {}
+            }
+        }
+        let kept: std::collections::HashSet<usize> = open.into_values().collect();
+        let (mut p1, mut p4, mut trims) = (Vec::new(), Vec::new(), Vec::new());
+        for scale in [0.6, 0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 1.3, 1.5] {
+            let scaled: Vec<Event> = evs
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let mut e = *e;
+                    if e.action == Action::Allocate && !kept.contains(&i) {
+                        e.bytes = ((e.bytes as f64 * scale) as u64).max(1);
+                    }
+                    e
+                })
+                .collect();
+            let f = FakePhys::new(usize::MAX / 4);
+            let a = Arena::new(f.clone(), 2 << 20, ArenaOptions::default(), 1 << 40).unwrap();
+            let streams: Vec<Stream> = (0..trace.streams.len().max(1))
+                .map(|i| Stream::fake(0x60_0000 + 16 * i, 0))
+                .collect();
+            let mut live_peak = 0isize;
+            for pass in 0..4 {
+                let mut live = Live::new();
+                let mut now = 0isize;
+                for (i, e) in scaled.iter().enumerate() {
+                    now += apply(&a, &f, &streams, &mut live, e);
+                    live_peak = live_peak.max(now);
+                    if i % 64 == 0 {
+                        for s in &streams {
+                            f.complete(s);
+                        }
+                    }
+                }
+                if pass == 0 {
+                    p1.push(a.stats().peak_mapped as f64 / live_peak as f64);
+                    for s in &streams {
+                        f.complete(s);
+                    }
+                    a.trim(0);
+                    let st = a.stats();
+                    trims.push(format!("{}/{}", st.mapped_bytes >> 20, st.live_bytes >> 20));
+                }
+                free_all(&a, &f, &streams, live);
+            }
+            p4.push(a.stats().peak_mapped as f64 / live_peak as f64);
+            assert!(f.vm().violations.is_empty(), "{:?}", f.vm().violations);
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        println!(
+            "{name}: peak / live peak after one pass {p1:.3?} (mean {:.4}), after four {p4:.3?} (mean {:.4}); MiB mapped / live after a trim {trims:?}",
+            mean(&p1),
+            mean(&p4)
+        );
     }
 }
