@@ -405,11 +405,14 @@ fn random_runs_keep_stream_order_and_lose_nothing() {
         for _ in 0..400 {
             match rng.u32(0..10) {
                 0..=4 => {
-                    let n = match rng.u32(0..4) {
-                        0 => rng.usize(1..4096),
-                        1 => rng.usize(4096..SMALL_MAX),
-                        2 => rng.usize(SMALL_MAX..8 * MIB),
-                        _ => rng.usize(8 * MIB..30 * MIB),
+                    // Large blocks too, for the rules of `growth.rs`
+                    // (from 32 MiB).
+                    let n = match rng.u32(0..9) {
+                        0 | 1 => rng.usize(1..4096),
+                        2 | 3 => rng.usize(4096..SMALL_MAX),
+                        4 | 5 => rng.usize(SMALL_MAX..8 * MIB),
+                        6 | 7 => rng.usize(8 * MIB..30 * MIB),
+                        _ => rng.usize(30 * MIB..70 * MIB),
                     };
                     let si = rng.usize(0..streams.len());
                     match a.allocate(n, &streams[si]) {
