@@ -1,35 +1,17 @@
 //! Where growth maps and where a block goes in a free range (`growth.rs`),
 //! on the fake device: the chunks a large block touches.
 
-use super::book::ALIGN;
 use super::core::Arena;
 use super::fake::FakePhys;
+use super::tests::{alloc, arena as arena_of, clean, free, stream};
 use super::ArenaOptions;
 use crate::stream::Stream;
 
 const MIB: usize = 1 << 20;
 
 fn arena() -> (Arena<FakePhys>, FakePhys, Stream) {
-    let f = FakePhys::new(1 << 30);
-    let a = Arena::new(f.clone(), 2 * MIB, ArenaOptions::default(), 1 << 30).unwrap();
-    (a, f, Stream::fake(0xb3_0000, 0))
-}
-
-fn alloc(a: &Arena<FakePhys>, f: &FakePhys, bytes: usize, s: &Stream) -> usize {
-    let addr = a.allocate(bytes, s).unwrap();
-    f.handed(addr, bytes, s);
-    f.enqueue(s);
-    addr
-}
-
-fn free(a: &Arena<FakePhys>, f: &FakePhys, addr: usize, bytes: usize, s: &Stream) {
-    f.freed(addr, bytes.div_ceil(ALIGN) * ALIGN, s);
-    a.deallocate(addr, bytes, s).unwrap();
-}
-
-fn check(a: &Arena<FakePhys>, f: &FakePhys) {
-    a.lock().book.check();
-    assert!(f.vm().violations.is_empty(), "{:#?}", f.vm().violations);
+    let (a, f) = arena_of(1 << 30, ArenaOptions::default());
+    (a, f, stream(40))
 }
 
 #[test]
@@ -49,7 +31,7 @@ fn a_large_block_gets_chunks_of_its_own_where_extending_would_map_as_much() {
     a.trim(0);
     assert_eq!(a.stats().mapped_bytes, 32 * MIB);
     free(&a, &f, y, 32 * MIB, &s);
-    check(&a, &f);
+    clean(&a, &f);
 
     // Where extending saves a granule or more, the block extends: 4 MiB
     // free at the end, 28 MiB mapped for 32.
@@ -63,7 +45,7 @@ fn a_large_block_gets_chunks_of_its_own_where_extending_would_map_as_much() {
     assert_eq!(a.stats().mapped_bytes - before, 28 * MIB);
     free(&a, &f, x, 16 * MIB, &s);
     free(&a, &f, y, 32 * MIB, &s);
-    check(&a, &f);
+    clean(&a, &f);
 }
 
 #[test]
@@ -114,7 +96,7 @@ fn a_block_of_a_few_chunks_goes_where_it_touches_the_fewest() {
     );
     free(&a, &f, x, 10 * MIB, &s);
     free(&a, &f, y, 32 * MIB, &s);
-    check(&a, &f);
+    clean(&a, &f);
 
     // Past the rule's sizes: 65 MiB from [10, 130) starts at 10 (80 MiB of
     // chunks) though at the end it would touch 70.
@@ -128,5 +110,5 @@ fn a_block_of_a_few_chunks_goes_where_it_touches_the_fewest() {
     for (p, n) in [(w, 10 * MIB), (v, 65 * MIB), (cap, 4 * MIB)] {
         free(&a, &f, p, n, &s);
     }
-    check(&a, &f);
+    clean(&a, &f);
 }

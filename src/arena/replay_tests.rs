@@ -20,6 +20,17 @@ fn replay(path: &str, lag: usize, opts: ArenaOptions) -> (usize, usize) {
     replay_lagging(path, &[lag], opts)
 }
 
+/// A fresh arena on a fake device for replaying `trace`, with a fake
+/// stream for each of the trace's streams (their handles from `base` up).
+fn fresh(trace: &Trace, opts: ArenaOptions, base: usize) -> (Arena<FakePhys>, FakePhys, Vec<Stream>) {
+    let f = FakePhys::new(usize::MAX / 4);
+    let a = Arena::new(f.clone(), 2 << 20, opts, 1 << 40).unwrap();
+    let streams = (0..trace.streams.len().max(1))
+        .map(|i| Stream::fake(base + 16 * i, 0))
+        .collect();
+    (a, f, streams)
+}
+
 /// Recorded address -> (address in the arena, bytes, stream index).
 type Live = HashMap<u64, (usize, usize, usize)>;
 
@@ -62,11 +73,7 @@ fn free_all(a: &Arena<FakePhys>, f: &FakePhys, streams: &[Stream], live: Live) {
 /// (the last figure for the streams beyond).
 fn replay_lagging(path: &str, lags: &[usize], opts: ArenaOptions) -> (usize, usize) {
     let trace = Trace::read(path).expect("a recorded trace");
-    let f = FakePhys::new(usize::MAX / 4);
-    let a = Arena::new(f.clone(), 2 << 20, opts, 1 << 40).unwrap();
-    let streams: Vec<Stream> = (0..trace.streams.len().max(1))
-        .map(|i| Stream::fake(0x5a_0000 + 16 * i, 0))
-        .collect();
+    let (a, f, streams) = fresh(&trace, opts, 0x5a_0000);
     let mut live = Live::new();
     let (mut now, mut peak) = (0isize, 0isize);
     let n = trace.events.iter().filter(|e| e.device == 0).count();
@@ -128,11 +135,7 @@ fn a_trim_after_the_recorded_program_keeps_little_beyond_its_live_bytes() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data");
     for name in ["resnet50", "gpt2", "mix"] {
         let trace = Trace::read(format!("{dir}/{name}.trace")).unwrap();
-        let f = FakePhys::new(usize::MAX / 4);
-        let a = Arena::new(f.clone(), 2 << 20, ArenaOptions::default(), 1 << 40).unwrap();
-        let streams: Vec<Stream> = (0..trace.streams.len().max(1))
-            .map(|i| Stream::fake(0x5f_0000 + 16 * i, 0))
-            .collect();
+        let (a, f, streams) = fresh(&trace, ArenaOptions::default(), 0x5f_0000);
         let mut live = Live::new();
         let mut allocating = std::collections::BTreeSet::new();
         for (i, e) in trace.events.iter().filter(|e| e.device == 0).enumerate() {
@@ -201,11 +204,7 @@ fn passes() {
     for name in ["resnet50", "gpt2", "mix"] {
         for moves in [true, false] {
             let trace = Trace::read(format!("{dir}/{name}.trace")).unwrap();
-            let f = FakePhys::new(usize::MAX / 4);
-            let a = Arena::new(f.clone(), 2 << 20, ArenaOptions::default().moves(moves), 1 << 40).unwrap();
-            let streams: Vec<Stream> = (0..trace.streams.len().max(1))
-                .map(|i| Stream::fake(0x5b_0000 + 16 * i, 0))
-                .collect();
+            let (a, f, streams) = fresh(&trace, ArenaOptions::default().moves(moves), 0x5b_0000);
             let mut line = format!("{name} moves {moves}:");
             for pass in 0..3 {
                 let before = a.stats();
@@ -270,11 +269,7 @@ fn eight_passes_over_recorded_steps_do_not_drift() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data");
     for name in ["resnet50", "gpt2"] {
         let trace = Trace::read(format!("{dir}/{name}.trace")).unwrap();
-        let f = FakePhys::new(usize::MAX / 4);
-        let a = Arena::new(f.clone(), 2 << 20, ArenaOptions::default(), 1 << 40).unwrap();
-        let streams: Vec<Stream> = (0..trace.streams.len().max(1))
-            .map(|i| Stream::fake(0x5c_0000 + 16 * i, 0))
-            .collect();
+        let (a, f, streams) = fresh(&trace, ArenaOptions::default(), 0x5c_0000);
         let mut live_peak = 0isize;
         let mut ratios = Vec::new();
         for _ in 0..8 {
@@ -334,17 +329,7 @@ fn trimmed_at_low_points() {
             let cuts: Vec<usize> = (1..8)
                 .map(|k| (k * w..(k + 1) * w).min_by_key(|&i| series[i]).unwrap())
                 .collect();
-            let f = FakePhys::new(usize::MAX / 4);
-            let a = Arena::new(
-                f.clone(),
-                2 << 20,
-                ArenaOptions::default().chunk_bytes(chunk),
-                1 << 40,
-            )
-            .unwrap();
-            let streams: Vec<Stream> = (0..trace.streams.len().max(1))
-                .map(|i| Stream::fake(0x5c_0000 + 16 * i, 0))
-                .collect();
+            let (a, f, streams) = fresh(&trace, ArenaOptions::default().chunk_bytes(chunk), 0x5c_0000);
             let mut live = Live::new();
             let mut line = format!("{name} chunk {} MiB:", chunk >> 20);
             for (i, e) in evs.iter().enumerate() {
@@ -389,11 +374,7 @@ fn the_mix_at_changing_paces() {
     let trace = Trace::read(path).unwrap();
     for seed in 1..=8u64 {
         let mut rng = fastrand::Rng::with_seed(seed);
-        let f = FakePhys::new(usize::MAX / 4);
-        let a = Arena::new(f.clone(), 2 << 20, ArenaOptions::default(), 1 << 40).unwrap();
-        let streams: Vec<Stream> = (0..trace.streams.len().max(1))
-            .map(|i| Stream::fake(0x5d_0000 + 16 * i, 0))
-            .collect();
+        let (a, f, streams) = fresh(&trace, ArenaOptions::default(), 0x5d_0000);
         let mut lags = vec![64usize; streams.len()];
         let (mut live_peak, mut k) = (0isize, 0usize);
         let mut line = format!("seed {seed}:");
@@ -465,11 +446,7 @@ fn at_other_sizes() {
                     e
                 })
                 .collect();
-            let f = FakePhys::new(usize::MAX / 4);
-            let a = Arena::new(f.clone(), 2 << 20, ArenaOptions::default(), 1 << 40).unwrap();
-            let streams: Vec<Stream> = (0..trace.streams.len().max(1))
-                .map(|i| Stream::fake(0x60_0000 + 16 * i, 0))
-                .collect();
+            let (a, f, streams) = fresh(&trace, ArenaOptions::default(), 0x60_0000);
             let mut live_peak = 0isize;
             for pass in 0..4 {
                 let mut live = Live::new();

@@ -21,25 +21,25 @@ use crate::testing::FakeResource;
 const MIB: usize = 1 << 20;
 const GRANULE: usize = 2 * MIB;
 
-fn arena(capacity: usize, opts: ArenaOptions) -> (Arena<FakePhys>, FakePhys) {
+pub(super) fn arena(capacity: usize, opts: ArenaOptions) -> (Arena<FakePhys>, FakePhys) {
     let fake = FakePhys::new(capacity);
     let a = Arena::new(fake.clone(), GRANULE, opts, 1 << 30).unwrap();
     (a, fake)
 }
 
-fn stream(i: usize) -> Stream {
+pub(super) fn stream(i: usize) -> Stream {
     Stream::fake(0xa7_0000 + 16 * i, 0)
 }
 
 /// Allocates on `s` and tells the fake (which checks the hand-out).
-fn alloc(a: &Arena<FakePhys>, f: &FakePhys, bytes: usize, s: &Stream) -> usize {
+pub(super) fn alloc(a: &Arena<FakePhys>, f: &FakePhys, bytes: usize, s: &Stream) -> usize {
     let addr = a.allocate(bytes, s).unwrap();
     f.handed(addr, bytes, s);
     f.enqueue(s);
     addr
 }
 
-fn free(a: &Arena<FakePhys>, f: &FakePhys, addr: usize, bytes: usize, s: &Stream) {
+pub(super) fn free(a: &Arena<FakePhys>, f: &FakePhys, addr: usize, bytes: usize, s: &Stream) {
     f.freed(addr, bytes.div_ceil(ALIGN) * ALIGN, s);
     a.deallocate(addr, bytes, s).unwrap();
 }
@@ -53,7 +53,7 @@ fn assert_sees_a_missing_wait(f: &FakePhys) {
     );
 }
 
-fn clean(a: &Arena<FakePhys>, f: &FakePhys) {
+pub(super) fn clean(a: &Arena<FakePhys>, f: &FakePhys) {
     a.lock().book.check();
     let vm = f.vm();
     assert!(vm.violations.is_empty(), "{:#?}", vm.violations);
