@@ -140,9 +140,10 @@ impl Book {
 
     /// Where in the free range at `range` (of `range_len` bytes, at least
     /// `len`) a block of `len` bytes goes: its start, unless the block is
-    /// of [`SPOT_MIN`] to [`SPOT_MAX`] bytes and its end or the first chunk
-    /// boundary within [`SPOT_GAP`] of its start touches fewer chunk bytes
-    /// (the earlier of two such places on a tie).
+    /// of [`SPOT_MIN`] to [`SPOT_MAX`] bytes and its end (unless the range
+    /// ends where the arena can grow) or the first chunk boundary within
+    /// [`SPOT_GAP`] of its start touches fewer chunk bytes (the earlier of
+    /// two such places on a tie).
     pub(crate) fn spot(&self, range: Addr, range_len: usize, len: usize) -> Addr {
         if !(SPOT_MIN..=SPOT_MAX).contains(&len) || range_len == len {
             return range;
