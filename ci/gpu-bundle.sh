@@ -73,6 +73,8 @@ cat > "$out/run.sh" <<'RUN'
 # Runs the bundled test binaries; prints passed/failed/skipped per binary.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+# The unit tests replay the recorded traces from here, wherever the bundle lies.
+export SOMALLOC_TRACES="$here/traces"
 threads=${TEST_THREADS:-4}
 total_pass=0 total_fail=0 total_skip=0 bad=0
 printf '%-16s %7s %7s %8s\n' binary passed failed skipped

@@ -8,6 +8,7 @@
 //! times over, 1.014 on ResNet-50 and 1.022 on GPT-2).
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use super::core::Arena;
 use super::fake::FakePhys;
@@ -15,8 +16,93 @@ use super::ArenaOptions;
 use crate::stream::Stream;
 use crate::trace::{Action, Event, Trace};
 
+/// The directory holding the recorded traces, the first of: the directory
+/// `SOMALLOC_TRACES` names; `benches/data` in the source tree the tests
+/// were built from; a `traces` directory beside the test binary or one or
+/// two levels above it (the GPU bundle keeps the binary in `bin/` and the
+/// traces in `traces/` next to it). Panics, naming the places it looked,
+/// when none of them is a directory: a missing trace fails the tests.
+fn traces_dir() -> PathBuf {
+    let var = std::env::var_os("SOMALLOC_TRACES").filter(|v| !v.is_empty());
+    let exe = std::env::current_exe().ok();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    find_traces(var.map(PathBuf::from), manifest, exe.as_deref()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The path of the recorded trace `name` (`resnet50`, `gpt2`, `mix`).
+fn trace_path(name: &str) -> PathBuf {
+    traces_dir().join(format!("{name}.trace"))
+}
+
+/// [`traces_dir`]'s search with its inputs passed in: the value of
+/// `SOMALLOC_TRACES`, the source tree's root and the test binary's path.
+/// A set variable is the only place looked at; it must name a directory.
+fn find_traces(var: Option<PathBuf>, manifest: &Path, exe: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(dir) = var {
+        return match dir.is_dir() {
+            true => Ok(dir),
+            false => Err(format!(
+                "SOMALLOC_TRACES is {}, which is not a directory of recorded traces",
+                dir.display()
+            )),
+        };
+    }
+    let mut tried = vec![manifest.join("benches/data")];
+    if let Some(bin) = exe.and_then(Path::parent) {
+        tried.extend(bin.ancestors().take(3).map(|d| d.join("traces")));
+    }
+    match tried.iter().find(|d| d.is_dir()) {
+        Some(dir) => Ok(dir.clone()),
+        None => Err(format!(
+            "the recorded traces (resnet50.trace, gpt2.trace, mix.trace) were not found: \
+             SOMALLOC_TRACES is not set, and none of these is a directory: {}",
+            tried
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// The search for the traces on a made-up bundle: the variable wins when
+/// set, the source tree comes next, then `traces/` beside the binary's
+/// `bin/`; with none of them it reports every place it looked.
+#[test]
+fn the_traces_are_found_from_the_variable_the_source_tree_or_beside_the_binary() {
+    let root = std::env::temp_dir().join(format!("somalloc-traces-{}", std::process::id()));
+    let (src, bundle, given) = (root.join("src"), root.join("bundle"), root.join("given"));
+    for d in [
+        src.join("benches/data"),
+        bundle.join("bin"),
+        bundle.join("traces"),
+        given.clone(),
+    ] {
+        std::fs::create_dir_all(&d).unwrap();
+    }
+    let exe = bundle.join("bin/unit");
+    std::fs::write(&exe, b"").unwrap();
+    let gone = root.join("gone");
+
+    assert_eq!(find_traces(Some(given.clone()), &src, Some(&exe)), Ok(given));
+    let e = find_traces(Some(gone.clone()), &src, Some(&exe)).unwrap_err();
+    assert!(e.contains("SOMALLOC_TRACES") && e.contains("gone"), "{e}");
+    assert_eq!(find_traces(None, &src, Some(&exe)), Ok(src.join("benches/data")));
+    assert_eq!(find_traces(None, &gone, Some(&exe)), Ok(bundle.join("traces")));
+    std::fs::remove_dir_all(bundle.join("traces")).unwrap();
+    let e = find_traces(None, &gone, Some(&exe)).unwrap_err();
+    for place in [
+        gone.join("benches/data"),
+        bundle.join("bin/traces"),
+        bundle.join("traces"),
+    ] {
+        assert!(e.contains(&place.display().to_string()), "{e}");
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 /// Replays `path`: (the live peak, the arena's mapped peak) in bytes.
-fn replay(path: &str, lag: usize, opts: ArenaOptions) -> (usize, usize) {
+fn replay(path: &Path, lag: usize, opts: ArenaOptions) -> (usize, usize) {
     replay_lagging(path, &[lag], opts)
 }
 
@@ -71,7 +157,7 @@ fn free_all(a: &Arena<FakePhys>, f: &FakePhys, streams: &[Stream], live: Live) {
 
 /// [`replay`] with stream `i`'s work completing every `lags[i]` events
 /// (the last figure for the streams beyond).
-fn replay_lagging(path: &str, lags: &[usize], opts: ArenaOptions) -> (usize, usize) {
+fn replay_lagging(path: &Path, lags: &[usize], opts: ArenaOptions) -> (usize, usize) {
     let trace = Trace::read(path).expect("a recorded trace");
     let (a, f, streams) = fresh(&trace, opts, 0x5a_0000);
     let mut live = Live::new();
@@ -108,9 +194,8 @@ fn replay_lagging(path: &str, lags: &[usize], opts: ArenaOptions) -> (usize, usi
 
 #[test]
 fn recorded_training_steps_map_little_beyond_their_live_peak() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data");
     for (name, bound) in [("resnet50", 1.05), ("gpt2", 1.05), ("mix", 1.05)] {
-        let (live, mapped) = replay(&format!("{dir}/{name}.trace"), 64, ArenaOptions::default());
+        let (live, mapped) = replay(&trace_path(name), 64, ArenaOptions::default());
         let ratio = mapped as f64 / live as f64;
         println!(
             "{name}: live peak {} MiB, mapped peak {} MiB, {ratio:.3} x",
@@ -132,9 +217,8 @@ fn recorded_training_steps_map_little_beyond_their_live_peak() {
 /// 112 MiB mapped for its 65 live).
 #[test]
 fn a_trim_after_the_recorded_program_keeps_little_beyond_its_live_bytes() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data");
     for name in ["resnet50", "gpt2", "mix"] {
-        let trace = Trace::read(format!("{dir}/{name}.trace")).unwrap();
+        let trace = Trace::read(trace_path(name)).unwrap();
         let (a, f, streams) = fresh(&trace, ArenaOptions::default(), 0x5f_0000);
         let mut live = Live::new();
         let mut allocating = std::collections::BTreeSet::new();
@@ -173,7 +257,6 @@ fn a_trim_after_the_recorded_program_keeps_little_beyond_its_live_bytes() {
 #[test]
 #[ignore = "a measurement to read, not a check: prints the footprint by chunk size"]
 fn by_chunk_size() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data");
     for name in ["resnet50", "gpt2", "mix"] {
         for (chunk, moves) in [
             (2 << 20, true),
@@ -183,7 +266,7 @@ fn by_chunk_size() {
             (20 << 20, false),
         ] {
             let opts = ArenaOptions::default().chunk_bytes(chunk).moves(moves);
-            let (live, mapped) = replay(&format!("{dir}/{name}.trace"), 64, opts);
+            let (live, mapped) = replay(&trace_path(name), 64, opts);
             println!(
                 "{name} chunk {} MiB moves {moves}: {:.3} x",
                 chunk >> 20,
@@ -200,10 +283,9 @@ fn by_chunk_size() {
 #[test]
 #[ignore = "a measurement to read, not a check: prints maps, moves and peaks per pass"]
 fn passes() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data");
     for name in ["resnet50", "gpt2", "mix"] {
         for moves in [true, false] {
-            let trace = Trace::read(format!("{dir}/{name}.trace")).unwrap();
+            let trace = Trace::read(trace_path(name)).unwrap();
             let (a, f, streams) = fresh(&trace, ArenaOptions::default().moves(moves), 0x5b_0000);
             let mut line = format!("{name} moves {moves}:");
             for pass in 0..3 {
@@ -251,10 +333,10 @@ fn passes() {
 /// them. Without the waits, the arena maps for both streams' shares.
 #[test]
 fn a_lagging_stream_does_not_make_the_other_grow() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data/mix.trace");
+    let path = trace_path("mix");
     for lags in [[64, 4096], [4096, 64], [4096, 4096]] {
-        let (live, on) = replay_lagging(path, &lags, ArenaOptions::default());
-        let (_, off) = replay_lagging(path, &lags, ArenaOptions::default().stream_waits(false));
+        let (live, on) = replay_lagging(&path, &lags, ArenaOptions::default());
+        let (_, off) = replay_lagging(&path, &lags, ArenaOptions::default().stream_waits(false));
         let (on, off) = (on as f64 / live as f64, off as f64 / live as f64);
         println!("mix, lags {lags:?}: mapped {on:.3} x the live peak with device waits, {off:.3} x without");
         assert!(on <= 1.08, "lags {lags:?}: {on:.3} x the live peak");
@@ -266,9 +348,8 @@ fn a_lagging_stream_does_not_make_the_other_grow() {
 /// the mapped peak must not drift away from the live peak.
 #[test]
 fn eight_passes_over_recorded_steps_do_not_drift() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data");
     for name in ["resnet50", "gpt2"] {
-        let trace = Trace::read(format!("{dir}/{name}.trace")).unwrap();
+        let trace = Trace::read(trace_path(name)).unwrap();
         let (a, f, streams) = fresh(&trace, ArenaOptions::default(), 0x5c_0000);
         let mut live_peak = 0isize;
         let mut ratios = Vec::new();
@@ -304,10 +385,9 @@ fn eight_passes_over_recorded_steps_do_not_drift() {
 #[test]
 #[ignore = "a measurement to read, not a check: prints mapped against live bytes after trims"]
 fn trimmed_at_low_points() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data");
     for name in ["resnet50", "gpt2", "mix"] {
         for chunk in [20usize << 20, 8 << 20] {
-            let trace = Trace::read(format!("{dir}/{name}.trace")).unwrap();
+            let trace = Trace::read(trace_path(name)).unwrap();
             let evs: Vec<_> = trace.events.iter().filter(|e| e.device == 0).collect();
             // Live bytes after each event, and the boundaries: the least
             // live point of each window of one eighth of the events.
@@ -370,8 +450,8 @@ fn trimmed_at_low_points() {
 #[test]
 #[ignore = "a measurement to read, not a check: the mix at changing paces"]
 fn the_mix_at_changing_paces() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data/mix.trace");
-    let trace = Trace::read(path).unwrap();
+    let path = trace_path("mix");
+    let trace = Trace::read(&path).unwrap();
     for seed in 1..=8u64 {
         let mut rng = fastrand::Rng::with_seed(seed);
         let (a, f, streams) = fresh(&trace, ArenaOptions::default(), 0x5d_0000);
@@ -419,9 +499,8 @@ fn the_mix_at_changing_paces() {
 #[test]
 #[ignore = "a measurement to read, not a check: peaks and trims of the recorded programs at other sizes"]
 fn at_other_sizes() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/data");
     for name in ["resnet50", "gpt2", "mix"] {
-        let trace = Trace::read(format!("{dir}/{name}.trace")).unwrap();
+        let trace = Trace::read(trace_path(name)).unwrap();
         let evs: Vec<Event> = trace.events.iter().filter(|e| e.device == 0).copied().collect();
         // The allocations whose blocks live to the end.
         let mut open = HashMap::new();
