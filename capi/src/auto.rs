@@ -43,7 +43,7 @@ pub fn before_allocate(dev: &DeviceState) {
             return;
         };
         for (key, share) in shares {
-            if let Some(entry) = dev.seen(key) {
+            if let Some(entry) = dev.streams.seen(key) {
                 let _ = entry.plan.set(share);
             }
         }
@@ -96,7 +96,7 @@ fn give_back(dev: &DeviceState) {
     if let Some(tier) = &dev.tier {
         let _ = tier.flush();
     }
-    for entry in dev.streams() {
+    for entry in dev.streams.all() {
         // A capturing stream refuses: its blocks stay with the pool.
         let _ = entry.stream.synchronize();
     }
@@ -111,7 +111,9 @@ pub fn allocated(dev: &DeviceState, key: usize, ptr: usize, size: usize, path: P
     if !auto.recording() || matches!(path, Path::Plan(_)) {
         return;
     }
-    let Some(entry) = dev.seen(key) else { return };
+    let Some(entry) = dev.streams.seen(key) else {
+        return;
+    };
     // A stream whose capture state cannot be told counts as capturing.
     let capturing = entry.is_capturing().unwrap_or(true);
     auto.allocated(key, ptr, size, capturing);

@@ -54,6 +54,7 @@ mod plan;
 mod recording;
 mod registry;
 mod state;
+mod streams;
 mod version;
 
 use error::{set_last, Status};
@@ -307,7 +308,7 @@ pub fn stats(device: i32) -> Result<SomallocStats, CapiError> {
     dev.arena_stats(&mut s);
     // Streams sharing an arena (`plan_share:`) count it once.
     let mut arenas: Vec<std::sync::Arc<somalloc_rs::adaptors::PlannedArena>> = Vec::new();
-    for share in dev.streams().iter().filter_map(|e| e.plan.get()) {
+    for share in dev.streams.all().iter().filter_map(|e| e.plan.get()) {
         if !arenas.iter().any(|a| std::sync::Arc::ptr_eq(a, &share.arena)) {
             arenas.push(std::sync::Arc::clone(&share.arena));
         }
@@ -388,7 +389,7 @@ pub fn empty_cache(device: i32) -> Result<(), CapiError> {
         if let Some(t) = &dev.tier {
             t.flush()?;
         }
-        for entry in dev.streams() {
+        for entry in dev.streams.all() {
             if !entry.stream.is_capturing()? {
                 entry.stream.synchronize()?;
             }

@@ -1,37 +1,21 @@
 //! The process-wide state behind the entry points: the configuration, the
 //! live allocations, and one lazily made state per device (its pool, its
-//! cache tier, and the streams it has seen).
+//! cache tier, and the streams it has seen, `streams.rs`).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use somalloc_rs::trace::{Action, Recorder};
 use somalloc_rs::{
-    CacheTier, Device, Event, MemPool, MemoryResource, PeerAccess, PoolProperties, Stream, StreamCache,
-    VmmArena,
+    CacheTier, Device, Event, MemPool, MemoryResource, PeerAccess, PoolProperties, Stream, VmmArena,
 };
 
 use crate::conf::{Conf, PoolChoice, ENV};
 use crate::error::{CapiError, Status};
-use crate::registry::{AddrMap, Live, Path, Refused, Registry};
-use somalloc_rs::adaptors::{PlanShare, StreamPlans};
-
-/// The legacy default stream's handles (null, and `0x1`,
-/// `cudaStreamLegacy`): one key.
-const LEGACY: usize = 0;
-const LEGACY_ALIAS: usize = 0x1;
-/// The per-thread default stream's handle.
-const PER_THREAD: usize = 0x2;
-
-/// The cache key of a stream handle: the legacy stream's two handles name
-/// one stream.
-fn key_of(stream: *mut c_void) -> usize {
-    match stream as usize {
-        LEGACY_ALIAS => LEGACY,
-        k => k,
-    }
-}
+use crate::registry::{Live, Path, Refused, Registry};
+use crate::streams::{key_of, Entry, Streams, PER_THREAD};
+use somalloc_rs::adaptors::StreamPlans;
 
 /// A device's state, made on its first use (or why it could not be).
 type DeviceSlot = OnceLock<Result<DeviceState, CapiError>>;
@@ -155,26 +139,6 @@ impl Global {
     }
 }
 
-/// A stream somalloc has seen on a device, with its cache and its plan.
-pub struct Entry {
-    pub stream: Stream,
-    pub cache: Option<Arc<StreamCache>>,
-    /// Its part of a plan: taken when the stream is first seen (`plan:PATH`),
-    /// or set once at the switch (`plan:auto`).
-    pub plan: OnceLock<PlanShare>,
-    /// The legacy default stream, which the runtime never captures
-    /// (`cudaStreamBeginCapture` refuses it, and it cannot join a capture).
-    pub legacy: bool,
-}
-
-impl Entry {
-    /// Whether the stream is capturing: the runtime is asked, except for
-    /// the legacy default stream.
-    pub fn is_capturing(&self) -> Result<bool, CapiError> {
-        Ok(!self.legacy && self.stream.is_capturing()?)
-    }
-}
-
 #[derive(Default)]
 pub struct Counters {
     pub allocations: AtomicU64,
@@ -199,9 +163,8 @@ pub struct DeviceState {
     pub auto: Option<Arc<somalloc_rs::adaptors::AutoPlanner>>,
     /// The process's recorder (`trace:PATH`), shared by every device.
     pub recorder: Option<Arc<Recorder>>,
-    /// Streams by key (the legacy stream under 0; never the per-thread
-    /// default stream).
-    streams: RwLock<AddrMap<Arc<Entry>>>,
+    /// The streams seen, by key.
+    pub streams: Streams,
     pub counters: Counters,
 }
 
@@ -264,47 +227,16 @@ impl DeviceState {
             plan_status,
             auto: crate::auto::planner(conf),
             recorder,
-            streams: RwLock::new(AddrMap::default()),
+            streams: Streams::default(),
             counters: Counters::default(),
         })
     }
 
-    /// The entry of a stream that is not the per-thread default stream.
+    /// The entry of a stream that is not the per-thread default stream,
+    /// registered on its first use.
     fn entry(&self, key: usize) -> Result<Arc<Entry>, CapiError> {
-        if let Some(e) = self.streams.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            return Ok(Arc::clone(e));
-        }
-        let stream = if key == LEGACY {
-            // SAFETY: every runtime call with this stream happens inside an
-            // entry point that made this device current first
-            // (`DeviceGuard`), on the calling thread: the null handle then
-            // names this device's legacy default stream. (The legacy
-            // stream's planned slots make no runtime call and skip that.)
-            unsafe { Stream::legacy_default(&self.device) }
-        } else {
-            // SAFETY: the caller of the entry point promises that the handle
-            // is a live stream of this device and stays alive while somalloc
-            // uses it (the header's contract: until `somalloc_stream_forget`
-            // when the cache tier is on, or until its allocations are freed).
-            unsafe { Stream::from_raw(&self.device, key as *mut c_void)? }
-        };
-        let cache = match &self.tier {
-            Some(t) => Some(t.for_stream(&stream)?),
-            None => None,
-        };
-        let mut streams = self.streams.write().unwrap_or_else(|p| p.into_inner());
-        // The plan is taken under the lock, by the one thread that adds
-        // the stream: a stream takes one plan, in the order streams come.
-        let e = streams.entry(key).or_insert_with(|| {
-            let plan = self.plans.as_ref().and_then(|p| p.take(key == LEGACY));
-            Arc::new(Entry {
-                stream,
-                cache,
-                plan: plan.map_or_else(OnceLock::new, OnceLock::from),
-                legacy: key == LEGACY,
-            })
-        });
-        Ok(Arc::clone(e))
+        self.streams
+            .entry(key, &self.device, self.tier.as_ref(), self.plans.as_ref())
     }
 
     /// Gives the event just recorded at `t` on stream `key` its device
@@ -327,24 +259,6 @@ impl DeviceState {
         }
     }
 
-    /// The entry of stream `key` if it was seen.
-    pub fn seen(&self, key: usize) -> Option<Arc<Entry>> {
-        self.streams
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-            .cloned()
-    }
-
-    pub fn streams(&self) -> Vec<Arc<Entry>> {
-        self.streams
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect()
-    }
-
     /// Allocates on stream `key`, with this device made current for every
     /// path that reaches the runtime.
     fn allocate(&self, size: usize, key: usize) -> Result<(*mut c_void, Path), CapiError> {
@@ -358,7 +272,7 @@ impl DeviceState {
         // The common case, a stream seen before: served under the read
         // lock (nothing below takes the streams' lock again).
         {
-            let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
+            let streams = self.streams.read();
             if let Some(entry) = streams.get(&key) {
                 if let Some(p) = Self::allocate_quiet(entry, size) {
                     return Ok(p);
@@ -422,7 +336,7 @@ impl DeviceState {
                 // A planned slot freed on its own stream, which asks for no
                 // event: no runtime call that reads the current device (see
                 // `allocate_quiet`), under the read lock.
-                let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
+                let streams = self.streams.read();
                 if let Some(e) = streams.get(&key) {
                     if let Some(plan) = e.plan.get() {
                         let quiet = e.legacy || matches!(e.stream.is_capturing(), Ok(false));
@@ -448,7 +362,7 @@ impl DeviceState {
         if live.path == Path::Cache && key == live.stream {
             // The common case: freed on its own stream, seen before; under
             // the read lock (nothing below takes the streams' lock again).
-            let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
+            let streams = self.streams.read();
             if let Some(cache) = streams
                 .get(&key)
                 .and_then(|e| e.cache.as_ref().map(|c| (c, &e.stream)))
@@ -528,12 +442,7 @@ impl DeviceState {
         let key = key_of(stream);
         // A stream whose plan has live blocks stays: their frees need it.
         // Otherwise its arena goes back to the pool, in its order.
-        let entry = self
-            .streams
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-            .cloned();
+        let entry = self.streams.seen(key);
         if let Some((entry, plan)) = entry.as_ref().and_then(|e| Some((e, e.plan.get()?))) {
             if !plan.arena.release(plan.lane, &entry.stream, self.base())? {
                 return Err(CapiError::new(
@@ -542,20 +451,18 @@ impl DeviceState {
                 ));
             }
         }
-        let removed = self
-            .streams
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key);
-        let Some(entry) = removed else { return Ok(false) };
-        if let Some(tier) = &self.tier {
-            tier.remove_stream(&entry.stream)?;
-        }
-        // After the tier's frees on it: the arena waits for them, lets go.
-        if let Some(arena) = &self.arena {
-            arena.forget_stream(&entry.stream)?;
-        }
-        Ok(true)
+        self.streams.forget(
+            key,
+            |entry| match &self.tier {
+                Some(tier) => Ok(tier.remove_stream(&entry.stream).map(drop)?),
+                None => Ok(()),
+            },
+            // After the tier's frees on it: the arena waits for them, lets go.
+            |entry| match &self.arena {
+                Some(arena) => Ok(arena.forget_stream(&entry.stream).map(drop)?),
+                None => Ok(()),
+            },
+        )
     }
 }
 
@@ -788,12 +695,5 @@ mod tests {
         assert_eq!(configure(Some("cache:off")).unwrap_err().status, Status::Busy);
         configure(Some("cache_total_cap:1GiB")).unwrap();
         assert_eq!(conf_for_device().unwrap(), conf);
-    }
-
-    #[test]
-    fn the_legacy_handles_are_one_key() {
-        assert_eq!(key_of(std::ptr::null_mut()), key_of(LEGACY_ALIAS as *mut c_void));
-        assert_ne!(key_of(0x2 as *mut c_void), LEGACY);
-        assert_eq!(key_of(0x7000 as *mut c_void), 0x7000);
     }
 }
