@@ -69,11 +69,20 @@ pub struct ArenaStats {
     pub peak_mapped: usize,
     /// The most live bytes at once.
     pub peak_live: usize,
-    /// Chunks mapped so far.
+    /// Chunks made and mapped so far (moves are counted in `moves`).
     pub maps: u64,
-    /// Chunks unmapped and given back so far (`maps - unmaps` is the
-    /// chunks held; moves change neither).
+    /// Successful unmaps so far: of chunks given back, and of the addresses
+    /// moved chunks left.
     pub unmaps: u64,
+    /// Physical chunks made (`cuMemCreate` / `hipMemCreate`) so far.
+    pub creates: u64,
+    /// Physical chunks released so far.
+    pub releases: u64,
+    /// Every call of the runtime's virtual-memory API so far, refused ones
+    /// included: reserving and freeing address space, making, mapping,
+    /// granting access, unmapping and releasing. Once a program's steps
+    /// are warm it stays put.
+    pub vmm_calls: u64,
     /// Events recorded to learn that frees completed.
     pub fences: u64,
     /// Host waits on those events (trim and out-of-memory recovery).

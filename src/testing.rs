@@ -142,6 +142,37 @@ fn vendor_error(call: Call, code: i32, name: &str) -> Error {
 }
 
 // ---------------------------------------------------------------------------
+// Captures that begin at a record.
+
+/// Fake streams (by handle) whose capture begins at their next record, as
+/// if another thread began it between somalloc's question and the record:
+/// the capture's id.
+static CAPTURE_AT_RECORD: Mutex<Option<HashMap<usize, u64>>> = Mutex::new(None);
+
+/// Makes a capture (of id `id`) of fake stream `stream` begin at the next
+/// record on it ([`at_fake_record`]).
+pub(crate) fn begin_capture_at_next_record(stream: &Stream, id: u64) {
+    CAPTURE_AT_RECORD
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(stream.as_raw() as usize, id);
+}
+
+/// Called by the fakes at a record on `stream`, just before it takes
+/// effect: begins the capture [`begin_capture_at_next_record`] asked for.
+pub(crate) fn at_fake_record(stream: &Stream) {
+    let id = CAPTURE_AT_RECORD
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_mut()
+        .and_then(|m| m.remove(&(stream.as_raw() as usize)));
+    if let Some(id) = id {
+        stream.set_fake_capture(crate::capture::CaptureStatus::Active, id);
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Fake events (`Event::for_stream` on a fake stream).
 
 /// What a fake timing event pair reads as ([`Event::elapsed_ms`]).

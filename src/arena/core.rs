@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
-use super::book::{round_up, Addr, Book, Chunk, Grow, Kind, ALIGN};
+use super::book::{round_up, Addr, Book, Kind, ALIGN};
 use super::phys::Phys;
 use super::ArenaOptions;
 use crate::error::{record_drop_error, Error, InvalidReason, Result};
@@ -56,8 +56,12 @@ pub(crate) struct Counters {
     pub moved_over: u64,
     pub peak_mapped: usize,
     pub peak_live: usize,
-    /// The host's time in the runtime's virtual-memory calls (see
-    /// [`timed`]).
+    /// Physical chunks made and released.
+    pub creates: u64,
+    pub releases: u64,
+    /// The runtime's virtual-memory calls, and the host's time in them
+    /// (see [`timed`]).
+    pub vmm_calls: u64,
     pub vmm: Duration,
     /// Calls that found the lock held by another thread, and their time
     /// waiting for it.
@@ -65,13 +69,14 @@ pub(crate) struct Counters {
     pub lock_wait: Duration,
 }
 
-/// Runs one of the runtime's virtual-memory calls (reserve, create, map
-/// with its access grant, grant, unmap, release, unreserve), adding the
-/// host's time in it to `spent`.
-pub(super) fn timed<T>(spent: &mut Duration, call: impl FnOnce() -> T) -> T {
+/// Runs one of the runtime's virtual-memory calls (reserve, create, map,
+/// grant, unmap, release, unreserve), counting it and adding the host's
+/// time in it to the counters.
+pub(super) fn timed<T>(counters: &mut Counters, call: impl FnOnce() -> T) -> T {
     let t = Instant::now();
     let r = call();
-    *spent += t.elapsed();
+    counters.vmm += t.elapsed();
+    counters.vmm_calls += 1;
     r
 }
 
@@ -86,6 +91,10 @@ pub(crate) struct State<F> {
     /// Chunks unmapped whose release failed: physical memory still held,
     /// released at the next trim.
     pub(super) unreleased: Vec<(u64, usize)>,
+    /// Handles whose one mapping stayed after a failed map (see
+    /// `Arena::map_usable`), booked as a ghost at that address: released
+    /// once it is unmapped.
+    pub(super) orphans: Vec<(u64, usize)>,
     pub(crate) counters: Counters,
     pub(super) peers: Vec<usize>,
 }
@@ -114,7 +123,8 @@ impl<P: Phys> Arena<P> {
         let mut book = Book::new(granule);
         let len = round_up(reserve.max(granule), granule)
             .ok_or_else(|| Error::invalid(format!("an address reservation of {reserve} bytes overflows")))?;
-        let base = phys.reserve(len, granule)?;
+        let mut counters = Counters::default();
+        let base = timed(&mut counters, || phys.reserve(len, granule))?;
         book.add_reservation(base, len);
         Ok(Arena {
             phys,
@@ -126,7 +136,8 @@ impl<P: Phys> Arena<P> {
                 last: None,
                 retired: Vec::new(),
                 unreleased: Vec::new(),
-                counters: Counters::default(),
+                orphans: Vec::new(),
+                counters,
                 peers: Vec::new(),
             }),
         })
@@ -152,6 +163,22 @@ impl<P: Phys> Arena<P> {
     /// Whether `addr` is in the arena's address space.
     pub(crate) fn owns(&self, addr: Addr) -> bool {
         self.lock().book.owns(addr)
+    }
+
+    /// Refuses the per-thread default stream: its handle names another
+    /// stream on every thread, so the books (which key frees by stream)
+    /// and the fences (recorded from whichever thread allocates) cannot
+    /// stand for it. `Front` serves its allocations from the pool and
+    /// relays its frees through a stream of its own.
+    fn one_stream(stream: &Stream) -> Result<()> {
+        if stream.is_per_thread_default() {
+            return Err(InvalidReason::SpecialStreamHandle.error(
+                "the arena keys frees by stream: the per-thread default stream (0x2) names \
+                 another stream on every thread"
+                    .to_string(),
+            ));
+        }
+        Ok(())
     }
 
     /// The stream slot of `stream` if it has one.
@@ -193,6 +220,7 @@ impl<P: Phys> Arena<P> {
     /// `bytes` of memory for `stream` (not capturing: the caller routes
     /// captures elsewhere).
     pub(crate) fn allocate(&self, bytes: usize, stream: &Stream) -> Result<Addr> {
+        Self::one_stream(stream)?;
         let len = round_up(bytes, ALIGN).ok_or_else(|| {
             InvalidReason::SizeOverflow.error(format!("{bytes} bytes cannot be rounded up"))
         })?;
@@ -293,6 +321,7 @@ impl<P: Phys> Arena<P> {
         bytes: usize,
         stream: &Stream,
     ) -> Result<()> {
+        Self::one_stream(stream)?;
         // A known stream's free of a live block of that length: in one
         // lookup of the block. Anything else (an error, a new stream) is
         // checked step by step below.
@@ -387,6 +416,16 @@ impl<P: Phys> Arena<P> {
             None => fence.insert(self.phys.new_fence(stream)?),
         };
         self.phys.record(f, stream)?;
+        // Another thread may begin a capture of the stream between the
+        // caller's question and the record, which then makes a node of the
+        // graph: no query completes it, and a stream that waited on it
+        // would join the capture, ordered after nothing. Asked again, a
+        // capture now refuses the fence (it is recorded again later).
+        if !matches!(stream.capturing(), Ok(None)) {
+            return Err(Error::capture(
+                "an arena fence was recorded as a capture of its stream began".to_string(),
+            ));
+        }
         Ok(f)
     }
 
@@ -407,235 +446,6 @@ impl<P: Phys> Arena<P> {
             }
             Some(at)
         }
-    }
-
-    /// Maps chunks so that `len` bytes of `kind` fit for `slot`; where the
-    /// block goes when growth made it a window of its own (see
-    /// [`GrowthPlan::at`](super::growth::GrowthPlan::at)).
-    fn grow(&self, state: &mut State<P::Fence>, len: usize, kind: Kind, slot: u32) -> Result<Option<Addr>> {
-        let whole = self.opts.whole_blocks;
-        let chunk = match kind {
-            // A block in one chunk: the chunk is as large as the block.
-            _ if whole => usize::MAX,
-            Kind::Small => state.book.granule(),
-            Kind::Large => self.opts.chunk_bytes.max(state.book.granule()),
-        };
-        let plan = match state
-            .book
-            .plan_growth(len, kind, slot, chunk, self.opts.min_grow, !whole)
-        {
-            Some(p) => p,
-            None => {
-                self.reserve_more(state, len)?;
-                state
-                    .book
-                    .plan_growth(len, kind, slot, chunk, self.opts.min_grow, !whole)
-                    .ok_or_else(|| Error::OutOfMemory {
-                        requested: len,
-                        stats: None,
-                        arena: None,
-                    })?
-            }
-        };
-        let start = plan.pieces[0].addr;
-        let end = plan.pieces.last().map_or(start, |g| g.addr + g.len);
-        // Wholly free chunks elsewhere move into the window first (their
-        // handles mapped there too): the arena grows its addresses, not
-        // its memory. Larger ones first; none from the range it extends.
-        // Only for a growth of at least `move_min` (64 MiB): a move leaves a
-        // hole in the address space that no later block spans, and for
-        // small growths those holes cost more than the moves save (on the
-        // recorded steps of `benches/data` replayed eight times over:
-        // ResNet-50 mapped 1.029 times its live peak moving for every
-        // growth, 1.018 with this bound; GPT-2, whose large growths are
-        // the 785 MiB logits, 1.023 either way, and 1.07 without moves).
-        let mut at = start;
-        if self.opts.moves && !whole && end - start >= self.opts.move_min {
-            let mut movable = state.book.movable(slot, start);
-            movable.sort_by_key(|(a, c)| (std::cmp::Reverse(c.len), *a));
-            for (from, c) in movable {
-                if c.len > end - at {
-                    continue;
-                }
-                // SAFETY: the window is unmapped address space of a
-                // reservation (the book's plan); `c.handle` is made and of
-                // `c.len` bytes.
-                let peers = &state.peers;
-                let mapped = timed(&mut state.counters.vmm, || unsafe {
-                    self.phys.map(at, c.len, c.handle, peers)
-                });
-                if mapped.is_err() {
-                    break;
-                }
-                state.counters.moves += 1;
-                state.book.move_chunk(from, at, kind, slot);
-                at += c.len;
-                if at == end {
-                    break;
-                }
-            }
-            if at < end && self.opts.stream_waits {
-                at = self.move_handed_over(state, slot, kind, at, end);
-            }
-            self.unmap_ghosts(state);
-        }
-        if let Some(max) = self.opts.max_mapped {
-            if state.book.mapped_bytes + (end - at) > max {
-                return Err(Error::OutOfMemory {
-                    requested: len,
-                    stats: None,
-                    arena: None,
-                });
-            }
-        }
-        // Chunks made for this growth: if a later one fails, they go back
-        // to the device at once (nothing was handed out from them), so a
-        // refused request holds no memory it did not hold before.
-        let fresh = at;
-        while at < end {
-            let piece = chunk.min(end - at);
-            if let Err(e) = self.map_chunk(state, Grow { addr: at, len: piece }, kind, slot) {
-                self.unmap_fresh(state, fresh, at);
-                return Err(e);
-            }
-            at += piece;
-        }
-        Ok(plan.at.filter(|_| !whole))
-    }
-
-    /// Unmaps and releases the chunks a failed growth mapped in
-    /// `[from, to)`. A failed unmap keeps its chunk (free, in the books); a
-    /// failed release keeps the handle for the next try.
-    fn unmap_fresh(&self, state: &mut State<P::Fence>, from: Addr, to: Addr) {
-        let made: Vec<(Addr, usize)> = state
-            .book
-            .chunks
-            .range(from..to)
-            .map(|(&a, c)| (a, c.len))
-            .collect();
-        for (addr, len) in made {
-            // SAFETY: one mapping, made by this growth; nothing was handed
-            // out from it (the lock is held), so no use of it exists.
-            unsafe { self.drop_chunk(state, addr, len, Book::remove_unused_chunk) };
-        }
-    }
-
-    /// Unmaps the chunk at `addr` (of `len` bytes), takes it out of the
-    /// books with `take` and releases its handle (a failed release keeps
-    /// the handle for the next try). `false`: the unmap failed, and the
-    /// chunk stays as it was.
-    ///
-    /// # Safety
-    /// The chunk is one mapping that no work in flight uses.
-    unsafe fn drop_chunk(
-        &self,
-        state: &mut State<P::Fence>,
-        addr: Addr,
-        len: usize,
-        take: fn(&mut Book, Addr) -> Chunk,
-    ) -> bool {
-        // SAFETY: the caller's guarantee.
-        if timed(&mut state.counters.vmm, || unsafe { self.phys.unmap(addr, len) }).is_err() {
-            return false;
-        }
-        state.counters.unmaps += 1;
-        let c = take(&mut state.book, addr);
-        // SAFETY: made by `create`, now unmapped.
-        if timed(&mut state.counters.vmm, || unsafe { self.phys.release(c.handle) }).is_err() {
-            state.unreleased.push((c.handle, c.len));
-        }
-        true
-    }
-
-    /// Unmaps the ghosts whose frees are complete (a failure keeps one for
-    /// the next try).
-    fn unmap_ghosts(&self, state: &mut State<P::Fence>) {
-        for (addr, len) in state.book.ghosts_done() {
-            // SAFETY: one mapping of a moved chunk; every free of its bytes
-            // completed and nothing was handed out from it since.
-            // (Not counted in `unmaps`: the chunk itself stays mapped where
-            // it moved; `maps - unmaps` is the chunks held.)
-            if timed(&mut state.counters.vmm, || unsafe { self.phys.unmap(addr, len) }).is_ok() {
-                state.book.remove_ghost(addr);
-            }
-        }
-    }
-
-    /// Makes and maps one chunk; on failure nothing is left behind.
-    fn map_chunk(&self, state: &mut State<P::Fence>, g: Grow, kind: Kind, slot: u32) -> Result<()> {
-        let spent = &mut state.counters.vmm;
-        let handle = timed(spent, || self.phys.create(g.len))?;
-        // SAFETY: the book placed `g` in a reservation, over no chunk.
-        if let Err(e) = timed(spent, || unsafe {
-            self.phys.map(g.addr, g.len, handle, &state.peers)
-        }) {
-            // SAFETY: made above, never mapped.
-            if timed(spent, || unsafe { self.phys.release(handle) }).is_err() {
-                state.unreleased.push((handle, g.len));
-            }
-            return Err(e);
-        }
-        state.counters.maps += 1;
-        state.book.add_chunk(g, kind, handle, slot);
-        Ok(())
-    }
-
-    /// Reserves another address range of at least `len` bytes (as large as
-    /// the first), up to the bound of the options.
-    fn reserve_more(&self, state: &mut State<P::Fence>, len: usize) -> Result<()> {
-        let g = state.book.granule();
-        let first = state.book.reservations().next().map_or(0, |(_, l)| l);
-        let want = round_up(len.max(first), g).unwrap_or(usize::MAX);
-        let total = state.book.reserved_bytes();
-        if total.saturating_add(want) > self.opts.max_reserved {
-            return Err(Error::OutOfMemory {
-                requested: len,
-                stats: None,
-                arena: None,
-            });
-        }
-        let base = timed(&mut state.counters.vmm, || self.phys.reserve(want, g))?;
-        state.book.add_reservation(base, want);
-        Ok(())
-    }
-
-    /// Unmaps and releases idle chunks until at most `keep` idle bytes are
-    /// left (largest chunks last, so small chunks go first). Returns the
-    /// bytes given back. A failed unmap keeps the chunk; a failed release
-    /// keeps the handle for the next try.
-    fn give_back(&self, state: &mut State<P::Fence>, keep: usize) -> usize {
-        if self.opts.keep_chunks {
-            return 0;
-        }
-        self.unmap_idle(state, keep)
-    }
-
-    /// [`give_back`](Arena::give_back) whatever the runtime's faults (at
-    /// drop, where nothing else would ever free the chunks).
-    fn unmap_idle(&self, state: &mut State<P::Fence>, keep: usize) -> usize {
-        let mut retry = std::mem::take(&mut state.unreleased);
-        let spent = &mut state.counters.vmm;
-        retry.retain(|&(h, _)| {
-            // SAFETY: unmapped, not released yet.
-            timed(spent, || unsafe { self.phys.release(h) }).is_err()
-        });
-        state.unreleased = retry;
-        let mut idle = state.book.idle_chunks();
-        let mut left: usize = idle.iter().map(|(_, c)| c.len).sum();
-        idle.sort_by_key(|(a, c)| (c.len, *a));
-        let mut given = 0;
-        for (addr, chunk) in idle {
-            if left <= keep {
-                break;
-            }
-            // SAFETY: one mapping; idle means every free in it completed
-            // and nothing is live there.
-            if unsafe { self.drop_chunk(state, addr, chunk.len, Book::remove_chunk) } {
-                left -= chunk.len;
-                given += chunk.len;
-            }
-        }
-        given
     }
 
     /// Waits for every stream's frees, then gives back idle chunks down to
@@ -694,23 +504,6 @@ impl<P: Phys> Arena<P> {
         Ok(true)
     }
 
-    /// Grants `peer` access to every chunk now and every chunk mapped later.
-    pub(crate) fn grant(&self, peer: usize) -> Result<()> {
-        let mut state = self.lock();
-        if state.peers.contains(&peer) {
-            return Ok(());
-        }
-        let chunks: Vec<_> = state.book.chunks().collect();
-        for (a, c) in chunks {
-            // SAFETY: a mapped chunk.
-            timed(&mut state.counters.vmm, || unsafe {
-                self.phys.grant(a, c.len, peer)
-            })?;
-        }
-        state.peers.push(peer);
-        Ok(())
-    }
-
     /// The mapped chunks, in address order: (base, bytes).
     pub(crate) fn segments(&self) -> Vec<(Addr, usize)> {
         self.lock().book.chunks().map(|(a, c)| (a, c.len)).collect()
@@ -742,6 +535,7 @@ impl<P: Phys> Drop for Arena<P> {
                 last: None,
                 retired: Vec::new(),
                 unreleased: Vec::new(),
+                orphans: Vec::new(),
                 counters: Counters::default(),
                 peers: Vec::new(),
             },
@@ -750,7 +544,9 @@ impl<P: Phys> Drop for Arena<P> {
         self.collect(&mut state_taken, true);
         self.unmap_ghosts(&mut state_taken);
         self.unmap_idle(&mut state_taken, 0);
-        let all_back = state_taken.book.mapped_bytes == 0 && state_taken.unreleased.is_empty();
+        let all_back = state_taken.book.mapped_bytes == 0
+            && state_taken.unreleased.is_empty()
+            && state_taken.orphans.is_empty();
         if !all_back {
             record_drop_error(Err(Error::invalid(
                 "an arena could not give back all of its memory at drop".to_string(),

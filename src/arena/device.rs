@@ -27,9 +27,36 @@ pub(crate) struct DevicePhys {
     props: PhysProps,
 }
 
-// SAFETY: `map` maps the handle and grants read-write access to the device
-// and the peers, unmapping again if a grant fails; fences are events, whose
-// query answers complete only once the work before the record completed.
+/// Runs `f` with `stream`'s device current when the stream is the legacy
+/// default stream, whose handle (null, or `0x1`) the runtime reads as the
+/// legacy stream of the *current* device: a fence recorded or waited for
+/// from a thread with another device current would otherwise order that
+/// device's stream. Any other handle names its stream whatever is current.
+fn on_device<T>(stream: &Stream, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let raw = stream.as_raw() as usize;
+    if raw > 1 {
+        return f();
+    }
+    let want = stream.device();
+    let current = Device::current()?;
+    if current == want {
+        return f();
+    }
+    want.bind_to_thread()?;
+    let r = f();
+    // The device that was current a moment ago can be made current again;
+    // should the runtime refuse, the result of `f` still stands.
+    crate::error::record_drop_error(current.bind_to_thread());
+    r
+}
+
+// SAFETY: `map` maps the handle and `grant` grants read-write access (the
+// arena unmaps again if a grant fails); fences are events, whose query
+// answers complete only once the work before the record completed, and a
+// fence last recorded during a capture (a node of the graph, not a point
+// of a stream) is never complete and never waited on (`Event::record`
+// marks it, `is_complete` and `wait_on` refuse it). The legacy stream's
+// fences are recorded and waited for with its device current.
 unsafe impl Phys for DevicePhys {
     type Fence = Event;
 
@@ -51,25 +78,22 @@ unsafe impl Phys for DevicePhys {
         unsafe { Active::vmm_release(PhysHandle(handle)) }
     }
 
-    unsafe fn map(&self, addr: usize, bytes: usize, handle: u64, peers: &[usize]) -> Result<()> {
-        let ptr = DevicePtr(addr);
+    unsafe fn map(&self, addr: usize, bytes: usize, handle: u64) -> Result<()> {
         // SAFETY: the caller's guarantees.
-        unsafe { Active::vmm_map(ptr, bytes, PhysHandle(handle))? };
-        let granted = std::iter::once(self.props.device)
-            .chain(peers.iter().copied())
-            // SAFETY: mapped just above.
-            .try_for_each(|d| unsafe { Active::vmm_set_access(ptr, bytes, d, true) });
-        if let Err(e) = granted {
-            // SAFETY: mapped above, never handed out.
-            crate::error::record_drop_error(unsafe { Active::vmm_unmap(ptr, bytes) });
-            return Err(e);
-        }
-        Ok(())
+        unsafe { Active::vmm_map(DevicePtr(addr), bytes, PhysHandle(handle)) }
     }
 
-    unsafe fn grant(&self, addr: usize, bytes: usize, peer: usize) -> Result<()> {
+    unsafe fn grant(&self, addr: usize, bytes: usize, device: usize) -> Result<()> {
         // SAFETY: the caller's guarantees.
-        unsafe { Active::vmm_set_access(DevicePtr(addr), bytes, peer, true) }
+        unsafe { Active::vmm_set_access(DevicePtr(addr), bytes, device, true) }
+    }
+
+    fn device(&self) -> usize {
+        self.props.device
+    }
+
+    fn new_stream(&self) -> Result<Stream> {
+        Stream::new(&Device::get(self.props.device)?)
     }
 
     unsafe fn unmap(&self, addr: usize, bytes: usize) -> Result<()> {
@@ -82,7 +106,7 @@ unsafe impl Phys for DevicePhys {
     }
 
     fn record(&self, fence: &Event, stream: &Stream) -> Result<()> {
-        fence.record(stream)
+        on_device(stream, || fence.record(stream))
     }
 
     fn done(&self, fence: &Event) -> Result<bool> {
@@ -94,9 +118,13 @@ unsafe impl Phys for DevicePhys {
     }
 
     fn wait_on(&self, stream: &Stream, fence: &Event) -> Result<()> {
+        // A fence recorded in a capture is a node of that graph: waiting on
+        // it would pull `stream` into the capture, with no order between
+        // the streams' work at all.
+        fence.refuse_if_captured("an arena's device wait")?;
         // A capturing stream refuses (`Error::Capture`): the arena then
         // grows instead.
-        stream.wait_event(fence)
+        on_device(stream, || stream.wait_event(fence))
     }
 }
 

@@ -6,8 +6,23 @@
 //! device for the free (a device wait orders the waiting stream's later
 //! work after the fence, and completing that work completes what it waited
 //! for).
+//!
+//! It models what a device does with stream handles and captures, so that
+//! the arena's mistakes there fail a test:
+//!
+//! * the per-thread default stream (`0x2`) is another stream on every
+//!   thread: work, records and waits on it land on the calling thread's;
+//! * a destroyed stream's handle may name a new stream later
+//!   ([`FakePhys::destroy`]); a record or wait on a destroyed stream is a
+//!   violation;
+//! * a fence recorded while its stream captures is a node of the graph:
+//!   it never completes for the host, and a stream that waits on it joins
+//!   the capture (a violation: nothing orders the two);
+//! * a map grants no access: memory handed out where the arena's device
+//!   has no access is a violation, as is unmapping memory of a live block.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::phys::Phys;
@@ -29,6 +44,7 @@ pub(crate) enum Op {
     Done,
     Wait,
     WaitOn,
+    NewStream,
 }
 
 /// A free the test told the fake about: `[addr, addr + len)` freed on
@@ -50,6 +66,16 @@ pub(crate) struct FakeVm {
     pub created: HashMap<u64, usize>,
     next_handle: u64,
     pub mapped: BTreeMap<usize, (usize, u64)>,
+    /// Mappings the arena's device may use (a grant to device 0).
+    access: HashSet<usize>,
+    /// Per stream handle, how many streams of that handle were destroyed
+    /// (the handle of a later one names a new stream).
+    generation: HashMap<usize, usize>,
+    /// Streams destroyed (by key).
+    destroyed: HashSet<usize>,
+    /// Fences last recorded during a capture (nodes of a graph).
+    captured: HashSet<u64>,
+    next_stream: usize,
     pub reservations: BTreeMap<usize, usize>,
     next_va: usize,
     /// Work enqueued per stream, and how much of it completed.
@@ -64,6 +90,8 @@ pub(crate) struct FakeVm {
     pending: Vec<PendingFree>,
     /// Live blocks' physical memory: (handle, offset, length, address).
     live_phys: Vec<(u64, usize, usize, usize)>,
+    /// Live blocks' addresses: address → length.
+    live_va: BTreeMap<usize, usize>,
     /// Calls to fail: (op, how many more calls of it succeed first).
     fail: Vec<(Op, u32)>,
     /// Random failures: one call in `n` of every op fails.
@@ -93,6 +121,7 @@ impl FakePhys {
                 next_handle: 1,
                 next_va: 0x7f00_0000_0000,
                 next_fence: 1,
+                next_stream: 0x5e_0000,
                 ..FakeVm::default()
             })),
         }
@@ -121,7 +150,8 @@ impl FakePhys {
     /// Work on `stream` (a use of memory): its queue grows by one.
     pub(crate) fn enqueue(&self, stream: &Stream) -> u64 {
         let mut vm = self.vm();
-        let m = vm.marks.entry(key(stream)).or_insert(0);
+        let k = vm.key(stream);
+        let m = vm.marks.entry(k).or_insert(0);
         *m += 1;
         *m
     }
@@ -129,9 +159,25 @@ impl FakePhys {
     /// The device completes everything queued on `stream` so far.
     pub(crate) fn complete(&self, stream: &Stream) {
         let mut vm = self.vm();
-        let m = vm.marks.get(&key(stream)).copied().unwrap_or(0);
-        vm.completed.insert(key(stream), m);
+        let k = vm.key(stream);
+        let m = vm.marks.get(&k).copied().unwrap_or(0);
+        vm.completed.insert(k, m);
         vm.propagate();
+    }
+
+    /// The stream is destroyed: a record or wait on its handle is a
+    /// violation until [`reuse`](FakePhys::reuse) gives the handle to a new
+    /// stream.
+    pub(crate) fn destroy(&self, stream: &Stream) {
+        let mut vm = self.vm();
+        let k = vm.key(stream);
+        vm.destroyed.insert(k);
+    }
+
+    /// A new stream got the handle of a destroyed one: work on the handle
+    /// from now on is that stream's.
+    pub(crate) fn reuse(&self, stream: &Stream) {
+        *self.vm().generation.entry(stream.as_raw() as usize).or_insert(0) += 1;
     }
 
     /// The block `[addr, addr + len)` was freed on `stream` (after its last
@@ -142,10 +188,12 @@ impl FakePhys {
         let mut vm = self.vm();
         let phys = vm.phys(addr, len);
         vm.live_phys.retain(|l| l.3 != addr);
+        vm.live_va.remove(&addr);
+        let stream = vm.key(stream);
         vm.pending.push(PendingFree {
             addr,
             len,
-            stream: key(stream),
+            stream,
             mark,
             phys,
         });
@@ -156,7 +204,7 @@ impl FakePhys {
     pub(crate) fn handed(&self, addr: usize, len: usize, stream: &Stream) {
         let mut vm = self.vm();
         vm.settle();
-        let s = key(stream);
+        let s = vm.key(stream);
         let phys = vm.phys(addr, len);
         let touches = |other: &[(u64, usize, usize)]| {
             other
@@ -195,11 +243,19 @@ impl FakePhys {
         for (h, o, l) in phys {
             vm.live_phys.push((h, o, l, addr));
         }
-        // Every byte mapped.
+        vm.live_va.insert(addr, len);
+        // Every byte mapped, with access.
         let mut at = addr;
         while at < addr + len {
             match vm.mapped.range(..=at).next_back() {
-                Some((&a, &(l, _))) if a + l > at => at = a + l,
+                Some((&a, &(l, _))) if a + l > at => {
+                    if !vm.access.contains(&a) {
+                        vm.violations.push(format!(
+                            "[{addr:#x}, +{len}) handed out but the device has no access to {a:#x}"
+                        ));
+                    }
+                    at = a + l;
+                }
                 _ => {
                     vm.violations.push(format!(
                         "[{addr:#x}, +{len}) handed out but {at:#x} is not mapped"
@@ -249,8 +305,23 @@ impl FakePhys {
     }
 }
 
-fn key(stream: &Stream) -> usize {
-    stream.as_raw() as usize
+thread_local! {
+    /// This thread's number, for its per-thread default stream.
+    static THREAD: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Numbers the threads that touch a per-thread default stream.
+static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
+/// The calling thread's per-thread default stream, as a key of its own.
+fn per_thread_key() -> usize {
+    let n = THREAD.with(|t| {
+        if t.get() == 0 {
+            t.set(THREADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        }
+        t.get()
+    });
+    0x2_0000_0000_0000 + (n << 4)
 }
 
 fn overlaps(a: usize, al: usize, b: usize, bl: usize) -> bool {
@@ -266,6 +337,24 @@ fn oom(bytes: usize) -> Error {
 }
 
 impl FakeVm {
+    /// The stream a handle names on the calling thread, now: the thread's
+    /// own for the per-thread default stream, and the latest stream of the
+    /// handle for any other.
+    fn key(&self, stream: &Stream) -> usize {
+        let raw = stream.as_raw() as usize;
+        if raw == crate::stream::PER_THREAD {
+            return per_thread_key();
+        }
+        raw + (self.generation.get(&raw).copied().unwrap_or(0) << 48)
+    }
+
+    /// A violation if `stream` (by key) was destroyed.
+    fn alive(&mut self, k: usize, what: &str) {
+        if self.destroyed.contains(&k) {
+            self.violations.push(format!("{what} on destroyed stream {k:#x}"));
+        }
+    }
+
     /// The physical memory behind `[addr, addr + len)`: (handle, offset,
     /// length) pieces, of the mappings that cover it.
     fn phys(&self, addr: usize, len: usize) -> Vec<(u64, usize, usize)> {
@@ -381,7 +470,7 @@ unsafe impl Phys for FakePhys {
         Ok(())
     }
 
-    unsafe fn map(&self, addr: usize, bytes: usize, handle: u64, _peers: &[usize]) -> Result<()> {
+    unsafe fn map(&self, addr: usize, bytes: usize, handle: u64) -> Result<()> {
         self.call(Op::Map)?;
         let mut vm = self.vm();
         if vm.created.get(&handle) != Some(&bytes) {
@@ -407,13 +496,26 @@ unsafe impl Phys for FakePhys {
         Ok(())
     }
 
-    unsafe fn grant(&self, addr: usize, _bytes: usize, _peer: usize) -> Result<()> {
+    unsafe fn grant(&self, addr: usize, _bytes: usize, device: usize) -> Result<()> {
         self.call(Op::Grant)?;
         let mut vm = self.vm();
         if !vm.mapped.contains_key(&addr) {
             vm.violations.push(format!("grant on unmapped {addr:#x}"));
+        } else if device == 0 {
+            vm.access.insert(addr);
         }
         Ok(())
+    }
+
+    fn device(&self) -> usize {
+        0
+    }
+
+    fn new_stream(&self) -> Result<Stream> {
+        self.call(Op::NewStream)?;
+        let mut vm = self.vm();
+        vm.next_stream += 16;
+        Ok(Stream::fake(vm.next_stream, 0))
     }
 
     unsafe fn unmap(&self, addr: usize, bytes: usize) -> Result<()> {
@@ -432,6 +534,18 @@ unsafe impl Phys for FakePhys {
                 p.stream, p.addr, p.len
             ));
         }
+        let live: Vec<usize> = vm
+            .live_va
+            .range(..addr + bytes)
+            .filter(|&(&a, &l)| overlaps(a, l, addr, bytes))
+            .map(|(&a, _)| a)
+            .collect();
+        for l in live {
+            vm.violations.push(format!(
+                "[{addr:#x}, +{bytes}) unmapped under the live block at {l:#x}"
+            ));
+        }
+        vm.access.remove(&addr);
         match vm.mapped.remove(&addr) {
             Some((l, _)) if l == bytes => {}
             other => vm
@@ -452,15 +566,30 @@ unsafe impl Phys for FakePhys {
 
     fn record(&self, fence: &u64, stream: &Stream) -> Result<()> {
         self.call(Op::Record)?;
+        crate::testing::at_fake_record(stream);
+        let capturing = !matches!(
+            stream.ask_capture_status(),
+            Ok(crate::backend::CaptureStatus::None) | Err(_)
+        );
         let mut vm = self.vm();
-        let m = vm.marks.get(&key(stream)).copied().unwrap_or(0);
-        vm.fences.insert(*fence, Some((key(stream), m)));
+        let k = vm.key(stream);
+        vm.alive(k, "a record");
+        let m = vm.marks.get(&k).copied().unwrap_or(0);
+        vm.fences.insert(*fence, Some((k, m)));
+        if capturing {
+            vm.captured.insert(*fence);
+        } else {
+            vm.captured.remove(fence);
+        }
         Ok(())
     }
 
     fn done(&self, fence: &u64) -> Result<bool> {
         self.call(Op::Done)?;
         let mut vm = self.vm();
+        if vm.captured.contains(fence) {
+            return Err(Error::capture("a query of a fence recorded in a capture"));
+        }
         vm.propagate();
         Ok(match vm.fences.get(fence).copied().flatten() {
             Some((s, m)) => vm.completed.get(&s).copied().unwrap_or(0) >= m,
@@ -471,6 +600,9 @@ unsafe impl Phys for FakePhys {
     fn wait(&self, fence: &u64) -> Result<()> {
         self.call(Op::Wait)?;
         let mut vm = self.vm();
+        if vm.captured.contains(fence) {
+            return Err(Error::capture("a host wait on a fence recorded in a capture"));
+        }
         if let Some((s, m)) = vm.fences.get(fence).copied().flatten() {
             let c = vm.completed.entry(s).or_insert(0);
             *c = (*c).max(m);
@@ -482,12 +614,21 @@ unsafe impl Phys for FakePhys {
     fn wait_on(&self, stream: &Stream, fence: &u64) -> Result<()> {
         self.call(Op::WaitOn)?;
         let mut vm = self.vm();
+        let w = vm.key(stream);
+        vm.alive(w, "a wait");
+        if vm.captured.contains(fence) {
+            // A device joins the waiting stream to the capture: its work is
+            // then ordered after nothing of the other stream's.
+            vm.violations.push(format!(
+                "stream {w:#x} waited on a fence recorded in a capture (joined it)"
+            ));
+            return Ok(());
+        }
         if vm.drop_waits {
             return Ok(());
         }
         if let Some((s, m)) = vm.fences.get(fence).copied().flatten() {
             // The wait is a piece of the waiting stream's work.
-            let w = key(stream);
             let wm = {
                 let e = vm.marks.entry(w).or_insert(0);
                 *e += 1;

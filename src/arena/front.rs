@@ -1,15 +1,17 @@
 //! The arena as a [`MemoryResource`]: argument checks, captures routed to
-//! the device's pool (graph memory), and the pool again for an allocation
-//! the arena cannot serve (see [the module docs](super)).
+//! the device's pool (graph memory), the pool again for an allocation the
+//! arena cannot serve, and the frees made on the per-thread default stream
+//! relayed through a stream of the arena's own (see [the module
+//! docs](super)).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use super::core::Arena;
 use super::phys::Phys;
 use crate::device::Device;
-use crate::error::{InvalidReason, Result};
+use crate::error::{Error, InvalidReason, Result};
 use crate::resource::MemoryResource;
 use crate::stream::{Asked, Stream};
 
@@ -23,6 +25,9 @@ pub(crate) struct Front<P: Phys> {
     /// Allocations the pool served because the arena could not.
     pub(crate) stepped_aside: AtomicU64,
     said: AtomicBool,
+    /// The relay of frees made on the per-thread default stream: a stream
+    /// of the arena's own and a fence, made on first use.
+    relay: Mutex<Option<(Stream, P::Fence)>>,
     this: Weak<Front<P>>,
 }
 
@@ -34,6 +39,7 @@ impl<P: Phys> Front<P> {
             pool,
             stepped_aside: AtomicU64::new(0),
             said: AtomicBool::new(false),
+            relay: Mutex::new(None),
             this: this.clone(),
         })
     }
@@ -65,6 +71,30 @@ impl<P: Phys> Front<P> {
         }
     }
 
+    /// Frees the arena's block at `addr` that the calling thread freed on
+    /// its per-thread default stream (`stream`, not capturing): a fence is
+    /// recorded on that stream here, on the freeing thread, where the
+    /// handle names the stream that used the block; the relay stream waits
+    /// for it on the device, and the block is booked as freed on the
+    /// relay. The relay is one real stream, so its fences may be recorded
+    /// and waited for from any thread, as every arena stream's are. A
+    /// failure frees nothing (the block stays live).
+    fn free_per_thread(&self, addr: usize, bytes: usize, stream: &Stream) -> Result<()> {
+        let phys = &self.arena.phys;
+        let mut relay = self.relay.lock().unwrap_or_else(|p| p.into_inner());
+        let (relay_stream, fence) = match &mut *relay {
+            Some(r) => r,
+            None => {
+                let s = phys.new_stream()?;
+                let f = phys.new_fence(&s)?;
+                relay.insert((s, f))
+            }
+        };
+        phys.record(fence, stream)?;
+        phys.wait_on(relay_stream, fence)?;
+        self.arena.deallocate(addr, bytes, relay_stream)
+    }
+
     fn check(&self, bytes: usize, stream: &Stream, what: &str) -> Result<()> {
         if bytes == 0 {
             return Err(InvalidReason::ZeroBytes.error(format!("0-byte {what} of an arena")));
@@ -84,7 +114,11 @@ impl<P: Phys> Front<P> {
 // time, to a stream that may use it at once: its own frees are ordered
 // before the stream's later work, another stream's only once a fence shows
 // them complete (`Phys`'s contract); nothing is unmapped before every free
-// in it completed. (2) `deallocate` books the block as freed on `stream`.
+// in it completed. (2) `deallocate` books the block as freed on `stream`,
+// or, for the per-thread default stream, on the relay stream after it
+// waited on the device for an event recorded on the freeing thread's
+// per-thread stream at the free (so every use the caller ordered before
+// the free precedes the relay's later work).
 // Allocations the arena refuses are the pool's (its contract). (3) On a
 // capturing stream allocations are the pool's (graph memory); an arena block freed in a capture is freed only once the
 // graph and its executables are gone (`crate::graph::defer`).
@@ -126,12 +160,32 @@ unsafe impl<P: Phys> MemoryResource for Front<P> {
         let addr = ptr as usize;
         let capture = asked.capturing(stream)?;
         match capture {
+            // The per-thread default stream: relayed (see
+            // `free_per_thread`).
+            None if stream.is_per_thread_default() => {
+                if self.arena.owns(addr) {
+                    return self.free_per_thread(addr, bytes, stream);
+                }
+            }
             // Not capturing: the arena's free, under one lock with the
             // question whether the block is the arena's.
             None => {
                 if let Some(freed) = self.arena.deallocate_owned(addr, bytes, stream) {
                     return freed;
                 }
+            }
+            Some(c) if self.arena.owns(addr) && stream.is_per_thread_default() => {
+                // The graph may use the block on every replay, so its free
+                // must wait for the graph; but what the thread enqueued on
+                // its per-thread stream before the capture began can be
+                // marked only by a record on that thread, which the
+                // capture turns into a node of the graph. Refused: nothing
+                // is freed.
+                return Err(Error::capture(format!(
+                    "an arena block freed on the per-thread default stream while it captures \
+                     (capture {}): free it on the stream it was allocated on, or after the capture",
+                    c.id
+                )));
             }
             Some(c) if self.arena.owns(addr) => {
                 // Memory from outside the capture: the graph may use it on

@@ -27,8 +27,10 @@
 //! [`ArenaOptions::stream_waits`]: super::ArenaOptions::stream_waits
 
 use super::book::{Addr, Book, Free, Kind, Owner};
-use super::core::{timed, two, Arena, State};
+use super::core::{two, Arena, State};
+use super::mapping::MapFailed;
 use super::phys::Phys;
+use crate::error::Result;
 
 impl Book {
     /// Where `len` bytes of `kind` would fit for `slot` if some of
@@ -213,7 +215,9 @@ impl<P: Phys> Arena<P> {
     /// stream's queue (covering every free it made), and mapped into
     /// `[at, end)`, larger ones first. Returns where the window's unmapped
     /// part now begins. A refused record or wait takes nothing from that
-    /// stream; a refused map stops the moves (growth makes the rest).
+    /// stream; a refused map stops the moves (growth makes the rest); a map
+    /// that stayed although refused (see `Arena::map_usable`) is booked
+    /// and stops the growth with its error.
     pub(super) fn move_handed_over(
         &self,
         state: &mut State<P::Fence>,
@@ -221,7 +225,7 @@ impl<P: Phys> Arena<P> {
         kind: Kind,
         mut at: Addr,
         end: Addr,
-    ) -> Addr {
+    ) -> Result<Addr> {
         for s in 0..state.entries.len() as u32 {
             if s == slot || !state.book.waiting(s) || at == end {
                 continue;
@@ -234,12 +238,8 @@ impl<P: Phys> Arena<P> {
             }
             chunks.sort_by_key(|(a, c)| (std::cmp::Reverse(c.len), *a));
             let State {
-                entries,
-                counters,
-                book,
-                peers,
-                ..
-            } = state;
+                entries, counters, ..
+            } = &mut *state;
             let (me, other) = two(entries, slot, s);
             if !matches!(other.stream.capturing(), Ok(None)) {
                 continue;
@@ -249,7 +249,7 @@ impl<P: Phys> Arena<P> {
             };
             counters.fences += 1;
             if self.phys.wait_on(&me.stream, f).is_err() {
-                return at;
+                return Ok(at);
             }
             counters.handovers += 1;
             for (from, c) in chunks {
@@ -257,22 +257,23 @@ impl<P: Phys> Arena<P> {
                     continue;
                 }
                 // SAFETY: as for the moves of `grow`.
-                if timed(&mut counters.vmm, || unsafe {
-                    self.phys.map(at, c.len, c.handle, peers)
-                })
-                .is_err()
-                {
-                    return at;
+                match unsafe { self.map_usable(state, at, c.len, c.handle) } {
+                    Ok(()) => {}
+                    Err(MapFailed { stuck: false, .. }) => return Ok(at),
+                    Err(MapFailed { error, stuck: true }) => {
+                        state.book.add_stuck(at, c.len, kind, c.handle);
+                        return Err(error);
+                    }
                 }
-                counters.moves += 1;
-                counters.moved_over += 1;
-                book.move_chunk(from, at, kind, slot);
+                state.counters.moves += 1;
+                state.counters.moved_over += 1;
+                state.book.move_chunk(from, at, kind, slot);
                 at += c.len;
                 if at == end {
                     break;
                 }
             }
         }
-        at
+        Ok(at)
     }
 }

@@ -62,8 +62,18 @@
 //!   step. The refusal is [`Error::OutOfMemory`](crate::Error::OutOfMemory) with the arena's
 //!   [`ArenaStats`] in `arena`.
 //! * **The per-thread default stream** (`cudaStreamPerThread`, which names
-//!   another stream on every thread) is served by the device's pool: the
-//!   arena keys frees by stream.
+//!   another stream on every thread) is never one of the arena's streams:
+//!   the arena keys frees by stream and records its fences from whichever
+//!   thread allocates. Allocations on it come from the device's pool. An
+//!   arena block freed on it is marked there by an event recorded at the
+//!   free, on the freeing thread; a stream of the arena's own waits for
+//!   that event on the device and the block is freed on that stream. Such
+//!   a free while the per-thread stream captures is refused
+//!   ([`Error::Capture`](crate::Error::Capture); nothing is freed): free it
+//!   on its own stream, or after the capture.
+//! * **The legacy default stream** (null, or `0x1`) is one arena stream per
+//!   device; its fences are recorded and waited for with that device made
+//!   current.
 //! * **Capture.** An allocation on a capturing stream is graph memory from
 //!   the device's default pool (the vendor's graph-memory path, as for a
 //!   pool); an arena block freed during a capture is freed once the graph
@@ -72,8 +82,14 @@
 //!   skipped), and does so from whichever thread allocates: as for the
 //!   cache tier's recovery from out of memory, a capture of one of its
 //!   streams should not begin while another thread allocates from the
-//!   arena (if one does begin in between, the event becomes a node of the
-//!   graph, and the arena treats it as never complete).
+//!   arena (if one does begin in between, the event may become a node of
+//!   the graph: the arena asks again after the record, and a capture seen
+//!   then makes the event count as the graph's, never complete and never
+//!   waited for by another stream, until it is recorded again).
+//! * **Failed virtual-memory calls.** A map whose access grant fails is
+//!   unmapped again; if that unmap fails too, the mapping is kept in the
+//!   books (nothing maps over it, its memory is not released while mapped)
+//!   and unmapped at a later growth or trim.
 //! * **NCCL and IPC.** Chunks are made shareable as POSIX file descriptors
 //!   (and GPUDirect-RDMA-capable where the device says so), so the vendor
 //!   can name the physical allocation behind any arena address
@@ -114,6 +130,7 @@ mod front;
 mod growth;
 mod handover;
 mod index;
+mod mapping;
 mod moves;
 mod phys;
 
@@ -127,6 +144,8 @@ mod fake;
 mod growth_tests;
 #[cfg(test)]
 mod replay_tests;
+#[cfg(test)]
+mod soundness_tests;
 #[cfg(test)]
 mod tests;
 

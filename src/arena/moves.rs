@@ -142,8 +142,28 @@ impl Book {
             .collect()
     }
 
-    /// Forgets the ghost at `addr` (the arena unmapped it).
-    pub(crate) fn remove_ghost(&mut self, addr: Addr) {
+    /// Books `[addr, addr + len)`, where `handle` stayed mapped after a map
+    /// whose access grant and undoing unmap were both refused (see
+    /// `Arena::map_usable`), as a ghost with nothing pending: nothing maps
+    /// over it, the handle's chunk elsewhere (if it has one) is not given
+    /// back while it stays, and the arena's next `unmap_ghosts` tries to
+    /// unmap it.
+    pub(crate) fn add_stuck(&mut self, addr: Addr, len: usize, kind: Kind, handle: u64) {
+        debug_assert!(self.unmapped(addr, len));
+        self.chunks.insert(
+            addr,
+            Chunk {
+                len,
+                kind,
+                handle,
+                ghost: Some((Owner::Any, 0)),
+            },
+        );
+        *self.ghost_handles.entry(handle as usize).or_insert(0) += 1;
+    }
+
+    /// Forgets the ghost at `addr` (the arena unmapped it); its handle.
+    pub(crate) fn remove_ghost(&mut self, addr: Addr) -> u64 {
         let c = self.chunks.remove(&addr).expect("a ghost"); // ok: `ghosts_done` lists only chunks of the map
         assert!(
             matches!(c.ghost, Some((Owner::Any, _))),
@@ -154,5 +174,6 @@ impl Book {
         if *n == 0 {
             self.ghost_handles.remove(&(c.handle as usize));
         }
+        c.handle
     }
 }

@@ -13,8 +13,9 @@ use crate::stream::Stream;
 ///
 /// The arena hands out the addresses an implementation maps as memory that
 /// work on the device reads and writes: `map` must leave `[addr, addr +
-/// bytes)` backed by the handle's memory and usable by the arena's device
-/// (and the peers named), and a fence's `done` may answer `true` only once
+/// bytes)` backed by the handle's memory, and a successful `grant` must
+/// make a mapped range usable by the device named; a fence's `done` may
+/// answer `true` only once
 /// every piece of work enqueued on its stream before the record has
 /// completed on the device; after `wait_on` succeeds, no work enqueued on
 /// the waiting stream afterwards may begin on the device before the
@@ -37,17 +38,24 @@ pub(crate) unsafe trait Phys: Send + Sync + 'static {
     /// # Safety
     /// From `create`, released once, not mapped.
     unsafe fn release(&self, handle: u64) -> Result<()>;
-    /// Maps `handle` (of `bytes`) at `addr` and grants read-write access to
-    /// the arena's device and to `peers`. On failure nothing is left mapped.
+    /// Maps `handle` (of `bytes`) at `addr`, with no access granted yet
+    /// (the arena grants it: see `Arena::map_usable`). On failure nothing
+    /// is mapped.
     ///
     /// # Safety
     /// `[addr, addr + bytes)` lies in a reservation and is unmapped.
-    unsafe fn map(&self, addr: usize, bytes: usize, handle: u64, peers: &[usize]) -> Result<()>;
-    /// Grants `peer` read-write access to a mapped range.
+    unsafe fn map(&self, addr: usize, bytes: usize, handle: u64) -> Result<()>;
+    /// Grants device `device` (the arena's own, [`Phys::device`], or a
+    /// peer) read-write access to a mapped range.
     ///
     /// # Safety
     /// The range is mapped.
-    unsafe fn grant(&self, addr: usize, bytes: usize, peer: usize) -> Result<()>;
+    unsafe fn grant(&self, addr: usize, bytes: usize, device: usize) -> Result<()>;
+    /// The ordinal of the arena's device.
+    fn device(&self) -> usize;
+    /// A stream of the arena's own, on its device: the relay of the frees
+    /// made on the per-thread default stream (see `Front`).
+    fn new_stream(&self) -> Result<Stream>;
     /// Unmaps a mapping made by `map`.
     ///
     /// # Safety

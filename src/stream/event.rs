@@ -9,6 +9,10 @@ use crate::device::Device;
 use crate::error::{record_drop_error, Error, Result};
 use crate::Active;
 
+/// The capture id an event gets when the question whether its record fell
+/// into a capture failed: treated as a capture's.
+const UNKNOWN_CAPTURE: u64 = u64::MAX;
+
 /// A marker in a stream's queue; used to order streams and to time work.
 #[derive(Debug)]
 pub struct Event {
@@ -90,13 +94,43 @@ impl Event {
         #[cfg(test)]
         if let Some(domain) = self.fake.or(stream.fake_domain()) {
             crate::testing::fault_point(Some(domain), crate::testing::Call::Event)?;
+            crate::testing::at_fake_record(stream);
             crate::testing::fake_event_recorded(self.as_raw() as usize, stream.as_raw() as usize);
-            self.capture_id.store(id, Ordering::Relaxed);
-            return Ok(());
+            return self.recorded(stream, id);
         }
         Active::event_record(self.raw, stream.raw())?;
-        self.capture_id.store(id, Ordering::Relaxed);
-        Ok(())
+        self.recorded(stream, id)
+    }
+
+    /// Notes the capture the record just made on `stream` belongs to:
+    /// `before`, what the stream said before the record, or, if it said
+    /// none, what it says now. Another thread may begin a capture of the
+    /// stream between that question and the record, which then makes a
+    /// node of the graph instead of a point of the stream; a capture seen
+    /// after the record is taken to hold it (if the record came first, the
+    /// event is only refused for host queries and device waits until it is
+    /// recorded again). If the question fails, the event is marked as of
+    /// an unknown capture, and the error returned.
+    fn recorded(&self, stream: &Stream, before: u64) -> Result<()> {
+        let id = if before != 0 {
+            Ok(before)
+        } else {
+            stream.capturing().map(|c| c.map_or(0, |c| c.id))
+        };
+        self.capture_id
+            .store(*id.as_ref().unwrap_or(&UNKNOWN_CAPTURE), Ordering::Relaxed);
+        id.map(|_| ())
+    }
+
+    /// [`Error::Capture`] if the event was last recorded during a capture
+    /// (or may have been): `what` cannot use it as a point of a stream.
+    pub(crate) fn refuse_if_captured(&self, what: &str) -> Result<()> {
+        match self.capture_id.load(Ordering::Relaxed) {
+            0 => Ok(()),
+            id => Err(Error::capture(format!(
+                "{what} on an event recorded in capture {id}"
+            ))),
+        }
     }
 
     /// Makes `stream` wait for this event; same as [`Stream::wait_event`].

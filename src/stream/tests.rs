@@ -206,3 +206,22 @@ mod questions {
         t.fake.assert_clean();
     }
 }
+
+/// Another thread begins a capture of the stream between `record`'s
+/// question and the record itself: the event counts as the capture's (no
+/// host query, no device wait as a point of the stream) until it is
+/// recorded again outside a capture.
+#[test]
+fn an_event_recorded_as_a_capture_begins_is_the_captures() {
+    let s = Stream::fake(0x5e_c000, 0);
+    let e = Event::for_stream(&s, false).unwrap();
+    crate::testing::begin_capture_at_next_record(&s, 0x77);
+    e.record(&s).unwrap();
+    assert!(matches!(e.is_complete(), Err(Error::Capture { .. })));
+    assert!(matches!(e.synchronize(), Err(Error::Capture { .. })));
+    assert!(e.refuse_if_captured("a wait").is_err());
+    s.set_fake_capture(crate::capture::CaptureStatus::None, 0);
+    e.record(&s).unwrap();
+    assert!(e.is_complete().is_ok());
+    assert!(e.refuse_if_captured("a wait").is_ok());
+}
