@@ -281,9 +281,17 @@ impl DeviceState {
                 return self.allocate_on(entry, size);
             }
         }
+        // A stream seen for the first time: registered, then served under
+        // the read lock as well, so that an allocation never uses an entry
+        // that a forget of the stream has removed (`Streams::forget`). Should
+        // such a forget come between the two, the stream is registered anew.
         let _current = DeviceGuard::set(&self.device)?;
-        let entry = self.entry(key)?;
-        self.allocate_on(&entry, size)
+        loop {
+            self.entry(key)?;
+            if let Some(entry) = self.streams.read().get(&key) {
+                return self.allocate_on(entry, size);
+            }
+        }
     }
 
     /// A planned slot of the stream's plan served with no runtime call
@@ -437,7 +445,10 @@ impl DeviceState {
     }
 
     /// Forgets a stream: its cached blocks go back (on it), the arena waits
-    /// for its frees and lets it go, its entry is dropped. `false`: unknown.
+    /// for its frees and lets it go, and then its entry is dropped; if the
+    /// tier or the arena fails, the stream stays registered and a second
+    /// call tries again (the order, and why no allocation undoes it:
+    /// `Streams::forget`). `false`: unknown.
     pub fn forget(&self, stream: *mut c_void) -> Result<bool, CapiError> {
         let key = key_of(stream);
         // A stream whose plan has live blocks stays: their frees need it.
