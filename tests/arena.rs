@@ -5,12 +5,13 @@
 
 mod support;
 
+use std::ffi::c_void;
 use std::sync::Arc;
 
-use somalloc::testkit::{vmm_handle_check, TestKernels};
+use somalloc::testkit::{vmm_handle_check, RawRange, TestKernels};
 use somalloc::{
-    ArenaOptions, CacheConfig, CacheTier, CaptureMode, Device, DeviceBuffer, Error, MemoryResource, Stream,
-    VmmArena,
+    ArenaOptions, CacheConfig, CacheTier, CaptureMode, Device, DeviceBuffer, Error, Event, MemoryResource,
+    Stream, VmmArena,
 };
 use support::{device_or_skip, say};
 
@@ -119,6 +120,69 @@ fn another_stream_never_gets_a_block_still_in_use() {
     }
     a.synchronize().unwrap();
     b.synchronize().unwrap();
+}
+
+/// A block that one thread used on its per-thread default stream and freed
+/// there, while its work still runs, goes to another thread's stream only
+/// after that work: the per-thread handle names another stream on every
+/// thread, so only a mark made on the freeing thread can order the reuse.
+#[test]
+fn a_free_on_the_per_thread_stream_orders_the_next_user() {
+    let Some((dev, arena, k)) = arena_or_skip(
+        "a_free_on_the_per_thread_stream_orders_the_next_user",
+        ArenaOptions::default(),
+    ) else {
+        return;
+    };
+    let s = Stream::new(&dev).unwrap();
+    let n = 20 * MIB;
+    let mut reused = 0;
+    for round in 0..6u32 {
+        let x = arena.allocate(n, &s).unwrap() as usize;
+        s.synchronize().unwrap();
+        let done = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    dev.bind_to_thread().unwrap();
+                    // SAFETY: used on this thread only, with `dev` current.
+                    let p = unsafe { Stream::per_thread_default(&dev) };
+                    // SAFETY: `x` is live until the free below, which is
+                    // ordered after these kernels on `p`; `s` is idle.
+                    let mut r = unsafe { RawRange::new(x as *mut c_void, n, &p) };
+                    k.spin(50_000_000, &p).unwrap();
+                    k.fill(&mut r, round, &p).unwrap();
+                    let ev = Event::new(&dev).unwrap();
+                    ev.record(&p).unwrap();
+                    // SAFETY: allocated above, freed once, after its last
+                    // use on `p`.
+                    unsafe { arena.deallocate(x as *mut c_void, n, &p).unwrap() };
+                    ev
+                })
+                .join()
+                .unwrap()
+        });
+        let t = Stream::new(&dev).unwrap();
+        let y = arena.allocate(n, &t).unwrap() as usize;
+        // SAFETY: live until its free below, after these kernels on `t`.
+        let mut ry = unsafe { RawRange::new(y as *mut c_void, n, &t) };
+        k.fill(&mut ry, 9999, &t).unwrap();
+        t.synchronize().unwrap();
+        if y == x {
+            reused += 1;
+            assert!(
+                done.is_complete().unwrap(),
+                "round {round}: the block was reused before the per-thread stream's work completed"
+            );
+        }
+        assert_eq!(k.verify(&ry, 9999, &t).unwrap(), 0, "round {round}: overwritten");
+        // SAFETY: allocated above, freed once, after its last use on `t`.
+        unsafe { arena.deallocate(y as *mut c_void, n, &t).unwrap() };
+        t.synchronize().unwrap();
+    }
+    assert_eq!(arena.stats().live_blocks, 0);
+    say(&format!(
+        "a_free_on_the_per_thread_stream_orders_the_next_user: reused the freed block in {reused} of 6 rounds"
+    ));
 }
 
 /// Stream A's frees lie between its live blocks, still in use by a
