@@ -124,8 +124,9 @@ impl<E> Streams<E> {
     /// let go of. Either way, once this returns `Ok`, nothing that came
     /// through the removed entry is left in the tier or the arena. The
     /// calls that hold an entry outside the lock (the frees not served
-    /// under it, a trace's device time) are calls on the stream, which the
-    /// header's contract orders before `somalloc_stream_forget`.
+    /// under it, which go back on the block's own stream, and a trace's
+    /// device time) put work on the stream itself, which the header's
+    /// contract orders before `somalloc_stream_forget`.
     ///
     /// If another forget of the same stream removed the entry in between,
     /// there is nothing left to do: this call let go of it in its first
