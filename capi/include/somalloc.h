@@ -221,6 +221,10 @@ typedef struct {
   // time they waited for it in all, in nanoseconds.
   uint64_t arena_lock_waits;
   uint64_t arena_lock_wait_ns;
+  // Every call of the arena to the runtime's virtual-memory API so far
+  // (reserving, making, mapping, granting access, unmapping, releasing;
+  // refused calls too): once a program's steps are warm it stays put.
+  uint64_t arena_vmm_calls;
 } SomallocStats;
 
 // One mapped chunk of a device's virtual-memory arena (`pool:vmm`): see

@@ -130,6 +130,7 @@ impl DeviceState {
         s.arena_vmm_ns = u64::try_from(a.vmm_time.as_nanos()).unwrap_or(u64::MAX);
         s.arena_lock_waits = a.lock_waits;
         s.arena_lock_wait_ns = u64::try_from(a.lock_wait_time.as_nanos()).unwrap_or(u64::MAX);
+        s.arena_vmm_calls = a.vmm_calls;
     }
 
     /// The arena's mapped chunks in address order (none without an arena).

@@ -179,6 +179,10 @@ pub struct SomallocStats {
     /// time they waited for it in all, in nanoseconds.
     pub arena_lock_waits: u64,
     pub arena_lock_wait_ns: u64,
+    /// Every call of the arena to the runtime's virtual-memory API so far
+    /// (reserving, making, mapping, granting access, unmapping, releasing;
+    /// refused calls too): once a program's steps are warm it stays put.
+    pub arena_vmm_calls: u64,
 }
 
 /// One mapped chunk of a device's virtual-memory arena (`pool:vmm`): see

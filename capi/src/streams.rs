@@ -15,10 +15,10 @@ use crate::registry::AddrMap;
 
 /// The legacy default stream's handles (null, and `0x1`,
 /// `cudaStreamLegacy`): one key.
-pub const LEGACY: usize = 0;
-pub const LEGACY_ALIAS: usize = 0x1;
+pub(crate) const LEGACY: usize = 0;
+pub(crate) const LEGACY_ALIAS: usize = 0x1;
 /// The per-thread default stream's handle.
-pub const PER_THREAD: usize = 0x2;
+pub(crate) const PER_THREAD: usize = 0x2;
 
 /// The key of a stream handle: the legacy stream's two handles name one
 /// stream.

@@ -244,7 +244,7 @@ fn the_header_lays_out_the_structs_as_the_library() {
         arena_enabled, arena_mapped_bytes, arena_mapped_peak_bytes, arena_reserved_bytes,
         arena_largest_free_bytes, arena_fragmentation_ppm, arena_idle_bytes, arena_maps,
         arena_unmaps, arena_pool_allocations, arena_moves, arena_stream_waits, arena_vmm_ns,
-        arena_lock_waits, arena_lock_wait_ns,
+        arena_lock_waits, arena_lock_wait_ns, arena_vmm_calls,
     );
     let segment = offsets!(SomallocSegment: address, bytes);
     for (i, (name, at)) in stats.iter().enumerate() {

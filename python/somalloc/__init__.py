@@ -146,7 +146,8 @@ def stats(device=None):
     stream's frees instead of growing, ``arena_vmm_ns``, the host's time in
     its virtual-memory calls, and ``arena_lock_waits`` and
     ``arena_lock_wait_ns``, the calls that found it busy with another
-    thread's call and their time waiting)."""
+    thread's call and their time waiting, and ``arena_vmm_calls``, its
+    calls of the runtime's virtual-memory API)."""
     return _native.stats(_device(device))
 
 

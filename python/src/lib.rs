@@ -124,6 +124,7 @@ fn stats<'py>(py: Python<'py>, device: i32) -> PyResult<Bound<'py, PyDict>> {
         ("arena_vmm_ns", s.arena_vmm_ns),
         ("arena_lock_waits", s.arena_lock_waits),
         ("arena_lock_wait_ns", s.arena_lock_wait_ns),
+        ("arena_vmm_calls", s.arena_vmm_calls),
     ];
     for (k, v) in fields {
         d.set_item(k, v)?;
