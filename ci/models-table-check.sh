@@ -66,11 +66,18 @@ for bad in ("", "a", "1-", "5-2", "1,,2"):
     except ValueError:
         continue
     raise AssertionError("accepted %r" % bad)
-c = m.Clocks(types.SimpleNamespace(pci_domain_id=0, pci_bus_id=0, pci_device_id=0))
+import models_child  # beside models.py, which put its folder on the path
+c = models_child.Clocks(types.SimpleNamespace(pci_domain_id=0, pci_bus_id=0, pci_device_id=0))
 if c.lib is None:
     assert c.sm_mhz() is None and c.reasons() is None
 assert m.clock({"step_sm_mhz": [0] * 5 + [1980, 1755, None]}) == "  SM 1755-1980 MHz"
 assert m.clock({"step_ms": [1.0]}) == ""
+# The arena's virtual-memory calls once warm: a step after step 3, or per
+# 100 allocations over the second half of the requests.
+arena = {"somalloc": {"arena_enabled": 1}}
+assert m.vm_calls(dict(arena, workload="gpt2", step_arena_vmm_calls=[10, 20, 30, 30, 36])) == "  VM calls 3.0 a step after step 3"
+assert m.vm_calls(dict(arena, workload="infer", step_arena_vmm_calls=[5, 9, 9, 10], step_allocations=[100, 200, 300, 400])) == "  VM calls 0.50 per 100 allocations in the second half"
+assert m.vm_calls({"workload": "gpt2", "step_arena_vmm_calls": [1, 2, 3, 4]}) == ""
 PY
 if err=$(python3 benches/models.py --cpus 5-2 --out "$out/cpus" 2>&1); then
   echo "models-table-check: --cpus 5-2 was not refused" >&2

@@ -22,7 +22,7 @@ cc -std=c11 -O1 -Wall -Wextra -Werror -Icapi/include -Icapi/tests/c capi/tests/c
   -L"$dir" -lsomalloc -Wl,-rpath,'$ORIGIN' -ldl
 cc -std=c11 -O2 -Wall -Wextra -Werror -Icapi/include -Icapi/tests/c benches/capi_cost.c -o "$dir/capi_cost" \
   -L"$dir" -lsomalloc -Wl,-rpath,'$ORIGIN' -ldl
-cp python/tests/torch_gpu.py python/tests/cupy_gpu.py python/tests/plan_gpu.py python/tests/vmm_gpu.py python/tests/mempool_gpu.py python/tests/snapshot_gpu.py python/tests/gpu-run.sh benches/models.py "$dir/"
+cp python/tests/torch_gpu.py python/tests/cupy_gpu.py python/tests/plan_gpu.py python/tests/vmm_gpu.py python/tests/mempool_gpu.py python/tests/snapshot_gpu.py python/tests/gpu-run.sh benches/models.py benches/models_child.py "$dir/"
 # The two-GPU scripts (gpu-run.sh runs them where two GPUs are visible).
 cp python/tests/ddp_gpu.py python/tests/ddp_gpu_check.py python/tests/nccl_reg_gpu.py "$dir/"
 # The trace tool, to read the C program's recorded trace back.
