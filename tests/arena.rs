@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use somalloc::testkit::{vmm_handle_check, RawRange, TestKernels};
 use somalloc::{
-    ArenaOptions, CacheConfig, CacheTier, CaptureMode, Device, DeviceBuffer, Error, Event, MemoryResource,
-    Stream, VmmArena,
+    ArenaOptions, CacheConfig, CacheTier, CaptureMode, Device, DeviceBuffer, Error, Event, MemPool,
+    MemoryResource, Stream, VmmArena,
 };
 use support::{device_or_skip, say};
 
@@ -120,6 +120,48 @@ fn another_stream_never_gets_a_block_still_in_use() {
     }
     a.synchronize().unwrap();
     b.synchronize().unwrap();
+}
+
+/// Where the program configured nothing, the arena serves a device unless
+/// the runtime could not give its memory back (ROCm faults, by version);
+/// then `VmmArena::as_default` says so while `VmmArena::with_pool` still
+/// makes an arena that keeps its chunks. `SOMALLOC_EXPECT_DEFAULT_ARENA`
+/// (`serve` or `aside`) makes the run assert which way it went (the
+/// HIP-on-CUDA run sets it with the versions it reports).
+#[test]
+fn the_default_arena_serves_unless_memory_could_not_go_back() {
+    const TEST: &str = "the_default_arena_serves_unless_memory_could_not_go_back";
+    let Some(dev) = device_or_skip(TEST) else {
+        return;
+    };
+    let pool = MemPool::default_for(&dev).unwrap();
+    let explicit = VmmArena::with_pool(pool.clone(), ArenaOptions::default());
+    let by_default = VmmArena::as_default(pool, ArenaOptions::default());
+    let went = match (explicit, by_default) {
+        (Err(e @ Error::Unsupported { .. }), Err(Error::Unsupported { .. })) => {
+            say(&format!("SKIP {TEST}: {e}"));
+            return;
+        }
+        (Ok(_), Ok(arena)) => {
+            let s = Stream::new(&dev).unwrap();
+            let p = arena.allocate(MIB, &s).unwrap();
+            assert!(arena.stats().mapped_bytes >= MIB);
+            // SAFETY: allocated above, freed once, nothing used it.
+            unsafe { arena.deallocate(p, MIB, &s).unwrap() };
+            s.synchronize().unwrap();
+            "serve"
+        }
+        (Ok(_), Err(e @ Error::Unsupported { .. })) => {
+            assert!(e.to_string().contains("give it back"), "{e}");
+            say(&format!("{TEST}: steps aside: {e}"));
+            "aside"
+        }
+        (a, b) => panic!("explicit {a:?}, by default {b:?}"),
+    };
+    say(&format!("{TEST}: {went}"));
+    if let Ok(want) = std::env::var("SOMALLOC_EXPECT_DEFAULT_ARENA") {
+        assert_eq!(went, want, "SOMALLOC_EXPECT_DEFAULT_ARENA");
+    }
 }
 
 /// A block that one thread used on its per-thread default stream and freed

@@ -29,13 +29,21 @@ pub fn arena_options(conf: &Conf) -> ArenaOptions {
         .stream_waits(conf.arena_stream_waits)
 }
 
-/// The arena of `pool`'s device for `pool:vmm`, with every peer that can
-/// reach the device granted access when `peer_access` is on. Where it
-/// cannot be made (no virtual-memory management, or a call the runtime
+/// The arena of `pool`'s device for `pool:vmm` (or, `by_default`, for
+/// `pool:auto`: `VmmArena::as_default`, which also refuses where the
+/// runtime could not give the arena's memory back), with every peer that
+/// can reach the device granted access when `peer_access` is on. Where it
+/// cannot be made (no virtual-memory management, a call the runtime
 /// refused), one line on stderr says why and the pool alone serves the
 /// device: never a failure of the device.
-pub fn arena_for(device: &Device, pool: &MemPool, conf: &Conf) -> Option<Arc<VmmArena>> {
-    let made = VmmArena::with_pool(pool.clone(), arena_options(conf)).map_err(CapiError::from);
+pub fn arena_for(device: &Device, pool: &MemPool, conf: &Conf, by_default: bool) -> Option<Arc<VmmArena>> {
+    let options = arena_options(conf);
+    let made = if by_default {
+        VmmArena::as_default(pool.clone(), options)
+    } else {
+        VmmArena::with_pool(pool.clone(), options)
+    }
+    .map_err(CapiError::from);
     let granted = made.and_then(|arena| {
         if conf.peer_access {
             for other in 0..Device::count()? {
@@ -49,6 +57,15 @@ pub fn arena_for(device: &Device, pool: &MemPool, conf: &Conf) -> Option<Arc<Vmm
     });
     match granted {
         Ok(arena) => Some(Arc::new(arena)),
+        Err(e) if by_default => {
+            eprintln!(
+                "somalloc: pool:auto: device {} is served by its own pool, not the virtual-memory arena \
+                 ({}); pool:own does the same without this line",
+                device.ordinal(),
+                e.text
+            );
+            None
+        }
         Err(e) => {
             eprintln!(
                 "somalloc: pool:vmm: device {} has no virtual-memory arena ({}); its pool serves it",

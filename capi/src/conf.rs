@@ -25,6 +25,13 @@ pub enum PoolChoice {
     /// or the runtime has no virtual-memory management, the own pool alone
     /// serves the device (one line on stderr says why).
     Vmm,
+    /// The arena where it can serve as the allocator nobody configured
+    /// (`somalloc::VmmArena::as_default`), else the own pool, with one line
+    /// on stderr that says why and names `pool:own`: where the device or
+    /// runtime has no virtual-memory management, where the runtime could
+    /// not give the arena's memory back (ROCm faults), or where reserving
+    /// its address space fails.
+    Auto,
 }
 
 /// A parsed configuration.
@@ -152,7 +159,8 @@ impl Conf {
                         "own" => PoolChoice::Own,
                         "default" => PoolChoice::Default,
                         "vmm" => PoolChoice::Vmm,
-                        _ => return Err(bad("expected own, default or vmm")),
+                        "auto" => PoolChoice::Auto,
+                        _ => return Err(bad("expected own, default, vmm or auto")),
                     }
                 }
                 "release_threshold" => conf.release_threshold = parse_bytes(value).map_err(|e| bad(&e))?,
@@ -256,7 +264,7 @@ impl Conf {
         if conf.trace.is_some()
             && conf.trace_device
             && conf.reuse.is_none()
-            && matches!(conf.pool, PoolChoice::Own | PoolChoice::Vmm)
+            && matches!(conf.pool, PoolChoice::Own | PoolChoice::Vmm | PoolChoice::Auto)
         {
             // Device times show each stream's own progress: a pool that
             // hands a block freed on one stream to another makes the
@@ -480,7 +488,7 @@ mod tests {
             ("release_threshold:99999999999T", "does not fit"),
             ("reuse:events+sometimes", "unknown reuse flag"),
             ("max_size:0", "above 0"),
-            ("pool:mine", "expected own, default or vmm"),
+            ("pool:mine", "expected own, default, vmm or auto"),
             ("trace:on", "the trace file's path"),
             ("trace:", "the trace file's path"),
             ("plan:on", "a trace of an earlier run"),
@@ -522,6 +530,10 @@ mod tests {
                 .arena_whole_blocks
         );
         assert!(Conf::parse("arena_moves:maybe").is_err());
+        // The arena where it can serve as the default, with the same keys.
+        let auto = Conf::parse("pool:auto,arena_moves:off").unwrap();
+        assert_eq!(auto.pool, PoolChoice::Auto);
+        assert!(!auto.arena_moves);
         assert_eq!(c.release_threshold, 256 << 20);
         assert_eq!(c.max_size, Some(8 << 30));
         assert_eq!(c.reuse, Some(ReusePolicy::NONE));
@@ -542,7 +554,7 @@ mod tests {
             .contains("above 0"));
         assert!(Conf::parse("pool:VMM")
             .unwrap_err()
-            .contains("expected own, default or vmm"));
+            .contains("expected own, default, vmm or auto"));
     }
 
     #[test]

@@ -173,7 +173,7 @@ impl DeviceState {
         let device = Device::get(ordinal)?;
         let _current = DeviceGuard::set(&device)?;
         let pool = match conf.pool {
-            PoolChoice::Own | PoolChoice::Vmm => {
+            PoolChoice::Own | PoolChoice::Vmm | PoolChoice::Auto => {
                 let mut props = PoolProperties::device();
                 if let Some(max) = conf.max_size {
                     props = props.max_size(max);
@@ -206,7 +206,8 @@ impl DeviceState {
             }
         }
         let arena = match conf.pool {
-            PoolChoice::Vmm => crate::base::arena_for(&device, &pool, conf),
+            PoolChoice::Vmm => crate::base::arena_for(&device, &pool, conf, false),
+            PoolChoice::Auto => crate::base::arena_for(&device, &pool, conf, true),
             _ => None,
         };
         let tier = match conf.cache {

@@ -102,6 +102,21 @@ if [ -x "$here/bin/host" ]; then
   fi
   rm -f "$log"
 fi
+# The arena as the default allocator: it serves under the ROCm the shim
+# reports, and steps aside under ROCm 6.4.0, whose hipMemRelease leaks.
+if [ -x "$here/bin/arena" ]; then
+  for want in serve:0 aside:60400000; do
+    v=${want#*:}
+    [ "$v" = 0 ] && v=
+    echo "run-on-nvidia: the default arena, expected to ${want%%:*}${v:+ (HIP_ON_CUDA_VERSION=$v)}" >&2
+    log=$(mktemp)
+    env ${v:+HIP_ON_CUDA_VERSION=$v} SOMALLOC_EXPECT_DEFAULT_ARENA="${want%%:*}" \
+      "$here/bin/arena" the_default_arena --test-threads=1 >"$log" 2>&1 || rc=1
+    grep -E '^(test result:|the_default_arena|SKIP )' "$log" || true
+    grep -q '^test result: ok. 1 passed' "$log" || { tail -n 30 "$log"; rc=1; }
+    rm -f "$log"
+  done
+fi
 if [ "$vmm_rc" -ne 0 ]; then
   echo "run-on-nvidia: FAILED: the virtual memory self-check (its FAIL lines are above the suite's output)" >&2
   rc=1

@@ -162,19 +162,53 @@ impl VmmArena {
     /// memory) and the allocations it cannot serve come from `pool` instead
     /// of the device's default pool; otherwise as [`VmmArena::new`].
     pub fn with_pool(pool: MemPool, options: ArenaOptions) -> Result<VmmArena> {
+        VmmArena::make(pool, options, false)
+    }
+
+    /// [`VmmArena::with_pool`] for a program that asked for no allocator in
+    /// particular: refused also where the loaded runtime could not give the
+    /// arena's memory back (ROCm versions whose release leaks, or whose
+    /// address reservation holds released memory; `with_pool` keeps its
+    /// chunks there instead). [`Error::Unsupported`] says why; the caller
+    /// serves the device from `pool` then. Nothing is reserved on a
+    /// refusal.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use somalloc::{ArenaOptions, Device, MemPool, MemoryResource, VmmArena};
+    /// # fn main() -> somalloc::Result<()> {
+    /// let device = Device::get(0)?;
+    /// let pool = MemPool::default_for(&device)?;
+    /// let serving: Arc<dyn MemoryResource> = match VmmArena::as_default(pool.clone(), ArenaOptions::default()) {
+    ///     Ok(arena) => Arc::new(arena),
+    ///     Err(e) => {
+    ///         eprintln!("{e}; the pool serves device 0");
+    ///         Arc::new(pool)
+    ///     }
+    /// };
+    /// # drop(serving);
+    /// # Ok(()) }
+    /// ```
+    pub fn as_default(pool: MemPool, options: ArenaOptions) -> Result<VmmArena> {
+        VmmArena::make(pool, options, true)
+    }
+
+    fn make(pool: MemPool, options: ArenaOptions, by_default: bool) -> Result<VmmArena> {
         let device = &pool.device();
         let ordinal = device.ordinal();
         let support = Active::vmm_support(ordinal)?;
-        if !support.supported {
+        let quirks = Active::vmm_quirks();
+        let refused = if by_default {
+            super::choice::refusal(&support, &quirks)
+        } else {
+            (!support.supported).then(|| support.why_not.unwrap_or("not supported").to_string())
+        };
+        if let Some(why) = refused {
             return Err(Error::Unsupported {
                 backend: crate::VENDOR,
-                what: format!(
-                    "a virtual-memory arena on device {ordinal}: {}",
-                    support.why_not.unwrap_or("not supported")
-                ),
+                what: format!("a virtual-memory arena on device {ordinal}: {why}"),
             });
         }
-        let quirks = Active::vmm_quirks();
         let granule = support.recommended.max(support.granularity);
         let total = device.total_memory()?;
         let mut opts = options;

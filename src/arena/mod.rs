@@ -123,6 +123,7 @@
 //! ```
 
 mod book;
+mod choice;
 mod core;
 mod device;
 mod figures;
