@@ -43,11 +43,23 @@
 //!
 //! # Kinds
 //!
-//! Blocks of at most [`SMALL_MAX`] bytes live in `Small` chunks, larger ones
-//! in `Large` chunks; a chunk keeps its kind while mapped, and free ranges
-//! of different kinds never merge. So small blocks, which live long and
-//! scattered (biases, norms, scalars), never split the large free ranges
-//! that activations need.
+//! Blocks of at most [`SMALL_MAX`] bytes live in `Small` chunks, blocks of
+//! [`HUGE_MIN`] bytes or more (a language model's logits) in `Huge` chunks,
+//! the others in `Large` chunks; a chunk keeps its kind while mapped, and
+//! free ranges of different kinds never merge. So small blocks, which live
+//! long and scattered (biases, norms, scalars), never split the large free
+//! ranges that activations need; and activations never take the windows
+//! that huge blocks leave free between steps. (With one kind for both, the
+//! shortest free range that held an activation was often such a window: the
+//! next step's huge block found none, and growth moved chunks to make one,
+//! step after step.) A large block goes into a free range of huge chunks
+//! only when nothing else holds it and the arena would otherwise grow, at
+//! the end of that range (see `Arena::spill`). On the recorded steps of
+//! `benches/data` replayed eight times over, the arena then makes no
+//! virtual-memory call after the third pass on any of them (the two-stream
+//! mix made 44 to 397 a pass, GPT-2 up to 119), and maps 1.014, 1.023 and
+//! 1.024 times the live peak (ResNet-50, GPT-2, the mix; 1.014, 1.026 and
+//! 1.048 with two kinds).
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -63,6 +75,14 @@ pub(crate) type Addr = usize;
 
 /// Blocks of at most this many bytes are small (placed in small chunks).
 pub(crate) const SMALL_MAX: usize = 1 << 20;
+
+/// Blocks of at least this many bytes are huge (placed in huge chunks, see
+/// the module docs). On the recorded programs of `benches/data` any bound
+/// from 512 to 700 MiB gives the same figures; from 392 MiB down GPT-2's
+/// 392 MiB blocks become huge too, share the windows of its 785 MiB logits
+/// and fragment them (at 384 MiB, GPT-2 and the mix moved chunks again on
+/// passes 5 and 6 of eight).
+pub(crate) const HUGE_MIN: usize = 512 << 20;
 
 /// The largest block a free parks (see the module docs), and the most
 /// bytes one stream keeps parked: above them a free merges at once. Only
@@ -90,14 +110,17 @@ pub(crate) fn round_up(bytes: usize, to: usize) -> Option<usize> {
 pub(crate) enum Kind {
     Small,
     Large,
+    Huge,
 }
 
 impl Kind {
     pub(crate) fn of(bytes: usize) -> Kind {
         if bytes <= SMALL_MAX {
             Kind::Small
-        } else {
+        } else if bytes < HUGE_MIN {
             Kind::Large
+        } else {
+            Kind::Huge
         }
     }
 }
@@ -637,7 +660,7 @@ impl Book {
         s.done = upto;
         let own = Owner::Stream(slot);
         // The slot's ranges in the index's order (kind, length, start).
-        let mine: Vec<(Kind, usize, Addr)> = [Kind::Small, Kind::Large]
+        let mine: Vec<(Kind, usize, Addr)> = [Kind::Small, Kind::Large, Kind::Huge]
             .into_iter()
             .flat_map(|kind| self.fit.at_least(kind, own, 0).map(move |(l, a)| (kind, l, a)))
             .collect();

@@ -260,6 +260,10 @@ impl<P: Phys> Arena<P> {
                 Self::peaks(state);
                 return Ok(a);
             }
+            if let Some(a) = self.spill(state, len, kind, slot) {
+                Self::peaks(state);
+                return Ok(a);
+            }
             match self.grow(state, len, kind, slot) {
                 Ok(at) => {
                     let a = match at {
@@ -446,6 +450,29 @@ impl<P: Phys> Arena<P> {
             }
             Some(at)
         }
+    }
+
+    /// A large block that no free range of large chunks holds (after
+    /// completed frees, given-back chunks and other streams' frees were
+    /// tried), placed in a free range of huge chunks instead of growing:
+    /// the best fit, at its end, away from where a huge block would start
+    /// (see the book's module docs, on kinds); else in another stream's
+    /// frees of huge chunks, taken by a device wait (see `handover.rs`).
+    /// With every block in one chunk (`whole_blocks`) nothing spills.
+    fn spill(&self, state: &mut State<P::Fence>, len: usize, kind: Kind, slot: u32) -> Option<Addr> {
+        if kind != Kind::Large || self.opts.whole_blocks {
+            return None;
+        }
+        let Some((a, range_len)) = state.book.find(len, Kind::Huge, slot) else {
+            return self.hand_over(state, len, Kind::Huge, slot);
+        };
+        let at = a + range_len - len;
+        if at == a {
+            state.book.take(a, range_len, len);
+        } else {
+            state.book.take_at(a, at, len);
+        }
+        Some(at)
     }
 
     /// Waits for every stream's frees, then gives back idle chunks down to

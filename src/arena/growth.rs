@@ -117,8 +117,15 @@ impl Book {
     /// Unmapped space for `len` bytes: for large blocks the start of the
     /// lowest hole that holds them (so that they can later grow upwards),
     /// for small chunks the end of the highest hole (so that the two kinds
-    /// stay apart).
+    /// stay apart), for huge blocks a window of their own in the upper
+    /// half of a reservation (see [`Book::huge_hole`]), else as for large
+    /// blocks.
     pub(super) fn hole(&self, len: usize, kind: Kind) -> Option<Addr> {
+        if kind == Kind::Huge {
+            if let Some(at) = self.huge_hole(len) {
+                return Some(at);
+            }
+        }
         let mut holes = Vec::new();
         for (&base, &rlen) in &self.reserved {
             let mut at = base;
@@ -134,8 +141,39 @@ impl Book {
         }
         match kind {
             Kind::Small => holes.last().map(|&(_, e)| e - len),
-            Kind::Large => holes.first().map(|&(a, _)| a),
+            Kind::Large | Kind::Huge => holes.first().map(|&(a, _)| a),
         }
+    }
+
+    /// Unmapped space for a huge block of `len` bytes, apart from the
+    /// large chunks (which take the lowest holes) and from the small ones
+    /// (the highest): from the middle of a reservation up, a quarter of
+    /// `len` past the chunk before it, with as much unmapped after it, so
+    /// that a free range of huge chunks that falls a little short of a
+    /// huge block can be extended in place. `None`: no reservation has
+    /// such room.
+    fn huge_hole(&self, len: usize) -> Option<Addr> {
+        let g = self.granule;
+        let gap = round_up(len / 4, g)?;
+        for (&base, &rlen) in &self.reserved {
+            let mid = round_up(base + rlen / 2, g)?;
+            // The chunks' (start, end), then the reservation's end.
+            let spans = self
+                .chunks
+                .range(base..base + rlen)
+                .map(|(&a, c)| (a, a + c.len))
+                .chain(std::iter::once((base + rlen, base + rlen)));
+            let mut at = base;
+            for (a, next) in spans {
+                // The unmapped space `[at, a)`.
+                let start = if at > mid { at + gap } else { mid.max(at) };
+                if a > start && a - start >= len.checked_add(gap)? {
+                    return Some(start);
+                }
+                at = next;
+            }
+        }
+        None
     }
 
     /// Where in the free range at `range` (of `range_len` bytes, at least

@@ -36,6 +36,7 @@ pub(super) struct Span {
 
 const STREAM: u64 = 1 << 32;
 const LARGE: u64 = 1 << 33;
+const HUGE: u64 = 1 << 34;
 
 impl Span {
     pub(super) fn new(start: Addr, kind: Kind, owner: Owner, seq: u64) -> Span {
@@ -43,14 +44,18 @@ impl Span {
             Owner::Any => 0,
             Owner::Stream(s) => STREAM | s as u64,
         };
-        if kind == Kind::Large {
-            who |= LARGE;
+        match kind {
+            Kind::Small => {}
+            Kind::Large => who |= LARGE,
+            Kind::Huge => who |= HUGE,
         }
         Span { start, seq, who }
     }
 
     pub(super) fn kind(&self) -> Kind {
-        if self.who & LARGE != 0 {
+        if self.who & HUGE != 0 {
+            Kind::Huge
+        } else if self.who & LARGE != 0 {
             Kind::Large
         } else {
             Kind::Small
@@ -95,6 +100,7 @@ fn k(kind: Kind) -> usize {
     match kind {
         Kind::Small => 0,
         Kind::Large => 1,
+        Kind::Huge => 2,
     }
 }
 
@@ -223,8 +229,8 @@ impl Classes {
 /// The best-fit index (see the module docs).
 #[derive(Debug, Default)]
 pub(super) struct Fit {
-    any: [Classes; 2],
-    slots: Vec<[Classes; 2]>,
+    any: [Classes; 3],
+    slots: Vec<[Classes; 3]>,
 }
 
 impl Fit {

@@ -34,7 +34,7 @@ impl<P: Phys> Arena<P> {
             // A block in one chunk: the chunk is as large as the block.
             _ if whole => usize::MAX,
             Kind::Small => state.book.granule(),
-            Kind::Large => self.opts.chunk_bytes.max(state.book.granule()),
+            Kind::Large | Kind::Huge => self.opts.chunk_bytes.max(state.book.granule()),
         };
         let plan = match state
             .book

@@ -13,7 +13,14 @@
 //!   with their free neighbours when freed. Blocks of at most 1 MiB live in
 //!   small chunks (one device page, 2 MiB on current GPUs), larger ones in
 //!   large chunks ([`ArenaOptions::chunk_bytes`], 20 MiB by default), so
-//!   long-lived small blocks never split the ranges large blocks need. A
+//!   long-lived small blocks never split the ranges large blocks need.
+//!   Blocks of 512 MiB or more (a language model's logits) live in huge
+//!   chunks of the same size, placed apart in the address space; another
+//!   block goes there only when nothing else holds it and the arena would
+//!   grow, so that each step's huge blocks find the windows they had the
+//!   step before instead of having chunks moved to make them (the recorded
+//!   training steps of `benches/data`, replayed eight times over in one
+//!   arena, make no virtual-memory call after the third replay). A
 //!   large block that does not fit extends a free range that ends where
 //!   unmapped address space begins, mapping only what it lacks. Blocks of
 //!   32 MiB or more are kept from touching chunks they barely need (a

@@ -27,7 +27,7 @@ impl Book {
     fn whole_chunks_of(&self, owners: &[Owner], keep: impl Fn(Addr, usize) -> bool) -> Vec<(Addr, Chunk)> {
         let g = self.granule;
         let mut out = Vec::new();
-        for kind in [Kind::Small, Kind::Large] {
+        for kind in [Kind::Small, Kind::Large, Kind::Huge] {
             for &owner in owners {
                 for (l, a) in self.fit.at_least(kind, owner, g) {
                     if !keep(a, l) {
