@@ -160,7 +160,7 @@ impl Conf {
                         "default" => PoolChoice::Default,
                         "vmm" => PoolChoice::Vmm,
                         "auto" => PoolChoice::Auto,
-                        _ => return Err(bad("expected own, default, vmm or auto")),
+                        _ => return Err(bad("expected own, default or vmm, or auto")),
                     }
                 }
                 "release_threshold" => conf.release_threshold = parse_bytes(value).map_err(|e| bad(&e))?,
@@ -488,7 +488,7 @@ mod tests {
             ("release_threshold:99999999999T", "does not fit"),
             ("reuse:events+sometimes", "unknown reuse flag"),
             ("max_size:0", "above 0"),
-            ("pool:mine", "expected own, default, vmm or auto"),
+            ("pool:mine", "expected own, default or vmm, or auto"),
             ("trace:on", "the trace file's path"),
             ("trace:", "the trace file's path"),
             ("plan:on", "a trace of an earlier run"),
@@ -554,7 +554,7 @@ mod tests {
             .contains("above 0"));
         assert!(Conf::parse("pool:VMM")
             .unwrap_err()
-            .contains("expected own, default, vmm or auto"));
+            .contains("expected own, default or vmm, or auto"));
     }
 
     #[test]

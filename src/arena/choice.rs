@@ -19,7 +19,10 @@ pub(crate) fn refusal(support: &VmmSupport, quirks: &VmmQuirks) -> Option<String
         ));
     }
     if quirks.release_leaks {
-        return Some("this runtime's hipMemRelease does not free the memory, so the arena could not give it back".into());
+        return Some(
+            "this runtime's hipMemRelease does not free the memory, so the arena could not give it back"
+                .into(),
+        );
     }
     if quirks.reservation_holds_memory {
         return Some(
@@ -65,7 +68,10 @@ mod tests {
             &VmmQuirks::NONE,
         )
         .unwrap();
-        assert!(why.contains("does not support virtual memory management"), "{why}");
+        assert!(
+            why.contains("does not support virtual memory management"),
+            "{why}"
+        );
         let leaks = VmmQuirks {
             release_leaks: true,
             ..VmmQuirks::NONE
