@@ -503,16 +503,7 @@ fn at_other_sizes() {
     for name in ["resnet50", "gpt2", "mix"] {
         let trace = Trace::read(trace_path(name)).unwrap();
         let evs: Vec<Event> = trace.events.iter().filter(|e| e.device == 0).copied().collect();
-        // The allocations whose blocks live to the end.
-        let mut open = HashMap::new();
-        for (i, e) in evs.iter().enumerate() {
-            match e.action {
-                Action::Allocate => drop(open.insert(e.addr, i)),
-                Action::Free => drop(open.remove(&e.addr)),
-                _ => {}
-            }
-        }
-        let kept: std::collections::HashSet<usize> = open.into_values().collect();
+        let kept = kept_to_the_end(&evs);
         let (mut p1, mut p4, mut trims) = (Vec::new(), Vec::new(), Vec::new());
         for scale in [0.6, 0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 1.3, 1.5] {
             let scaled: Vec<Event> = evs
@@ -575,10 +566,8 @@ struct Pass {
     ratio: f64,
 }
 
-/// The events of trace `trace` (device 0), every block but the ones the
-/// program keeps to the end scaled by `scale` (see [`at_other_sizes`]).
-fn scaled_events(trace: &Trace, scale: f64) -> Vec<Event> {
-    let evs: Vec<Event> = trace.events.iter().filter(|e| e.device == 0).copied().collect();
+/// The indices of the allocations in `evs` whose blocks live to the end.
+fn kept_to_the_end(evs: &[Event]) -> std::collections::HashSet<usize> {
     let mut open = HashMap::new();
     for (i, e) in evs.iter().enumerate() {
         match e.action {
@@ -587,7 +576,14 @@ fn scaled_events(trace: &Trace, scale: f64) -> Vec<Event> {
             _ => {}
         }
     }
-    let kept: std::collections::HashSet<usize> = open.into_values().collect();
+    open.into_values().collect()
+}
+
+/// The events of trace `trace` (device 0), every block but the ones the
+/// program keeps to the end scaled by `scale` (see [`at_other_sizes`]).
+fn scaled_events(trace: &Trace, scale: f64) -> Vec<Event> {
+    let evs: Vec<Event> = trace.events.iter().filter(|e| e.device == 0).copied().collect();
+    let kept = kept_to_the_end(&evs);
     evs.iter()
         .enumerate()
         .map(|(i, e)| {
